@@ -1,0 +1,1 @@
+//! `#[derive(Module)]` for kiln (placeholder until the nn issue fills it).

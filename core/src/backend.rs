@@ -1,0 +1,153 @@
+//! The `Backend` trait every device implements, the storage handle it hands out, and `Device`.
+
+use crate::op::Op;
+use crate::{DType, Layout, Result, Shape, TensorData};
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::sync::Arc;
+use core::any::Any;
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+
+/// A backend's buffer, type-erased. Backends downcast it to their own type with
+/// [`Storage::downcast`]; tensors share it cheaply (views, clones).
+#[derive(Clone)]
+pub struct Storage(Arc<dyn Any + Send + Sync>);
+
+impl Storage {
+    /// Wraps a backend buffer.
+    pub fn new<T: Any + Send + Sync>(buffer: T) -> Self {
+        Storage(Arc::new(buffer))
+    }
+    /// The backend buffer, if it is a `T`.
+    pub fn downcast<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref::<T>()
+    }
+    /// `true` when both handles share one buffer.
+    pub fn same(&self, other: &Storage) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Storage")
+    }
+}
+
+/// One input of [`Backend::execute`]: a storage seen through a layout (possibly strided,
+/// broadcast or offset).
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    /// The buffer.
+    pub storage: &'a Storage,
+    /// Where the elements are in it.
+    pub layout: &'a Layout,
+    /// Element type.
+    pub dtype: DType,
+}
+
+/// What reading a tensor back returns: a future, so that browsers never block. Native code can
+/// wait on it with [`block_on`].
+pub type ReadFuture = Pin<Box<dyn Future<Output = Result<TensorData>>>>;
+
+/// A device that executes kiln's op set. Object-safe: devices are chosen at run time.
+///
+/// Backends receive ops already validated by [`Op::infer`] together with the output dtype and
+/// shape, and return a fresh, contiguous storage for the output.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Human-readable device name (`"cpu"`, `"wgpu: NVIDIA H100 (Vulkan)"`).
+    fn name(&self) -> String;
+    /// Copies host data into a new storage.
+    fn upload(&self, data: &TensorData) -> Result<Storage>;
+    /// Runs one op. View ops never reach here. The output is contiguous with `out_dtype` and `out_shape`.
+    fn execute(
+        &self,
+        op: &Op,
+        inputs: &[View<'_>],
+        out_dtype: DType,
+        out_shape: &Shape,
+    ) -> Result<Storage>;
+    /// Reads the elements of a view back to the host, in row-major order.
+    fn read(&self, input: View<'_>) -> ReadFuture;
+    /// Whether this device can hold and compute with `dtype` (f16 needs `shader-f16` on WebGPU).
+    fn supports(&self, dtype: DType) -> bool {
+        let _ = dtype;
+        true
+    }
+    /// Bytes currently allocated by this device, when it tracks them.
+    fn allocated_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// Waits until queued work is done (a no-op on synchronous backends).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A handle on a backend, cheap to clone, chosen at run time.
+///
+/// ```
+/// use kiln_core::Device;
+/// let cpu = Device::cpu();
+/// assert_eq!(cpu.name(), "cpu");
+/// assert!(cpu.same(&cpu.clone()));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Device(Arc<dyn Backend>);
+
+impl Device {
+    /// A device from any backend.
+    pub fn new(backend: impl Backend + 'static) -> Self {
+        Device(Arc::new(backend))
+    }
+    /// A device from a shared backend.
+    pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
+        Device(backend)
+    }
+    /// The CPU reference backend (one shared instance).
+    pub fn cpu() -> Self {
+        crate::cpu::device()
+    }
+    /// The backend.
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.0
+    }
+    /// The backend's name.
+    pub fn name(&self) -> String {
+        self.0.name()
+    }
+    /// `true` when both handles are the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// Drives a future to completion on the current thread. Native only; browsers must `await`.
+///
+/// ```
+/// assert_eq!(kiln_core::block_on(async { 7 }), 7);
+/// ```
+#[cfg(feature = "std")]
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    use std::sync::Arc as SArc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: SArc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(SArc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = core::pin::pin!(fut);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            // Backends whose futures need driving (wgpu's device poll) do it inside `poll`,
+            // so a short park keeps this loop from spinning while still making progress.
+            Poll::Pending => std::thread::park_timeout(std::time::Duration::from_millis(1)),
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The one error type of kiln. Every message names the operation, what was expected and what was found.
+
+use alloc::borrow::Cow;
+use alloc::string::String;
+use core::fmt;
+
+/// What class of failure an [`Error`] is; lets callers react without parsing messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Shapes that do not fit the operation (rank, broadcasting, inner dimensions...).
+    Shape,
+    /// A dtype the operation does not accept, or two dtypes that differ.
+    DType,
+    /// An index or axis out of range.
+    Index,
+    /// A valid request this backend cannot execute.
+    Unsupported,
+    /// The device is missing, lost, or out of memory.
+    Device,
+    /// A file or byte buffer that is not what it claims to be.
+    Format,
+    /// Reading or writing outside the process failed.
+    Io,
+    /// An argument outside its allowed range.
+    InvalidArgument,
+}
+
+/// An error from any kiln operation. Displays as `op: message`.
+///
+/// ```
+/// use kiln_core::{Error, ErrorKind};
+/// let e = Error::shape("matmul", "lhs [2, 3] and rhs [4, 5]: inner dimensions 3 and 4 differ");
+/// assert_eq!(e.kind(), ErrorKind::Shape);
+/// assert_eq!(e.to_string(), "matmul: lhs [2, 3] and rhs [4, 5]: inner dimensions 3 and 4 differ");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    op: Cow<'static, str>,
+    message: String,
+}
+
+/// `Result` with kiln's [`Error`].
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+impl Error {
+    /// An error of `kind` raised by `op`.
+    pub fn new(
+        kind: ErrorKind,
+        op: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error {
+            kind,
+            op: op.into(),
+            message: message.into(),
+        }
+    }
+    /// A [`ErrorKind::Shape`] error.
+    pub fn shape(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Shape, op, message)
+    }
+    /// A [`ErrorKind::DType`] error.
+    pub fn dtype(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::DType, op, message)
+    }
+    /// A [`ErrorKind::Index`] error.
+    pub fn index(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Index, op, message)
+    }
+    /// A [`ErrorKind::Unsupported`] error.
+    pub fn unsupported(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, op, message)
+    }
+    /// A [`ErrorKind::Device`] error.
+    pub fn device(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Device, op, message)
+    }
+    /// A [`ErrorKind::Format`] error.
+    pub fn format(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Format, op, message)
+    }
+    /// A [`ErrorKind::Io`] error.
+    pub fn io(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Io, op, message)
+    }
+    /// A [`ErrorKind::InvalidArgument`] error.
+    pub fn invalid(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, op, message)
+    }
+    /// The class of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+    /// The operation that failed (`"matmul"`, `"Model::load"`...).
+    pub fn op(&self) -> &str {
+        &self.op
+    }
+    /// What was expected and what was found.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// The same error with `outer` prepended to the op, for errors raised deep inside a larger task
+    /// (`"Model::load: conv1.weight: ..."`).
+    pub fn context(self, outer: impl fmt::Display) -> Self {
+        let op = alloc::format!("{outer}: {}", self.op);
+        Error {
+            op: op.into(),
+            ..self
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.op, self.message)
+    }
+}
+
+impl core::error::Error for Error {}
+
+#[cfg(feature = "std")]
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::io("io", alloc::format!("{e}"))
+    }
+}

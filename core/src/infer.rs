@@ -1,0 +1,618 @@
+//! Output dtype/shape of every op, and the validation of its inputs.
+
+use crate::op::{Meta, Op, ReduceOp, arity};
+use crate::{DType, Error, Result, Shape};
+use alloc::format;
+use alloc::vec::Vec;
+
+pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Meta> {
+    let name = op.name();
+    let want = |n: usize| {
+        if inputs.len() == n {
+            Ok(())
+        } else {
+            Err(arity(op, n, inputs.len()))
+        }
+    };
+    match op {
+        Op::Full { shape, dtype, .. }
+        | Op::RandUniform { shape, dtype, .. }
+        | Op::RandNormal { shape, dtype, .. } => {
+            want(0)?;
+            if matches!(op, Op::RandUniform { .. } | Op::RandNormal { .. }) && !dtype.is_float() {
+                return Err(Error::dtype(
+                    name,
+                    format!("random values need a float dtype, got {dtype}"),
+                ));
+            }
+            Ok((*dtype, shape.clone()))
+        }
+        Op::Arange { len, dtype, .. } => {
+            want(0)?;
+            Ok((*dtype, Shape::from([*len])))
+        }
+        Op::Eye { n, m, dtype } => {
+            want(0)?;
+            Ok((*dtype, Shape::from([*n, *m])))
+        }
+        Op::Unary(u) => {
+            want(1)?;
+            let (dt, s) = &inputs[0];
+            if *dt == DType::Bool || (u.float_only() && !dt.is_float()) {
+                return Err(Error::dtype(
+                    name,
+                    format!("expects a float tensor, got {dt}"),
+                ));
+            }
+            if *dt == DType::U32 && matches!(u, crate::UnaryOp::Neg) {
+                return Err(Error::dtype(name, "cannot negate an unsigned (u32) tensor"));
+            }
+            Ok((*dt, s.clone()))
+        }
+        Op::Binary(_) | Op::Compare(_) => {
+            want(2)?;
+            let dt = same_dtype(name, inputs)?;
+            if dt == DType::Bool {
+                return Err(Error::dtype(name, "expects numeric tensors, got bool"));
+            }
+            if matches!(op, Op::Binary(crate::BinaryOp::Pow)) && !dt.is_float() {
+                return Err(Error::dtype(
+                    name,
+                    format!("expects float tensors, got {dt}"),
+                ));
+            }
+            let s = Shape::broadcast(&inputs[0].1, &inputs[1].1, name)?;
+            Ok((
+                if matches!(op, Op::Compare(_)) {
+                    DType::Bool
+                } else {
+                    dt
+                },
+                s,
+            ))
+        }
+        Op::Where => {
+            want(3)?;
+            if inputs[0].0 != DType::Bool {
+                return Err(Error::dtype(
+                    name,
+                    format!("condition must be bool, got {}", inputs[0].0),
+                ));
+            }
+            let dt = same_dtype(name, &inputs[1..])?;
+            let s = Shape::broadcast(&inputs[0].1, &inputs[1].1, name)?;
+            let s = Shape::broadcast(&s, &inputs[2].1, name)?;
+            Ok((dt, s))
+        }
+        Op::Cast { dtype } => {
+            want(1)?;
+            Ok((*dtype, inputs[0].1.clone()))
+        }
+        Op::Reduce {
+            op: r,
+            axes,
+            keepdim,
+        } => {
+            want(1)?;
+            let (dt, s) = &inputs[0];
+            check_axes(name, axes, s)?;
+            if matches!(r, ReduceOp::Mean | ReduceOp::Var { .. }) && !dt.is_float() {
+                return Err(Error::dtype(
+                    name,
+                    format!("expects a float tensor, got {dt}"),
+                ));
+            }
+            if *dt == DType::Bool && !matches!(r, ReduceOp::Max | ReduceOp::Min) {
+                return Err(Error::dtype(name, "expects a numeric tensor, got bool"));
+            }
+            if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) && axes.len() != 1 {
+                return Err(Error::invalid(
+                    name,
+                    format!("reduces exactly one axis, got {axes:?}"),
+                ));
+            }
+            if matches!(
+                r,
+                ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin
+            ) && reduced_all(axes, s).iter().any(|&a| s.dims()[a] == 0)
+            {
+                return Err(Error::shape(
+                    name,
+                    format!("cannot reduce an empty axis of shape {s}"),
+                ));
+            }
+            let out_dt = if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+                DType::I32
+            } else {
+                *dt
+            };
+            Ok((out_dt, reduced_shape(s, axes, *keepdim)))
+        }
+        Op::Cumsum { axis, .. } => {
+            want(1)?;
+            let (dt, s) = &inputs[0];
+            check_axis(name, *axis, s)?;
+            if *dt == DType::Bool {
+                return Err(Error::dtype(name, "expects a numeric tensor, got bool"));
+            }
+            Ok((*dt, s.clone()))
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            want(1)?;
+            let (dt, s) = &inputs[0];
+            check_axis(name, *axis, s)?;
+            float(name, *dt)?;
+            Ok((*dt, s.clone()))
+        }
+        Op::Matmul => {
+            want(2)?;
+            let dt = same_dtype(name, inputs)?;
+            if dt == DType::Bool {
+                return Err(Error::dtype(name, "expects numeric tensors, got bool"));
+            }
+            Ok((dt, matmul_shape(&inputs[0].1, &inputs[1].1)?))
+        }
+        Op::Reshape { shape } => {
+            want(1)?;
+            let s = &inputs[0].1;
+            if s.numel() != shape.numel() {
+                return Err(Error::shape(
+                    name,
+                    format!(
+                        "cannot reshape {s} ({} elements) to {shape} ({} elements)",
+                        s.numel(),
+                        shape.numel()
+                    ),
+                ));
+            }
+            Ok((inputs[0].0, shape.clone()))
+        }
+        Op::Permute { dims } => {
+            want(1)?;
+            let l = crate::Layout::contiguous(inputs[0].1.clone()).permute(dims)?;
+            Ok((inputs[0].0, l.shape().clone()))
+        }
+        Op::Slice { ranges } => {
+            want(1)?;
+            let l = crate::Layout::contiguous(inputs[0].1.clone()).slice(ranges)?;
+            Ok((inputs[0].0, l.shape().clone()))
+        }
+        Op::Expand { shape } => {
+            want(1)?;
+            crate::Layout::contiguous(inputs[0].1.clone()).broadcast_to(shape)?;
+            Ok((inputs[0].0, shape.clone()))
+        }
+        Op::Contiguous => {
+            want(1)?;
+            Ok(inputs[0].clone())
+        }
+        Op::Concat { axis } => {
+            if inputs.is_empty() {
+                return Err(Error::invalid(name, "needs at least one tensor"));
+            }
+            let dt = same_dtype(name, inputs)?;
+            let first = &inputs[0].1;
+            check_axis(name, *axis, first)?;
+            let mut dims = first.dims().to_vec();
+            dims[*axis] = 0;
+            for (i, (_, s)) in inputs.iter().enumerate() {
+                let ok = s.rank() == first.rank()
+                    && s.dims()
+                        .iter()
+                        .zip(first.dims())
+                        .enumerate()
+                        .all(|(a, (x, y))| a == *axis || x == y);
+                if !ok {
+                    return Err(Error::shape(
+                        name,
+                        format!(
+                            "tensor {i} has shape {s} but tensor 0 has {first}; all must match except axis {axis}"
+                        ),
+                    ));
+                }
+                dims[*axis] += s.dims()[*axis];
+            }
+            Ok((dt, Shape::new(dims)))
+        }
+        Op::Gather { axis } => {
+            want(2)?;
+            let (dt, s) = &inputs[0];
+            let (it, is) = &inputs[1];
+            index_dtype(name, *it)?;
+            check_axis(name, *axis, s)?;
+            if is.rank() != s.rank() {
+                return Err(Error::shape(
+                    name,
+                    format!("index {is} must have the rank of input {s}"),
+                ));
+            }
+            if is
+                .dims()
+                .iter()
+                .zip(s.dims())
+                .enumerate()
+                .any(|(a, (i, x))| a != *axis && i > x)
+            {
+                return Err(Error::shape(
+                    name,
+                    format!("index {is} is larger than input {s} outside axis {axis}"),
+                ));
+            }
+            Ok((*dt, is.clone()))
+        }
+        Op::IndexSelect { axis } => {
+            want(2)?;
+            let (dt, s) = &inputs[0];
+            let (it, is) = &inputs[1];
+            index_dtype(name, *it)?;
+            check_axis(name, *axis, s)?;
+            if is.rank() != 1 {
+                return Err(Error::shape(
+                    name,
+                    format!("index must be rank 1, got {is}"),
+                ));
+            }
+            let mut dims = s.dims().to_vec();
+            dims[*axis] = is.dims()[0];
+            Ok((*dt, Shape::new(dims)))
+        }
+        Op::ScatterAdd { axis } => {
+            want(3)?;
+            let (dt, s) = &inputs[0];
+            let (it, is) = &inputs[1];
+            let (st, ss) = &inputs[2];
+            index_dtype(name, *it)?;
+            check_axis(name, *axis, s)?;
+            if st != dt || *dt == DType::Bool {
+                return Err(Error::dtype(
+                    name,
+                    format!("input is {dt} and src is {st}; they must be one numeric dtype"),
+                ));
+            }
+            if is.rank() != s.rank() || ss.rank() != s.rank() {
+                return Err(Error::shape(
+                    name,
+                    format!("input {s}, index {is} and src {ss} must have one rank"),
+                ));
+            }
+            let fits = is
+                .dims()
+                .iter()
+                .zip(ss.dims())
+                .zip(s.dims())
+                .enumerate()
+                .all(|(a, ((i, src), x))| i <= src && (a == *axis || i <= x));
+            if !fits {
+                return Err(Error::shape(
+                    name,
+                    format!(
+                        "index {is} must fit in src {ss} and, outside axis {axis}, in input {s}"
+                    ),
+                ));
+            }
+            Ok((*dt, s.clone()))
+        }
+        Op::Pad { pads, .. } => {
+            want(1)?;
+            let (dt, s) = &inputs[0];
+            if pads.len() > s.rank() {
+                return Err(Error::shape(
+                    name,
+                    format!("{} (before, after) pairs given for shape {s}", pads.len()),
+                ));
+            }
+            let dims = s
+                .dims()
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| pads.get(i).map_or(d, |(b, a)| d + b + a))
+                .collect();
+            Ok((*dt, Shape::new(dims)))
+        }
+        Op::OneHot { classes, dtype } => {
+            want(1)?;
+            let (it, s) = &inputs[0];
+            index_dtype(name, *it)?;
+            let mut dims = s.dims().to_vec();
+            dims.push(*classes);
+            Ok((*dtype, Shape::new(dims)))
+        }
+        Op::Conv2d(p) => {
+            want(2)?;
+            let dt = same_float(name, inputs)?;
+            let (x, w) = (
+                rank4(name, "input", &inputs[0].1)?,
+                rank4(name, "weight", &inputs[1].1)?,
+            );
+            check_groups(name, p.groups, x[1], w[0])?;
+            if w[1] * p.groups != x[1] {
+                return Err(Error::shape(
+                    name,
+                    format!(
+                        "input {} has {} channels but weight {} expects {} (x {} groups)",
+                        inputs[0].1, x[1], inputs[1].1, w[1], p.groups
+                    ),
+                ));
+            }
+            let oh = conv_out(name, x[2], w[2], p.stride[0], p.padding[0], p.dilation[0])?;
+            let ow = conv_out(name, x[3], w[3], p.stride[1], p.padding[1], p.dilation[1])?;
+            Ok((dt, Shape::from([x[0], w[0], oh, ow])))
+        }
+        Op::ConvTranspose2d {
+            params: p,
+            output_padding,
+        } => {
+            want(2)?;
+            let dt = same_float(name, inputs)?;
+            let (x, w) = (
+                rank4(name, "input", &inputs[0].1)?,
+                rank4(name, "weight", &inputs[1].1)?,
+            );
+            check_groups(name, p.groups, x[1], w[1] * p.groups)?;
+            if w[0] != x[1] {
+                return Err(Error::shape(
+                    name,
+                    format!(
+                        "input {} has {} channels but weight {} expects {}",
+                        inputs[0].1, x[1], inputs[1].1, w[0]
+                    ),
+                ));
+            }
+            let out = |i: usize| -> Result<usize> {
+                let full = (x[2 + i] - 1) * p.stride[i]
+                    + p.dilation[i] * (w[2 + i] - 1)
+                    + 1
+                    + output_padding[i];
+                if output_padding[i] >= p.stride[i].max(p.dilation[i])
+                    || full <= 2 * p.padding[i]
+                    || x[2 + i] == 0
+                {
+                    return Err(Error::shape(
+                        name,
+                        format!(
+                            "output padding {output_padding:?} / padding {:?} do not fit input {}",
+                            p.padding, inputs[0].1
+                        ),
+                    ));
+                }
+                Ok(full - 2 * p.padding[i])
+            };
+            Ok((dt, Shape::from([x[0], w[1] * p.groups, out(0)?, out(1)?])))
+        }
+        Op::Conv2dBackwardWeight { params: p, kernel } => {
+            want(2)?;
+            let dt = same_float(name, inputs)?;
+            let (x, g) = (
+                rank4(name, "input", &inputs[0].1)?,
+                rank4(name, "grad_out", &inputs[1].1)?,
+            );
+            check_groups(name, p.groups, x[1], g[1])?;
+            Ok((
+                dt,
+                Shape::from([g[1], x[1] / p.groups, kernel[0], kernel[1]]),
+            ))
+        }
+        Op::MaxPool2d(p) | Op::AvgPool2d(p) => {
+            want(1)?;
+            let dt = inputs[0].0;
+            float(name, dt)?;
+            let x = rank4(name, "input", &inputs[0].1)?;
+            let (oh, ow) = pool_out(name, p, x)?;
+            Ok((dt, Shape::from([x[0], x[1], oh, ow])))
+        }
+        Op::MaxPool2dBackward(_) => {
+            want(2)?;
+            let dt = same_float(name, inputs)?;
+            Ok((dt, inputs[0].1.clone()))
+        }
+        Op::AvgPool2dBackward { input, .. } | Op::AdaptiveAvgPool2dBackward { input } => {
+            want(1)?;
+            float(name, inputs[0].0)?;
+            Ok((inputs[0].0, input.clone()))
+        }
+        Op::AdaptiveAvgPool2d { output } => {
+            want(1)?;
+            float(name, inputs[0].0)?;
+            let x = rank4(name, "input", &inputs[0].1)?;
+            if output.contains(&0) {
+                return Err(Error::invalid(
+                    name,
+                    format!("output size {output:?} must be positive"),
+                ));
+            }
+            Ok((inputs[0].0, Shape::from([x[0], x[1], output[0], output[1]])))
+        }
+    }
+}
+
+/// The shape left after reducing `axes` (all axes when empty).
+pub fn reduced_shape(s: &Shape, axes: &[usize], keepdim: bool) -> Shape {
+    let all = reduced_all(axes, s);
+    let dims = s.dims().iter().enumerate().filter_map(|(i, &d)| {
+        if all.contains(&i) {
+            keepdim.then_some(1)
+        } else {
+            Some(d)
+        }
+    });
+    Shape::new(dims.collect())
+}
+
+fn reduced_all(axes: &[usize], s: &Shape) -> Vec<usize> {
+    if axes.is_empty() {
+        (0..s.rank()).collect()
+    } else {
+        axes.to_vec()
+    }
+}
+
+/// Output shape of `matmul` with NumPy's rules for rank-1 operands and broadcast batch dims.
+pub fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape> {
+    let err =
+        |m: alloc::string::String| Error::shape("matmul", format!("lhs {a} and rhs {b}: {m}"));
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(err("operands must have rank >= 1".into()));
+    }
+    let ad: Vec<usize> = if a.rank() == 1 {
+        alloc::vec![1, a.dims()[0]]
+    } else {
+        a.dims().to_vec()
+    };
+    let bd: Vec<usize> = if b.rank() == 1 {
+        alloc::vec![b.dims()[0], 1]
+    } else {
+        b.dims().to_vec()
+    };
+    let (m, k) = (ad[ad.len() - 2], ad[ad.len() - 1]);
+    let (k2, n) = (bd[bd.len() - 2], bd[bd.len() - 1]);
+    if k != k2 {
+        return Err(err(format!("inner dimensions {k} and {k2} differ")));
+    }
+    let batch = Shape::broadcast(
+        &Shape::from(&ad[..ad.len() - 2]),
+        &Shape::from(&bd[..bd.len() - 2]),
+        "matmul",
+    )
+    .map_err(|_| err("batch dimensions cannot be broadcast".into()))?;
+    let mut dims = batch.dims().to_vec();
+    if a.rank() > 1 {
+        dims.push(m);
+    }
+    if b.rank() > 1 {
+        dims.push(n);
+    }
+    Ok(Shape::new(dims))
+}
+
+fn same_dtype(name: &'static str, inputs: &[Meta]) -> Result<DType> {
+    let dt = inputs[0].0;
+    if inputs.iter().any(|(d, _)| *d != dt) {
+        let dts: Vec<_> = inputs.iter().map(|(d, _)| d.name()).collect();
+        return Err(Error::dtype(
+            name,
+            format!("inputs must share one dtype, got {}", dts.join(" and ")),
+        ));
+    }
+    Ok(dt)
+}
+
+fn same_float(name: &'static str, inputs: &[Meta]) -> Result<DType> {
+    let dt = same_dtype(name, inputs)?;
+    float(name, dt)?;
+    Ok(dt)
+}
+
+fn float(name: &'static str, dt: DType) -> Result<()> {
+    if dt.is_float() {
+        Ok(())
+    } else {
+        Err(Error::dtype(
+            name,
+            format!("expects a float tensor, got {dt}"),
+        ))
+    }
+}
+
+fn index_dtype(name: &'static str, dt: DType) -> Result<()> {
+    if dt.is_int() {
+        Ok(())
+    } else {
+        Err(Error::dtype(
+            name,
+            format!("index must be i32 or u32, got {dt}"),
+        ))
+    }
+}
+
+fn check_axis(name: &'static str, axis: usize, s: &Shape) -> Result<()> {
+    if axis >= s.rank() {
+        return Err(Error::index(
+            name,
+            format!("axis {axis} is out of range for shape {s}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_axes(name: &'static str, axes: &[usize], s: &Shape) -> Result<()> {
+    for (i, &a) in axes.iter().enumerate() {
+        check_axis(name, a, s)?;
+        if i > 0 && axes[i - 1] >= a {
+            return Err(Error::invalid(
+                name,
+                format!("axes {axes:?} must be sorted and unique"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn rank4(name: &'static str, what: &str, s: &Shape) -> Result<[usize; 4]> {
+    <[usize; 4]>::try_from(s.dims())
+        .map_err(|_| Error::shape(name, format!("{what} must be 4-D (N, C, H, W), got {s}")))
+}
+
+fn check_groups(name: &'static str, groups: usize, cin: usize, cout: usize) -> Result<()> {
+    if groups == 0 || cin % groups != 0 || cout % groups != 0 {
+        return Err(Error::invalid(
+            name,
+            format!("groups {groups} must divide input channels {cin} and output channels {cout}"),
+        ));
+    }
+    Ok(())
+}
+
+fn conv_out(
+    name: &'static str,
+    size: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+) -> Result<usize> {
+    if stride == 0 || dil == 0 {
+        return Err(Error::invalid(name, "stride and dilation must be positive"));
+    }
+    let span = dil * (k.max(1) - 1) + 1;
+    if k == 0 || size + 2 * pad < span {
+        return Err(Error::shape(
+            name,
+            format!(
+                "kernel {k} (dilation {dil}) does not fit input size {size} with padding {pad}"
+            ),
+        ));
+    }
+    Ok((size + 2 * pad - span) / stride + 1)
+}
+
+fn pool_out(name: &'static str, p: &crate::Pool2dParams, x: [usize; 4]) -> Result<(usize, usize)> {
+    for i in 0..2 {
+        if p.padding[i] * 2 > p.kernel[i] {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "padding {:?} must be at most half of kernel {:?}",
+                    p.padding, p.kernel
+                ),
+            ));
+        }
+    }
+    Ok((
+        conv_out(
+            name,
+            x[2],
+            p.kernel[0],
+            p.stride[0],
+            p.padding[0],
+            p.dilation[0],
+        )?,
+        conv_out(
+            name,
+            x[3],
+            p.kernel[1],
+            p.stride[1],
+            p.padding[1],
+            p.dilation[1],
+        )?,
+    ))
+}

@@ -1,0 +1,38 @@
+//! # kiln-core
+//!
+//! Tensors, the op set (ops are data), the [`Backend`] trait, autodiff, and the CPU reference
+//! backend. `no_std` + `alloc`; the default `std` feature adds threads and blocking reads.
+//!
+//! ```
+//! use kiln_core::{Device, DType, Tensor};
+//! let dev = Device::cpu();
+//! let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32, &dev)?.reshape([2, 3])?;
+//! let y = x.softmax(-1)?.sum(&[-1], false)?;
+//! for v in y.to_vec::<f32>()? { assert!((v - 1.0).abs() < 1e-6); }
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
+
+pub mod autodiff;
+pub mod backend;
+pub mod cpu;
+pub mod data;
+pub mod dtype;
+pub mod error;
+mod infer;
+pub mod op;
+pub mod shape;
+pub mod tensor;
+
+#[cfg(feature = "std")]
+pub use backend::block_on;
+pub use backend::{Backend, Device, ReadFuture, Storage, View};
+pub use data::TensorData;
+pub use dtype::{DType, Element};
+pub use error::{Error, ErrorKind, Result};
+pub use infer::{matmul_shape, reduced_shape};
+pub use op::{BinaryOp, CmpOp, Conv2dParams, Op, Pool2dParams, ReduceOp, UnaryOp};
+pub use shape::{Layout, Shape, SliceRange};
+pub use tensor::{Tensor, TensorId};

@@ -1,0 +1,445 @@
+//! Ops as data: the single list of kiln's primitives, their parameters, and their output
+//! dtype/shape rules (the one place where op arguments are validated, for every backend).
+
+use crate::shape::SliceRange;
+use crate::{DType, Error, Result, Shape};
+use alloc::format;
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Elementwise functions of one tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `|x|`
+    Abs,
+    /// `e^x`
+    Exp,
+    /// natural log
+    Log,
+    /// square root
+    Sqrt,
+    /// `1/sqrt(x)`
+    Rsqrt,
+    /// `1/x`
+    Recip,
+    /// sine
+    Sin,
+    /// cosine
+    Cos,
+    /// hyperbolic tangent
+    Tanh,
+    /// `1/(1+e^-x)`
+    Sigmoid,
+    /// `max(x, 0)`
+    Relu,
+    /// `x * Φ(x)` with the exact erf form
+    Gelu,
+    /// error function
+    Erf,
+    /// round toward -inf
+    Floor,
+    /// round toward +inf
+    Ceil,
+    /// round half to even (as PyTorch and NumPy)
+    Round,
+    /// -1, 0 or 1
+    Sign,
+    /// `x^p` for a constant exponent
+    Powf(f64),
+    /// `min(max(x, lo), hi)`
+    Clamp {
+        /// lower bound
+        min: f64,
+        /// upper bound
+        max: f64,
+    },
+}
+
+impl UnaryOp {
+    /// Lowercase name for messages and kernels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Powf(_) => "powf",
+            UnaryOp::Clamp { .. } => "clamp",
+        }
+    }
+    /// `true` for functions defined only on floats (everything but neg/abs/relu/sign/clamp
+    /// and the roundings, which are identity on integers).
+    pub fn float_only(&self) -> bool {
+        !matches!(
+            self,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Relu
+                | UnaryOp::Sign
+                | UnaryOp::Clamp { .. }
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::Round
+        )
+    }
+}
+
+/// Elementwise functions of two broadcast tensors of the same dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b` (integer division truncates toward zero; division by zero is an error-free 0 on ints)
+    Div,
+    /// `a ^ b`
+    Pow,
+    /// elementwise maximum (NaN propagates)
+    Max,
+    /// elementwise minimum (NaN propagates)
+    Min,
+}
+
+impl BinaryOp {
+    /// Lowercase name for messages and kernels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Max => "maximum",
+            BinaryOp::Min => "minimum",
+        }
+    }
+}
+
+/// Comparisons of two broadcast tensors of the same dtype; the result is bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CmpOp {
+    /// `a == b`
+    Eq,
+    /// `a != b`
+    Ne,
+    /// `a < b`
+    Lt,
+    /// `a <= b`
+    Le,
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+}
+
+impl CmpOp {
+    /// Lowercase name for messages and kernels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+}
+
+/// Reductions over a set of axes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    /// sum
+    Sum,
+    /// arithmetic mean (floats only)
+    Mean,
+    /// maximum
+    Max,
+    /// minimum
+    Min,
+    /// product
+    Prod,
+    /// variance with `correction` (1 = unbiased, as `torch.var`) (floats only)
+    Var {
+        /// subtracted from the count in the denominator
+        correction: usize,
+    },
+    /// index of the maximum, first on ties; one axis only; i32 result
+    ArgMax,
+    /// index of the minimum, first on ties; one axis only; i32 result
+    ArgMin,
+}
+
+impl ReduceOp {
+    /// Lowercase name for messages and kernels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Var { .. } => "var",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+        }
+    }
+}
+
+/// Parameters of a 2-D convolution (NCHW input, OIHW weight), shared by conv2d, its
+/// transpose and their gradients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Conv2dParams {
+    /// step between windows, (h, w)
+    pub stride: [usize; 2],
+    /// zeros added on each side, (h, w)
+    pub padding: [usize; 2],
+    /// spacing between kernel taps, (h, w)
+    pub dilation: [usize; 2],
+    /// channel groups; in and out channels must be divisible by it
+    pub groups: usize,
+}
+
+impl Default for Conv2dParams {
+    fn default() -> Self {
+        Conv2dParams {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// Parameters of 2-D pooling over NCHW input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Pool2dParams {
+    /// window size, (h, w)
+    pub kernel: [usize; 2],
+    /// step between windows, (h, w)
+    pub stride: [usize; 2],
+    /// implicit padding on each side (-inf for max, excluded or zero for avg)
+    pub padding: [usize; 2],
+    /// spacing between window taps (max pool only; 1 for avg)
+    pub dilation: [usize; 2],
+    /// avg pool: count padded zeros in the divisor (PyTorch's default is true)
+    pub count_include_pad: bool,
+}
+
+/// One primitive operation with its parameters. Every backend executes this set; autodiff,
+/// tracing, the model file and the kernels all speak it.
+///
+/// Inputs are listed in each variant's doc. View ops (`Reshape`, `Permute`, `Slice`, `Expand`)
+/// change only the layout and are applied by [`crate::Tensor`] without calling the backend,
+/// except when a reshape of a non-contiguous tensor needs a `Contiguous` copy first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)] // fields are described in each variant's doc
+pub enum Op {
+    // ---- creation (no inputs)
+    /// every element `value`
+    Full {
+        shape: Shape,
+        value: f64,
+        dtype: DType,
+    },
+    /// `start + i * step` for `i in 0..len`
+    Arange {
+        start: f64,
+        step: f64,
+        len: usize,
+        dtype: DType,
+    },
+    /// `n x m` identity
+    Eye { n: usize, m: usize, dtype: DType },
+    /// uniform in `[low, high)`, deterministic in `seed`
+    RandUniform {
+        shape: Shape,
+        low: f64,
+        high: f64,
+        seed: u64,
+        dtype: DType,
+    },
+    /// normal with `mean`, `std`, deterministic in `seed`
+    RandNormal {
+        shape: Shape,
+        mean: f64,
+        std: f64,
+        seed: u64,
+        dtype: DType,
+    },
+
+    // ---- elementwise
+    /// inputs: `[x]`
+    Unary(UnaryOp),
+    /// inputs: `[a, b]`, broadcast, same dtype
+    Binary(BinaryOp),
+    /// inputs: `[a, b]`, broadcast, same dtype; output bool
+    Compare(CmpOp),
+    /// inputs: `[cond (bool), a, b]`, all broadcast; `cond ? a : b`
+    Where,
+    /// inputs: `[x]`; numeric conversion (`as` semantics; to bool is `x != 0`)
+    Cast { dtype: DType },
+
+    // ---- reductions and scans
+    /// inputs: `[x]`; over `axes` (sorted, unique; empty means all axes)
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    /// inputs: `[x]`; inclusive running sum along `axis` (`reverse` runs from the end)
+    Cumsum { axis: usize, reverse: bool },
+    /// inputs: `[x]`; along `axis`, numerically stable
+    Softmax { axis: usize },
+    /// inputs: `[x]`; along `axis`, numerically stable
+    LogSoftmax { axis: usize },
+
+    // ---- linear algebra
+    /// inputs: `[a, b]`; `[..., m, k] x [..., k, n]`, batch dims broadcast; rank-1 operands are
+    /// promoted as in NumPy
+    Matmul,
+
+    // ---- views (layout only)
+    /// inputs: `[x]`
+    Reshape { shape: Shape },
+    /// inputs: `[x]`
+    Permute { dims: Vec<usize> },
+    /// inputs: `[x]`
+    Slice { ranges: Vec<SliceRange> },
+    /// inputs: `[x]`; broadcast to `shape`
+    Expand { shape: Shape },
+    /// inputs: `[x]`; a row-major copy
+    Contiguous,
+
+    // ---- data movement
+    /// inputs: `[x0, x1, ...]` of one dtype, equal but for `axis`
+    Concat { axis: usize },
+    /// inputs: `[x, index (i32/u32)]`; `torch.gather`: out[i][j] = x[i][index[i][j]] along `axis`
+    Gather { axis: usize },
+    /// inputs: `[x, index (i32/u32, rank 1)]`; rows of `x` along `axis`
+    IndexSelect { axis: usize },
+    /// inputs: `[x, index, src]`; `torch.scatter_add`: x with src added at index along `axis`
+    ScatterAdd { axis: usize },
+    /// inputs: `[x]`; constant padding, `(before, after)` per axis (fewer pairs pad the leading axes)
+    Pad {
+        pads: Vec<(usize, usize)>,
+        value: f64,
+    },
+    /// inputs: `[index (i32/u32)]`; appends an axis of `classes`
+    OneHot { classes: usize, dtype: DType },
+
+    // ---- convolution and pooling (NCHW)
+    /// inputs: `[x (N,C,H,W), weight (O, C/groups, kh, kw)]`
+    Conv2d(Conv2dParams),
+    /// inputs: `[x (N,C,H,W), weight (C, O/groups, kh, kw)]`; the gradient of conv2d wrt its input
+    ConvTranspose2d {
+        params: Conv2dParams,
+        output_padding: [usize; 2],
+    },
+    /// inputs: `[x (N,C,H,W), grad_out (N,O,OH,OW)]`; the gradient of conv2d wrt its weight
+    Conv2dBackwardWeight {
+        params: Conv2dParams,
+        kernel: [usize; 2],
+    },
+    /// inputs: `[x]`
+    MaxPool2d(Pool2dParams),
+    /// inputs: `[x, grad_out]`; routes each output gradient to its window's (first) maximum
+    MaxPool2dBackward(Pool2dParams),
+    /// inputs: `[x]`
+    AvgPool2d(Pool2dParams),
+    /// inputs: `[grad_out]`; output shape `input`
+    AvgPool2dBackward { params: Pool2dParams, input: Shape },
+    /// inputs: `[x]`; PyTorch's adaptive windows
+    AdaptiveAvgPool2d { output: [usize; 2] },
+    /// inputs: `[grad_out]`; output shape `input`
+    AdaptiveAvgPool2dBackward { input: Shape },
+}
+
+/// The dtype and shape of an op's input or output.
+pub type Meta = (DType, Shape);
+
+impl Op {
+    /// Short lowercase name for messages (`"matmul"`, `"conv2d"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Full { .. } => "full",
+            Op::Arange { .. } => "arange",
+            Op::Eye { .. } => "eye",
+            Op::RandUniform { .. } => "rand_uniform",
+            Op::RandNormal { .. } => "rand_normal",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Compare(c) => c.name(),
+            Op::Where => "where",
+            Op::Cast { .. } => "cast",
+            Op::Reduce { op, .. } => op.name(),
+            Op::Cumsum { .. } => "cumsum",
+            Op::Softmax { .. } => "softmax",
+            Op::LogSoftmax { .. } => "log_softmax",
+            Op::Matmul => "matmul",
+            Op::Reshape { .. } => "reshape",
+            Op::Permute { .. } => "permute",
+            Op::Slice { .. } => "slice",
+            Op::Expand { .. } => "expand",
+            Op::Contiguous => "contiguous",
+            Op::Concat { .. } => "concat",
+            Op::Gather { .. } => "gather",
+            Op::IndexSelect { .. } => "index_select",
+            Op::ScatterAdd { .. } => "scatter_add",
+            Op::Pad { .. } => "pad",
+            Op::OneHot { .. } => "one_hot",
+            Op::Conv2d(_) => "conv2d",
+            Op::ConvTranspose2d { .. } => "conv_transpose2d",
+            Op::Conv2dBackwardWeight { .. } => "conv2d_backward_weight",
+            Op::MaxPool2d(_) => "max_pool2d",
+            Op::MaxPool2dBackward(_) => "max_pool2d_backward",
+            Op::AvgPool2d(_) => "avg_pool2d",
+            Op::AvgPool2dBackward { .. } => "avg_pool2d_backward",
+            Op::AdaptiveAvgPool2d { .. } => "adaptive_avg_pool2d",
+            Op::AdaptiveAvgPool2dBackward { .. } => "adaptive_avg_pool2d_backward",
+        }
+    }
+
+    /// `true` for ops that only change the layout.
+    pub fn is_view(&self) -> bool {
+        matches!(
+            self,
+            Op::Reshape { .. } | Op::Permute { .. } | Op::Slice { .. } | Op::Expand { .. }
+        )
+    }
+
+    /// Validates the inputs and computes the output's dtype and shape. Every backend relies on
+    /// this, so backends never re-check shapes.
+    pub fn infer(&self, inputs: &[Meta]) -> Result<Meta> {
+        crate::infer::infer(self, inputs)
+    }
+}
+
+/// An error for a wrong number of inputs.
+pub(crate) fn arity(op: &Op, want: usize, got: usize) -> Error {
+    Error::invalid(op.name(), format!("expects {want} inputs, got {got}"))
+}

@@ -1,0 +1,1 @@
+//! kiln-kernels: WGSL kernels and the wgpu backend (being built).

@@ -1,0 +1,1 @@
+//! kiln: the native crate (being built).

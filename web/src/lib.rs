@@ -1,0 +1,1 @@
+//! kiln-web: the JS API (being built).
