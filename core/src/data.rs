@@ -160,6 +160,7 @@ impl TensorData {
 
 fn write_le(out: &mut [u8], dtype: DType, v: f64) {
     match dtype {
+        DType::F64 => out.copy_from_slice(&v.to_le_bytes()),
         DType::F32 => out.copy_from_slice(&(v as f32).to_le_bytes()),
         DType::F16 => out.copy_from_slice(&half::f16::from_f64(v).to_le_bytes()),
         DType::I32 => out.copy_from_slice(&(v as i32).to_le_bytes()),
@@ -170,6 +171,7 @@ fn write_le(out: &mut [u8], dtype: DType, v: f64) {
 
 fn read_le(c: &[u8], dtype: DType) -> f64 {
     match dtype {
+        DType::F64 => f64::from_le_bytes(c.try_into().unwrap_or([0; 8])),
         DType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
         DType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
         DType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// 64-bit IEEE float (CPU backend; the precision gradient checks run in).
+    F64,
     /// 32-bit IEEE float.
     F32,
     /// 16-bit IEEE float (through the `half` crate).
@@ -28,19 +30,20 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, for tests and tables.
-    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
+    pub const ALL: [DType; 6] = [DType::F64, DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
     /// Bytes one element takes in [`crate::TensorData`].
     pub fn size_in_bytes(self) -> usize {
         match self {
+            DType::F64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 => 2,
             DType::Bool => 1,
         }
     }
-    /// `true` for F32 and F16.
+    /// `true` for F64, F32 and F16.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16)
+        matches!(self, DType::F64 | DType::F32 | DType::F16)
     }
     /// `true` for I32 and U32.
     pub fn is_int(self) -> bool {
@@ -49,6 +52,7 @@ impl DType {
     /// The lowercase name used in messages, files and JS (`"f32"`).
     pub fn name(self) -> &'static str {
         match self {
+            DType::F64 => "f64",
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::I32 => "i32",
@@ -59,6 +63,7 @@ impl DType {
     /// Parses [`DType::name`]; also accepts `"float32"`, `"float16"`, `"int32"`, `"uint32"`.
     pub fn parse(s: &str) -> Option<DType> {
         Some(match s {
+            "f64" | "float64" | "F64" => DType::F64,
             "f32" | "float32" | "F32" => DType::F32,
             "f16" | "float16" | "F16" => DType::F16,
             "i32" | "int32" | "I32" => DType::I32,
@@ -85,6 +90,15 @@ pub trait Element: Copy + Default + PartialEq + fmt::Debug + Send + Sync + 'stat
     fn from_f64(v: f64) -> Self;
 }
 
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
     fn to_f64(self) -> f64 {
