@@ -14,6 +14,8 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 
 extern crate alloc;
+// Lets `#[derive(Module)]` (which names `::kiln_core`) be used inside this crate.
+extern crate self as kiln_core;
 
 pub mod autodiff;
 pub mod backend;
@@ -22,6 +24,9 @@ pub mod data;
 pub mod dtype;
 pub mod error;
 mod infer;
+pub mod model;
+pub mod nn;
+pub mod optim;
 pub mod op;
 pub mod shape;
 pub mod tensor;

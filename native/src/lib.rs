@@ -1,1 +1,19 @@
-//! kiln: the native crate (being built).
+//! # kiln
+//!
+//! kiln natively: the MNIST data loader, the training loop with progress, metrics and atomic
+//! checkpoints, device selection, a static file server for the demo page, and the `kiln`
+//! command that drives them. The tensor library itself is [`kiln_core`], re-exported as
+//! [`kiln::core`](crate::core).
+//!
+//! ```no_run
+//! use kiln::data::mnist::{Mnist, data_dir};
+//! let mnist = Mnist::load(&data_dir(None)?)?;
+//! assert_eq!(mnist.test.len(), 10_000);
+//! # Ok::<(), kiln::core::Error>(())
+//! ```
+
+pub use kiln_core as core;
+
+pub mod data;
+pub mod device;
+pub mod serve;

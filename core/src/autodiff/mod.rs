@@ -1,5 +1,29 @@
-//! Reverse-mode autodiff over recorded tensor ops (works on every backend because it records
-//! ops, not backend calls). This file holds the recording switches; backward lives beside it.
+//! Reverse-mode autodiff over recorded tensor ops. It records ops, not backend calls, so it
+//! works on every backend.
+//!
+//! Every op on a tensor that requires grad keeps its [`Node`](crate::tensor::Node) (op and
+//! inputs). [`Tensor::backward`] walks that graph from the output back to the leaves made with
+//! [`Tensor::require_grad`] and returns their gradients in a [`Gradients`] container; tensors
+//! themselves are never mutated.
+//!
+//! ```
+//! use kiln_core::{Device, DType, Tensor};
+//! let dev = Device::cpu();
+//! let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0], [3], &dev)?.require_grad();
+//! let y = x.mul(&x)?.sum_all()?; // sum(x^2)
+//! let grads = y.backward()?;
+//! assert_eq!(grads.get(&x).unwrap().to_vec::<f64>()?, vec![2.0, 4.0, 6.0]);
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+//!
+//! This file holds the recording switches; `graph` walks the graph, `rules` holds one backward
+//! rule per op and `gradients` the container.
+
+mod gradients;
+mod graph;
+mod rules;
+
+pub use gradients::Gradients;
 
 use crate::Tensor;
 
@@ -73,6 +97,25 @@ pub fn tracing<R>(f: impl FnOnce() -> R) -> R {
     bump(&TRACE_DEPTH, true);
     let _g = Guard;
     f()
+}
+
+/// Runs `f` with neither gradient recording nor tracing: backward passes compute plain values
+/// that hold no history (so gradients never keep the forward graph alive).
+pub(crate) fn untracked<R>(f: impl FnOnce() -> R) -> R {
+    struct Guard(usize);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            for _ in 0..self.0 {
+                bump(&TRACE_DEPTH, true);
+            }
+        }
+    }
+    let traced = depth(&TRACE_DEPTH);
+    for _ in 0..traced {
+        bump(&TRACE_DEPTH, false);
+    }
+    let _g = Guard(traced);
+    no_grad(f)
 }
 
 /// `true` inside [`tracing`].

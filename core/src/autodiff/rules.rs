@@ -1,0 +1,496 @@
+//! One backward rule per op, written only with tensor ops so that it runs on every backend.
+//!
+//! A rule gets the op, its inputs, its output `y` and the gradient `g` flowing into `y`, and
+//! returns the gradient for each input (`None` where an input gets none). `want[i]` says which
+//! inputs need one, so that unneeded work is skipped. Choices where the derivative is not
+//! defined follow PyTorch:
+//! - `relu`, `abs`, `clamp`: the gradient at the kink is that of the flat side for relu (0),
+//!   0 for `abs` at 0, and 1 for `clamp` on the bounds (`min <= x <= max`);
+//! - `floor`, `ceil`, `round`, `sign`: zero gradients;
+//! - elementwise `maximum`/`minimum` split the gradient evenly between equal operands;
+//! - `max`/`min` reductions split it evenly between all elements equal to the extremum;
+//! - `pow(a, b)` gives 0 (not NaN) wrt `b` where `a == 0`, and wrt `a` where `b == 0`.
+
+use crate::op::{Conv2dParams, Op, ReduceOp, UnaryOp};
+use crate::{BinaryOp, Error, Result, Shape, SliceRange, Tensor, reduced_shape};
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+type Grads = Vec<Option<Tensor>>;
+
+/// The gradients of `op`'s inputs given the gradient `g` of its output `y`.
+pub(super) fn input_grads(
+    op: &Op,
+    inputs: &[Tensor],
+    y: &Tensor,
+    g: &Tensor,
+    want: &[bool],
+) -> Result<Grads> {
+    let x = || {
+        inputs
+            .first()
+            .ok_or_else(|| Error::invalid(op.name(), "recorded without inputs"))
+    };
+    let second = || {
+        inputs
+            .get(1)
+            .ok_or_else(|| Error::invalid(op.name(), "recorded without a second input"))
+    };
+    let wants = |i: usize| want.get(i).copied().unwrap_or(false);
+    let none = || vec![None; inputs.len()];
+    Ok(match op {
+        // Creation ops have no inputs; these give integer or bool outputs, so no gradient.
+        Op::Full { .. }
+        | Op::Arange { .. }
+        | Op::Eye { .. }
+        | Op::RandUniform { .. }
+        | Op::RandNormal { .. }
+        | Op::Compare(_)
+        | Op::OneHot { .. } => none(),
+        Op::Reduce {
+            op: ReduceOp::ArgMax | ReduceOp::ArgMin,
+            ..
+        } => none(),
+
+        Op::Unary(u) => vec![Some(unary(*u, x()?, y, g)?)],
+        Op::Binary(b) => {
+            let (ga, gb) = binary(*b, x()?, second()?, y, g, wants(0), wants(1))?;
+            vec![ga, gb]
+        }
+        Op::Where => {
+            let (cond, a, b) = (x()?, second()?, input(inputs, 2, op)?);
+            let zero = g.scalar_like(0.0)?;
+            vec![
+                None,
+                on(wants(1), || sum_to(&cond.where_cond(g, &zero)?, a.shape()))?,
+                on(wants(2), || sum_to(&cond.where_cond(&zero, g)?, b.shape()))?,
+            ]
+        }
+        Op::Cast { .. } => {
+            let x = x()?;
+            // Only float -> float casts carry a gradient; integers have none.
+            vec![on(x.dtype().is_float(), || g.cast(x.dtype()))?]
+        }
+        Op::Reduce { op: r, axes, .. } => vec![Some(reduce(*r, axes, x()?, y, g)?)],
+        Op::Cumsum { axis, reverse } => vec![Some(Tensor::apply(
+            Op::Cumsum {
+                axis: *axis,
+                reverse: !reverse,
+            },
+            &[g],
+        )?)],
+        Op::Softmax { axis } => {
+            let dot = g.mul(y)?.sum(&[*axis as isize], true)?;
+            vec![Some(y.mul(&g.sub(&dot)?)?)]
+        }
+        Op::LogSoftmax { axis } => {
+            let total = g.sum(&[*axis as isize], true)?;
+            vec![Some(g.sub(&y.exp()?.mul(&total)?)?)]
+        }
+        Op::Matmul => {
+            let (ga, gb) = matmul(x()?, second()?, g, wants(0), wants(1))?;
+            vec![ga, gb]
+        }
+
+        Op::Reshape { .. } | Op::Contiguous => vec![Some(g.reshape(x()?.shape())?)],
+        Op::Permute { dims } => {
+            let mut inverse = vec![0; dims.len()];
+            for (i, &d) in dims.iter().enumerate() {
+                *inverse
+                    .get_mut(d)
+                    .ok_or_else(|| Error::index("permute", format!("bad dims {dims:?}")))? = i;
+            }
+            vec![Some(g.permute(&inverse)?)]
+        }
+        Op::Slice { ranges } => vec![Some(unslice(g, x()?.shape(), ranges)?)],
+        Op::Expand { .. } => vec![Some(sum_to(g, x()?.shape())?)],
+        Op::Concat { axis } => {
+            let mut start = 0;
+            let mut grads = Vec::with_capacity(inputs.len());
+            for (t, &w) in inputs.iter().zip(want) {
+                let len = t.dims()[*axis];
+                grads.push(on(w, || g.narrow(*axis as isize, start, len))?);
+                start += len;
+            }
+            grads
+        }
+        Op::Gather { axis } => {
+            let x = x()?;
+            vec![
+                Some(x.zeros_like()?.scatter_add(*axis as isize, second()?, g)?),
+                None,
+            ]
+        }
+        Op::IndexSelect { axis } => {
+            let (x, index) = (x()?, second()?);
+            // Spread the rank-1 index over g's shape so that scatter_add adds each row back.
+            let mut dims = vec![1; g.rank()];
+            dims[*axis] = index.numel();
+            let index = index.reshape(dims)?.expand(g.shape())?;
+            vec![
+                Some(x.zeros_like()?.scatter_add(*axis as isize, &index, g)?),
+                None,
+            ]
+        }
+        Op::ScatterAdd { axis } => {
+            let (index, src) = (second()?, input(inputs, 2, op)?);
+            let gsrc = on(wants(2), || {
+                // src elements the index does not reach get zeros.
+                let picked = g.gather(*axis as isize, index)?;
+                let pads: Vec<(usize, usize)> = src
+                    .dims()
+                    .iter()
+                    .zip(index.dims())
+                    .map(|(&s, &i)| (0, s - i))
+                    .collect();
+                picked.pad(&pads, 0.0)
+            })?;
+            vec![Some(g.clone()), None, gsrc]
+        }
+        Op::Pad { pads, .. } => {
+            let x = x()?;
+            let ranges: Vec<SliceRange> = pads
+                .iter()
+                .zip(x.dims())
+                .map(|(&(before, _), &d)| SliceRange {
+                    start: before,
+                    end: before + d,
+                    step: 1,
+                })
+                .collect();
+            vec![Some(g.slice(&ranges)?)]
+        }
+
+        Op::Conv2d(p) => {
+            let (x, w) = (x()?, second()?);
+            let gx = on(wants(0), || conv2d_input_grad(g, w, *p, x.shape()))?;
+            let gw = on(wants(1), || {
+                Tensor::apply(
+                    Op::Conv2dBackwardWeight {
+                        params: *p,
+                        kernel: [w.dims()[2], w.dims()[3]],
+                    },
+                    &[x, g],
+                )
+            })?;
+            vec![gx, gw]
+        }
+        Op::ConvTranspose2d { params: p, .. } => {
+            let (x, w) = (x()?, second()?);
+            // conv_transpose2d is the input gradient of conv2d, so its gradients are conv2d
+            // (wrt the input) and conv2d's weight gradient with input and grad_out swapped.
+            let gx = on(wants(0), || {
+                let full = Tensor::apply(Op::Conv2d(*p), &[g, w])?;
+                full.narrow(2, 0, x.dims()[2])?.narrow(3, 0, x.dims()[3])
+            })?;
+            let gw = on(wants(1), || {
+                Tensor::apply(
+                    Op::Conv2dBackwardWeight {
+                        params: *p,
+                        kernel: [w.dims()[2], w.dims()[3]],
+                    },
+                    &[g, x],
+                )
+            })?;
+            vec![gx, gw]
+        }
+        Op::MaxPool2d(p) => vec![Some(Tensor::apply(Op::MaxPool2dBackward(*p), &[x()?, g])?)],
+        Op::AvgPool2d(p) => vec![Some(Tensor::apply(
+            Op::AvgPool2dBackward {
+                params: *p,
+                input: x()?.shape().clone(),
+            },
+            &[g],
+        )?)],
+        Op::AdaptiveAvgPool2d { .. } => vec![Some(Tensor::apply(
+            Op::AdaptiveAvgPool2dBackward {
+                input: x()?.shape().clone(),
+            },
+            &[g],
+        )?)],
+        // The pooling gradients are linear maps whose adjoints are the pools themselves.
+        Op::AvgPool2dBackward { params, .. } => {
+            vec![Some(Tensor::apply(Op::AvgPool2d(*params), &[g])?)]
+        }
+        Op::AdaptiveAvgPool2dBackward { .. } => {
+            let gy = x()?;
+            vec![Some(Tensor::apply(
+                Op::AdaptiveAvgPool2d {
+                    output: [gy.dims()[2], gy.dims()[3]],
+                },
+                &[g],
+            )?)]
+        }
+        Op::Conv2dBackwardWeight { .. } | Op::MaxPool2dBackward(_) => {
+            return Err(Error::unsupported(
+                op.name(),
+                "second-order gradients through this op are not supported",
+            ));
+        }
+    })
+}
+
+fn input<'a>(inputs: &'a [Tensor], i: usize, op: &Op) -> Result<&'a Tensor> {
+    inputs
+        .get(i)
+        .ok_or_else(|| Error::invalid(op.name(), format!("recorded without input {i}")))
+}
+
+/// Runs `f` only when `wanted`.
+fn on(wanted: bool, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tensor>> {
+    wanted.then(f).transpose()
+}
+
+/// Sums a gradient of a broadcast result back to the `shape` of the operand.
+fn sum_to(g: &Tensor, shape: &Shape) -> Result<Tensor> {
+    if g.shape() == shape {
+        return Ok(g.clone());
+    }
+    let lead = g.rank().checked_sub(shape.rank()).ok_or_else(|| {
+        Error::shape(
+            "sum_to",
+            format!(
+                "gradient {} has a lower rank than operand {shape}",
+                g.shape()
+            ),
+        )
+    })?;
+    let axes: Vec<isize> = (0..g.rank())
+        .filter(|&a| a < lead || (shape.dims()[a - lead] == 1 && g.dims()[a] != 1))
+        .map(|a| a as isize)
+        .collect();
+    let summed = if axes.is_empty() {
+        g.clone()
+    } else {
+        g.sum(&axes, true)?
+    };
+    summed.reshape(shape)
+}
+
+/// `g` (shaped like a reduction's output) with the reduced axes back as size 1.
+fn keep_dims(t: &Tensor, input: &Shape, axes: &[usize]) -> Result<Tensor> {
+    t.reshape(reduced_shape(input, axes, true))
+}
+
+fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    use core::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, PI};
+    let zero = || g.scalar_like(0.0);
+    match u {
+        UnaryOp::Neg => g.neg(),
+        UnaryOp::Abs => g.mul(&x.sign()?),
+        UnaryOp::Exp => g.mul(y),
+        UnaryOp::Log => g.div(x),
+        UnaryOp::Sqrt => g.mul_scalar(0.5)?.div(y),
+        // d/dx x^-1/2 = -x^-3/2 / 2 = -y^3 / 2
+        UnaryOp::Rsqrt => g.mul(&y.powf(3.0)?.mul_scalar(-0.5)?),
+        UnaryOp::Recip => g.mul(&y.mul(y)?.neg()?),
+        UnaryOp::Sin => g.mul(&x.cos()?),
+        UnaryOp::Cos => g.mul(&x.sin()?.neg()?),
+        UnaryOp::Tanh => g.mul(&y.mul(y)?.neg()?.add_scalar(1.0)?),
+        UnaryOp::Sigmoid => g.mul(&y.mul(&y.neg()?.add_scalar(1.0)?)?),
+        UnaryOp::Relu => x.gt(&zero()?)?.where_cond(g, &zero()?),
+        UnaryOp::Gelu => {
+            // d/dx x Φ(x) = Φ(x) + x φ(x)
+            let cdf = x
+                .mul_scalar(FRAC_1_SQRT_2)?
+                .erf()?
+                .add_scalar(1.0)?
+                .mul_scalar(0.5)?;
+            let pdf = x
+                .mul(x)?
+                .mul_scalar(-0.5)?
+                .exp()?
+                .mul_scalar(1.0 / libm::sqrt(2.0 * PI))?;
+            g.mul(&cdf.add(&x.mul(&pdf)?)?)
+        }
+        UnaryOp::Erf => g.mul(&x.mul(x)?.neg()?.exp()?.mul_scalar(FRAC_2_SQRT_PI)?),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Sign => x.zeros_like(),
+        UnaryOp::Powf(0.0) => x.zeros_like(),
+        UnaryOp::Powf(p) => g.mul(&x.powf(p - 1.0)?.mul_scalar(p)?),
+        // Inside [min, max] (bounds included) the output is the input.
+        UnaryOp::Clamp { .. } => x.eq(y)?.where_cond(g, &zero()?),
+    }
+}
+
+fn binary(
+    op: BinaryOp,
+    a: &Tensor,
+    b: &Tensor,
+    y: &Tensor,
+    g: &Tensor,
+    want_a: bool,
+    want_b: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let zero = || g.scalar_like(0.0);
+    let (ga, gb) = match op {
+        BinaryOp::Add => (on(want_a, || Ok(g.clone()))?, on(want_b, || Ok(g.clone()))?),
+        BinaryOp::Sub => (on(want_a, || Ok(g.clone()))?, on(want_b, || g.neg())?),
+        BinaryOp::Mul => (on(want_a, || g.mul(b))?, on(want_b, || g.mul(a))?),
+        BinaryOp::Div => (
+            on(want_a, || g.div(b))?,
+            // d/db a/b = -a/b^2 = -y/b
+            on(want_b, || g.mul(y)?.div(b)?.neg())?,
+        ),
+        BinaryOp::Pow => (
+            on(want_a, || {
+                let d = g.mul(b)?.mul(&a.pow(&b.add_scalar(-1.0)?)?)?;
+                b.eq(&zero()?)?.where_cond(&zero()?, &d)
+            })?,
+            on(want_b, || {
+                let d = g.mul(y)?.mul(&a.log()?)?;
+                a.eq(&zero()?)?.where_cond(&zero()?, &d)
+            })?,
+        ),
+        BinaryOp::Max | BinaryOp::Min => {
+            let wins = |p: &Tensor, q: &Tensor| {
+                if op == BinaryOp::Max {
+                    p.gt(q)
+                } else {
+                    p.lt(q)
+                }
+            };
+            let tie = a.eq(b)?;
+            let half = tie.where_cond(&g.mul_scalar(0.5)?, &zero()?)?;
+            (
+                on(want_a, || wins(a, b)?.where_cond(g, &half))?,
+                on(want_b, || wins(b, a)?.where_cond(g, &half))?,
+            )
+        }
+    };
+    Ok((
+        ga.map(|t| sum_to(&t, a.shape())).transpose()?,
+        gb.map(|t| sum_to(&t, b.shape())).transpose()?,
+    ))
+}
+
+fn reduce(r: ReduceOp, axes: &[usize], x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    // `keep_dims` restores the reduced axes whether or not the op kept them.
+    let gk = keep_dims(g, x.shape(), axes)?;
+    let count = (x.numel() / y.numel().max(1)) as f64;
+    match r {
+        ReduceOp::Sum => gk.expand(x.shape()),
+        ReduceOp::Mean => gk.div_scalar(count)?.expand(x.shape()),
+        ReduceOp::Max | ReduceOp::Min => {
+            // Split evenly between every element equal to the extremum.
+            let yk = keep_dims(y, x.shape(), axes)?;
+            let hits = x
+                .eq(&yk)?
+                .where_cond(&g.scalar_like(1.0)?, &g.scalar_like(0.0)?)?;
+            let n = hits.reduce(ReduceOp::Sum, &signed(axes), true)?;
+            hits.mul(&gk.div(&n)?)
+        }
+        ReduceOp::Prod => {
+            // d/dx_i prod = product of the others: y / x_i where x_i != 0; where x_i == 0 it is
+            // the product of the non-zero others if x_i is the only zero, else 0.
+            let (zero, one) = (x.scalar_like(0.0)?, x.scalar_like(1.0)?);
+            let is_zero = x.eq(&zero)?;
+            let zeros =
+                is_zero
+                    .where_cond(&one, &zero)?
+                    .reduce(ReduceOp::Sum, &signed(axes), true)?;
+            let others =
+                is_zero
+                    .where_cond(&one, x)?
+                    .reduce(ReduceOp::Prod, &signed(axes), true)?;
+            let at_zero = zeros.eq(&one)?.where_cond(&others, &zero)?;
+            let yk = keep_dims(y, x.shape(), axes)?;
+            is_zero.where_cond(&at_zero, &yk.div(x)?)?.mul(&gk)
+        }
+        ReduceOp::Var { correction } => {
+            let mean = x.reduce(ReduceOp::Mean, &signed(axes), true)?;
+            let scale = 2.0 / (count - correction as f64);
+            x.sub(&mean)?.mul(&gk)?.mul_scalar(scale)
+        }
+        ReduceOp::ArgMax | ReduceOp::ArgMin => x.zeros_like(),
+    }
+}
+
+fn signed(axes: &[usize]) -> Vec<isize> {
+    axes.iter().map(|&a| a as isize).collect()
+}
+
+fn matmul(
+    a: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+    want_a: bool,
+    want_b: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    // Work on the rank >= 2 forms NumPy promotes rank-1 operands to, then drop the added axes.
+    let a2 = if a.rank() == 1 {
+        a.reshape([1, a.numel()])?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.reshape([b.numel(), 1])?
+    } else {
+        b.clone()
+    };
+    let g2 = g.reshape(crate::matmul_shape(a2.shape(), b2.shape())?)?;
+    let ga = on(want_a, || {
+        sum_to(&g2.matmul(&b2.t()?)?, a2.shape())?.reshape(a.shape())
+    })?;
+    let gb = on(want_b, || {
+        sum_to(&a2.t()?.matmul(&g2)?, b2.shape())?.reshape(b.shape())
+    })?;
+    Ok((ga, gb))
+}
+
+/// The gradient of a slice: `g` put back at the sliced positions of zeros shaped `input`.
+fn unslice(g: &Tensor, input: &Shape, ranges: &[SliceRange]) -> Result<Tensor> {
+    if g.numel() == 0 {
+        return Tensor::zeros(input, g.dtype(), g.device());
+    }
+    let mut t = g.clone();
+    let mut pads = Vec::with_capacity(input.rank());
+    for (axis, &dim) in input.dims().iter().enumerate() {
+        let r = ranges.get(axis).copied().unwrap_or(SliceRange {
+            start: 0,
+            end: dim,
+            step: 1,
+        });
+        let len = t.dims()[axis];
+        if r.step > 1 && len > 1 {
+            // Interleave step-1 zeros after each element: [.., len, ..] -> [.., len, step, ..]
+            // -> [.., len * step, ..], then drop the zeros after the last one.
+            let mut gaps = vec![(0, 0); axis + 2];
+            gaps[axis + 1] = (0, r.step - 1);
+            let mut dims = t.dims().to_vec();
+            dims[axis] = len * r.step;
+            t = t
+                .unsqueeze(axis as isize + 1)?
+                .pad(&gaps, 0.0)?
+                .reshape(dims)?
+                .narrow(axis as isize, 0, (len - 1) * r.step + 1)?;
+        }
+        let span = t.dims()[axis];
+        pads.push((r.start, dim - r.start - span));
+    }
+    t.pad(&pads, 0.0)
+}
+
+/// The input gradient of conv2d: a transposed convolution with the output padding that
+/// restores the input size (lost when the stride does not divide it).
+fn conv2d_input_grad(g: &Tensor, w: &Tensor, p: Conv2dParams, input: &Shape) -> Result<Tensor> {
+    let mut output_padding = [0; 2];
+    for (i, op) in output_padding.iter_mut().enumerate() {
+        let base = (g.dims()[2 + i] - 1) * p.stride[i] + p.dilation[i] * (w.dims()[2 + i] - 1) + 1;
+        *op = (input.dims()[2 + i] + 2 * p.padding[i])
+            .checked_sub(base)
+            .ok_or_else(|| {
+                Error::shape(
+                    "conv2d",
+                    format!("gradient {} does not fit input {input}", g.shape()),
+                )
+            })?;
+    }
+    Tensor::apply(
+        Op::ConvTranspose2d {
+            params: p,
+            output_padding,
+        },
+        &[g, w],
+    )
+}

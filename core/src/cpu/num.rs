@@ -1,0 +1,359 @@
+//! The arithmetic the kernels are generic over: `Num` for f64/f32/i32/u32 (integers wrap, as
+//! PyTorch's do), `Float` for f64/f32 (f16 is computed as f32).
+
+use super::storage::CpuElem;
+
+/// A numeric element. Sums and products of floats accumulate in f64 (the oracle should be the
+/// most accurate backend); integers accumulate in their own type, wrapping.
+pub(crate) trait Num: CpuElem + PartialOrd {
+    /// The accumulator type of sums and products.
+    type Acc: Copy;
+    const ZERO: Self;
+    const ONE: Self;
+    const ACC_ZERO: Self::Acc;
+    const ACC_ONE: Self::Acc;
+    fn acc(self) -> Self::Acc;
+    fn from_acc(a: Self::Acc) -> Self;
+    fn acc_add(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn acc_mul(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    /// Floats: IEEE. Integers: truncating, and 0 for a zero divisor.
+    fn div(self, o: Self) -> Self;
+    fn neg(self) -> Self;
+    fn abs(self) -> Self;
+    fn is_nan(self) -> bool {
+        false
+    }
+    /// -1, 0 or 1 (NaN stays NaN).
+    fn sign(self) -> Self;
+    /// The larger value, NaN if either is.
+    #[inline(always)]
+    fn maximum(self, o: Self) -> Self {
+        if self.is_nan() || o <= self { self } else { o }
+    }
+    /// The smaller value, NaN if either is.
+    #[inline(always)]
+    fn minimum(self, o: Self) -> Self {
+        if self.is_nan() || o >= self { self } else { o }
+    }
+    /// Sum of a slice, in eight independent lanes (faster, and more accurate than one chain).
+    fn sum_slice(x: &[Self]) -> Self {
+        let mut lanes = [Self::ACC_ZERO; 8];
+        let chunks = x.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l = Self::acc_add(*l, v.acc());
+            }
+        }
+        let mut s = Self::ACC_ZERO;
+        for l in lanes {
+            s = Self::acc_add(s, l);
+        }
+        for &v in rest {
+            s = Self::acc_add(s, v.acc());
+        }
+        Self::from_acc(s)
+    }
+}
+
+macro_rules! float_num {
+    ($($t:ty),*) => {$(
+        impl Num for $t {
+            type Acc = f64;
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const ACC_ZERO: f64 = 0.0;
+            const ACC_ONE: f64 = 1.0;
+            #[inline(always)] fn acc(self) -> f64 { self as f64 }
+            #[inline(always)] fn from_acc(a: f64) -> Self { a as $t }
+            #[inline(always)] fn acc_add(a: f64, b: f64) -> f64 { a + b }
+            #[inline(always)] fn acc_mul(a: f64, b: f64) -> f64 { a * b }
+            #[inline(always)] fn add(self, o: Self) -> Self { self + o }
+            #[inline(always)] fn sub(self, o: Self) -> Self { self - o }
+            #[inline(always)] fn mul(self, o: Self) -> Self { self * o }
+            #[inline(always)] fn div(self, o: Self) -> Self { self / o }
+            #[inline(always)] fn neg(self) -> Self { -self }
+            #[inline(always)] fn abs(self) -> Self { if self < 0.0 { -self } else if self == 0.0 { 0.0 } else { self } }
+            #[inline(always)] fn is_nan(self) -> bool { self != self }
+            #[inline(always)] fn sign(self) -> Self {
+                if self > 0.0 { 1.0 } else if self < 0.0 { -1.0 } else { self }
+            }
+        }
+    )*};
+}
+float_num!(f32, f64);
+
+impl Num for i32 {
+    type Acc = i32;
+    const ZERO: Self = 0;
+    const ONE: Self = 1;
+    const ACC_ZERO: i32 = 0;
+    const ACC_ONE: i32 = 1;
+    #[inline(always)]
+    fn acc(self) -> i32 {
+        self
+    }
+    #[inline(always)]
+    fn from_acc(a: i32) -> Self {
+        a
+    }
+    #[inline(always)]
+    fn acc_add(a: i32, b: i32) -> i32 {
+        a.wrapping_add(b)
+    }
+    #[inline(always)]
+    fn acc_mul(a: i32, b: i32) -> i32 {
+        a.wrapping_mul(b)
+    }
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self.wrapping_sub(o)
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self.wrapping_mul(o)
+    }
+    #[inline(always)]
+    fn div(self, o: Self) -> Self {
+        if o == 0 { 0 } else { self.wrapping_div(o) }
+    }
+    #[inline(always)]
+    fn neg(self) -> Self {
+        self.wrapping_neg()
+    }
+    #[inline(always)]
+    fn abs(self) -> Self {
+        self.wrapping_abs()
+    }
+    #[inline(always)]
+    fn sign(self) -> Self {
+        self.signum()
+    }
+}
+
+impl Num for u32 {
+    type Acc = u32;
+    const ZERO: Self = 0;
+    const ONE: Self = 1;
+    const ACC_ZERO: u32 = 0;
+    const ACC_ONE: u32 = 1;
+    #[inline(always)]
+    fn acc(self) -> u32 {
+        self
+    }
+    #[inline(always)]
+    fn from_acc(a: u32) -> Self {
+        a
+    }
+    #[inline(always)]
+    fn acc_add(a: u32, b: u32) -> u32 {
+        a.wrapping_add(b)
+    }
+    #[inline(always)]
+    fn acc_mul(a: u32, b: u32) -> u32 {
+        a.wrapping_mul(b)
+    }
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self.wrapping_sub(o)
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self.wrapping_mul(o)
+    }
+    #[inline(always)]
+    fn div(self, o: Self) -> Self {
+        self.checked_div(o).unwrap_or(0)
+    }
+    #[inline(always)]
+    fn neg(self) -> Self {
+        self.wrapping_neg()
+    }
+    #[inline(always)]
+    fn abs(self) -> Self {
+        self
+    }
+    #[inline(always)]
+    fn sign(self) -> Self {
+        (self > 0) as u32
+    }
+}
+
+/// A float element the kernels compute in (f16 is promoted to f32 before reaching them).
+pub(crate) trait Float:
+    Num<Acc = f64>
+    + Into<f64>
+    + core::ops::Add<Output = Self>
+    + core::ops::Sub<Output = Self>
+    + core::ops::Mul<Output = Self>
+    + core::ops::Div<Output = Self>
+    + core::ops::Neg<Output = Self>
+{
+    fn from_f(v: f64) -> Self;
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
+    fn tanh(self) -> Self;
+    fn erf(self) -> Self;
+    fn floor(self) -> Self;
+    fn ceil(self) -> Self;
+    /// Round half to even.
+    fn rint(self) -> Self;
+    fn powf(self, p: Self) -> Self;
+    /// `c = alpha * a b + beta * c` with arbitrary strides (matrixmultiply).
+    ///
+    /// # Safety
+    /// Every element addressed by the dimensions and strides must lie inside the buffers, and
+    /// `c` must not alias `a` or `b`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
+}
+
+impl Float for f32 {
+    fn from_f(v: f64) -> Self {
+        v as f32
+    }
+    fn exp(self) -> Self {
+        libm::expf(self)
+    }
+    fn ln(self) -> Self {
+        libm::logf(self)
+    }
+    fn sqrt(self) -> Self {
+        libm::sqrtf(self)
+    }
+    fn sin(self) -> Self {
+        libm::sinf(self)
+    }
+    fn cos(self) -> Self {
+        libm::cosf(self)
+    }
+    fn tanh(self) -> Self {
+        libm::tanhf(self)
+    }
+    fn erf(self) -> Self {
+        libm::erff(self)
+    }
+    fn floor(self) -> Self {
+        libm::floorf(self)
+    }
+    fn ceil(self) -> Self {
+        libm::ceilf(self)
+    }
+    fn rint(self) -> Self {
+        libm::rintf(self)
+    }
+    fn powf(self, p: Self) -> Self {
+        libm::powf(self, p)
+    }
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            matrixmultiply::sgemm(
+                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
+            )
+        }
+    }
+}
+
+impl Float for f64 {
+    fn from_f(v: f64) -> Self {
+        v
+    }
+    fn exp(self) -> Self {
+        libm::exp(self)
+    }
+    fn ln(self) -> Self {
+        libm::log(self)
+    }
+    fn sqrt(self) -> Self {
+        libm::sqrt(self)
+    }
+    fn sin(self) -> Self {
+        libm::sin(self)
+    }
+    fn cos(self) -> Self {
+        libm::cos(self)
+    }
+    fn tanh(self) -> Self {
+        libm::tanh(self)
+    }
+    fn erf(self) -> Self {
+        libm::erf(self)
+    }
+    fn floor(self) -> Self {
+        libm::floor(self)
+    }
+    fn ceil(self) -> Self {
+        libm::ceil(self)
+    }
+    fn rint(self) -> Self {
+        libm::rint(self)
+    }
+    fn powf(self, p: Self) -> Self {
+        libm::pow(self, p)
+    }
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            matrixmultiply::dgemm(
+                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
+            )
+        }
+    }
+}

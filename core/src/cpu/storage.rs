@@ -1,0 +1,244 @@
+//! CPU buffers: one plain `Vec` per dtype, and typed, bounds-checked read access to views of them.
+
+use crate::backend::View;
+use crate::{DType, Element, Error, Layout, Result, Shape, TensorData};
+use alloc::borrow::Cow;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use half::f16;
+
+/// Bytes held by live CPU buffers (for [`crate::Backend::allocated_bytes`]).
+pub(crate) static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+/// A CPU buffer: a vector of one element type, row-major.
+#[derive(Debug)]
+pub enum CpuStorage {
+    /// f64 elements
+    F64(Vec<f64>),
+    /// f32 elements
+    F32(Vec<f32>),
+    /// f16 elements (computed in f32)
+    F16(Vec<f16>),
+    /// i32 elements
+    I32(Vec<i32>),
+    /// u32 elements
+    U32(Vec<u32>),
+    /// bool elements
+    Bool(Vec<bool>),
+}
+
+impl CpuStorage {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::F64(_) => DType::F64,
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::I32(_) => DType::I32,
+            CpuStorage::U32(_) => DType::U32,
+            CpuStorage::Bool(_) => DType::Bool,
+        }
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            CpuStorage::F64(v) => v.len(),
+            CpuStorage::F32(v) => v.len(),
+            CpuStorage::F16(v) => v.len(),
+            CpuStorage::I32(v) => v.len(),
+            CpuStorage::U32(v) => v.len(),
+            CpuStorage::Bool(v) => v.len(),
+        }
+    }
+    /// `true` when the buffer holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn bytes(&self) -> usize {
+        self.len() * self.dtype().size_in_bytes()
+    }
+    /// Wraps a vector, counting its bytes as allocated.
+    pub(crate) fn new<T: CpuElem>(values: Vec<T>) -> CpuStorage {
+        let s = T::wrap(values);
+        ALLOCATED.fetch_add(s.bytes(), Ordering::Relaxed);
+        s
+    }
+    /// Parses host data (little-endian bytes) into a typed vector.
+    pub(crate) fn from_data(data: &TensorData) -> CpuStorage {
+        let b = data.as_bytes();
+        fn le<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+            b.chunks_exact(N)
+                .map(|c| {
+                    let mut a = [0u8; N];
+                    a.copy_from_slice(c);
+                    f(a)
+                })
+                .collect()
+        }
+        match data.dtype() {
+            DType::F64 => Self::new(le(b, f64::from_le_bytes)),
+            DType::F32 => Self::new(le(b, f32::from_le_bytes)),
+            DType::F16 => Self::new(le(b, f16::from_le_bytes)),
+            DType::I32 => Self::new(le(b, i32::from_le_bytes)),
+            DType::U32 => Self::new(le(b, u32::from_le_bytes)),
+            DType::Bool => Self::new(b.iter().map(|&x| x != 0).collect::<Vec<bool>>()),
+        }
+    }
+}
+
+impl Drop for CpuStorage {
+    fn drop(&mut self) {
+        ALLOCATED.fetch_sub(self.bytes(), Ordering::Relaxed);
+    }
+}
+
+/// An element type the CPU backend stores.
+pub(crate) trait CpuElem: Element {
+    /// The vector as a buffer (without counting it; use [`CpuStorage::new`]).
+    fn wrap(values: Vec<Self>) -> CpuStorage;
+    /// The buffer's elements when it holds this type.
+    fn slice(s: &CpuStorage) -> Option<&[Self]>;
+    /// Appends the little-endian bytes of this value.
+    fn write_le(self, out: &mut Vec<u8>);
+}
+
+macro_rules! cpu_elem {
+    ($($t:ty => $v:ident),*) => {$(
+        impl CpuElem for $t {
+            fn wrap(values: Vec<Self>) -> CpuStorage {
+                CpuStorage::$v(values)
+            }
+            fn slice(s: &CpuStorage) -> Option<&[Self]> {
+                match s {
+                    CpuStorage::$v(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn write_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+cpu_elem!(f64 => F64, f32 => F32, f16 => F16, i32 => I32, u32 => U32);
+
+impl CpuElem for bool {
+    fn wrap(values: Vec<Self>) -> CpuStorage {
+        CpuStorage::Bool(values)
+    }
+    fn slice(s: &CpuStorage) -> Option<&[Self]> {
+        match s {
+            CpuStorage::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn write_le(self, out: &mut Vec<u8>) {
+        out.push(self as u8);
+    }
+}
+
+/// The CPU buffer behind a view, or an error naming `op` when it belongs to another device.
+pub(crate) fn cpu_storage<'a>(op: &'static str, v: &View<'a>) -> Result<&'a CpuStorage> {
+    v.storage
+        .downcast::<CpuStorage>()
+        .ok_or_else(|| Error::device(op, "an input tensor is not stored on the cpu device"))
+}
+
+/// A typed input: a buffer seen through a layout whose every element lies inside it.
+#[derive(Clone, Copy)]
+pub(crate) struct Src<'a, T> {
+    pub data: &'a [T],
+    pub layout: &'a Layout,
+}
+
+impl<'a, T: CpuElem> Src<'a, T> {
+    /// The view as `T`, checking that the layout stays inside the buffer.
+    pub fn new(op: &'static str, v: &View<'a>) -> Result<Self> {
+        let s = cpu_storage(op, v)?;
+        let data = T::slice(s).ok_or_else(|| {
+            Error::dtype(
+                op,
+                alloc::format!("expected a {} buffer, found {}", T::DTYPE, s.dtype()),
+            )
+        })?;
+        check_bounds(op, data.len(), v.layout)?;
+        Ok(Src {
+            data,
+            layout: v.layout,
+        })
+    }
+    /// The logical shape.
+    pub fn shape(&self) -> &'a Shape {
+        self.layout.shape()
+    }
+    /// The dimensions.
+    pub fn dims(&self) -> &'a [usize] {
+        self.layout.shape().dims()
+    }
+    /// The elements as one slice, when they are already row-major and gap-free.
+    pub fn contiguous(&self) -> Option<&'a [T]> {
+        let n = self.layout.shape().numel();
+        let o = self.layout.offset();
+        (self.layout.is_contiguous() && o + n <= self.data.len()).then(|| &self.data[o..o + n])
+    }
+    /// The elements in row-major order, copied only when the layout requires it.
+    pub fn to_contiguous(&self) -> Cow<'a, [T]> {
+        match self.contiguous() {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(super::strided::map1(self, |x| x)),
+        }
+    }
+}
+
+/// Checks that every element of `layout` lies inside a buffer of `len` elements, so that kernels
+/// may index without further checks.
+fn check_bounds(op: &'static str, len: usize, layout: &Layout) -> Result<()> {
+    let dims = layout.shape().dims();
+    if dims.contains(&0) {
+        return Ok(());
+    }
+    let (mut lo, mut hi) = (layout.offset() as isize, layout.offset() as isize);
+    for (&d, &s) in dims.iter().zip(layout.strides()) {
+        let span = s * (d as isize - 1);
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    if lo < 0 || hi >= len as isize {
+        return Err(Error::invalid(
+            op,
+            alloc::format!(
+                "layout {:?} (offset {}, strides {:?}) reaches outside its buffer of {len} elements",
+                layout.shape(),
+                layout.offset(),
+                layout.strides()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a view back as host data in row-major order.
+pub(crate) fn read_view(v: &View<'_>) -> Result<TensorData> {
+    fn bytes<T: CpuElem>(v: &View<'_>) -> Result<Vec<u8>> {
+        let src = Src::<T>::new("read", v)?;
+        let values = src.to_contiguous();
+        let mut out = Vec::with_capacity(values.len() * T::DTYPE.size_in_bytes());
+        for &x in values.iter() {
+            x.write_le(&mut out);
+        }
+        Ok(out)
+    }
+    let b = match cpu_storage("read", v)?.dtype() {
+        DType::F64 => bytes::<f64>(v)?,
+        DType::F32 => bytes::<f32>(v)?,
+        DType::F16 => bytes::<f16>(v)?,
+        DType::I32 => bytes::<i32>(v)?,
+        DType::U32 => bytes::<u32>(v)?,
+        DType::Bool => bytes::<bool>(v)?,
+    };
+    let dtype = cpu_storage("read", v)?.dtype();
+    TensorData::from_bytes(b, dtype, v.layout.shape().clone())
+}

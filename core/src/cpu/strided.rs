@@ -1,0 +1,237 @@
+//! Walking several strided layouts of one shape together, row by row, and the elementwise
+//! loops built on it. Axes of size 1 are dropped and axes contiguous in every layout merged, so
+//! that rows are as long as possible and inner loops run over plain slices where they can.
+
+use super::storage::{CpuElem, Src};
+use crate::{Layout, Shape};
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// `K` layouts over one shape, simplified: `dims[i]` with `strides[i][j]` in layout `j`.
+pub(crate) struct Walk<const K: usize> {
+    dims: Vec<usize>,
+    strides: Vec<[isize; K]>,
+    offsets: [usize; K],
+    empty: bool,
+}
+
+impl<const K: usize> Walk<K> {
+    /// Walks `dims` with the given strides and offsets for each of the `K` layouts.
+    pub fn new(dims: &[usize], strides: [&[isize]; K], offsets: [usize; K]) -> Self {
+        let mut d: Vec<usize> = Vec::new();
+        let mut s: Vec<[isize; K]> = Vec::new();
+        for (ax, &n) in dims.iter().enumerate() {
+            if n == 1 {
+                continue;
+            }
+            let st: [isize; K] = core::array::from_fn(|j| strides[j][ax]);
+            if let (Some(ld), Some(ls)) = (d.last_mut(), s.last_mut())
+                && (0..K).all(|j| ls[j] == st[j] * n as isize)
+            {
+                *ld *= n;
+                *ls = st;
+                continue;
+            }
+            d.push(n);
+            s.push(st);
+        }
+        Walk {
+            dims: d,
+            strides: s,
+            offsets,
+            empty: dims.contains(&0),
+        }
+    }
+    /// Length of a row and the strides along it.
+    pub fn inner(&self) -> (usize, [isize; K]) {
+        match (self.dims.last(), self.strides.last()) {
+            (Some(&n), Some(&s)) => (n, s),
+            _ => (1, [0; K]),
+        }
+    }
+    /// Calls `f` with the offsets of the first element of every row, in row-major order.
+    pub fn for_each_row(&self, mut f: impl FnMut([usize; K])) {
+        if self.empty {
+            return;
+        }
+        let outer = self.dims.len().saturating_sub(1);
+        let rows: usize = self.dims[..outer].iter().product();
+        let mut pos = vec![0usize; outer];
+        let mut base: [isize; K] = core::array::from_fn(|j| self.offsets[j] as isize);
+        for _ in 0..rows {
+            f(core::array::from_fn(|j| base[j] as usize));
+            for ax in (0..outer).rev() {
+                pos[ax] += 1;
+                for (b, s) in base.iter_mut().zip(&self.strides[ax]) {
+                    *b += s;
+                }
+                if pos[ax] < self.dims[ax] {
+                    break;
+                }
+                for (b, s) in base.iter_mut().zip(&self.strides[ax]) {
+                    *b -= s * self.dims[ax] as isize;
+                }
+                pos[ax] = 0;
+            }
+        }
+    }
+}
+
+/// Strides of `layout` broadcast to `shape` (stride 0 on broadcast axes). The shapes were
+/// validated by `Op::infer`, so a failure here is a bug; it falls back to the layout's own strides.
+pub(crate) fn broadcast_strides(layout: &Layout, shape: &Shape) -> Vec<isize> {
+    layout
+        .broadcast_to(shape)
+        .map(|l| l.strides().to_vec())
+        .unwrap_or_else(|_| layout.strides().to_vec())
+}
+
+#[inline(always)]
+fn at<T: Copy>(data: &[T], base: usize, i: usize, stride: isize) -> T {
+    data[(base as isize + i as isize * stride) as usize]
+}
+
+/// `f` of every element, in row-major order.
+pub(crate) fn map1<T: CpuElem, O: Copy + Default>(x: &Src<'_, T>, f: impl Fn(T) -> O) -> Vec<O> {
+    if let Some(s) = x.contiguous() {
+        return s.iter().map(|&v| f(v)).collect();
+    }
+    let shape = x.shape();
+    let out_strides = shape.contiguous_strides();
+    let walk = Walk::new(
+        shape.dims(),
+        [&out_strides, x.layout.strides()],
+        [0, x.layout.offset()],
+    );
+    let (len, [_, sx]) = walk.inner();
+    let mut out = vec![O::default(); shape.numel()];
+    walk.for_each_row(|[o, px]| {
+        let row = &mut out[o..o + len];
+        if sx == 1 {
+            for (r, &v) in row.iter_mut().zip(&x.data[px..px + len]) {
+                *r = f(v);
+            }
+        } else {
+            for (i, r) in row.iter_mut().enumerate() {
+                *r = f(at(x.data, px, i, sx));
+            }
+        }
+    });
+    out
+}
+
+/// `f(a, b)` of every element of `shape`, with both inputs broadcast to it.
+pub(crate) fn map2<A: CpuElem, B: CpuElem, O: Copy + Default>(
+    a: &Src<'_, A>,
+    b: &Src<'_, B>,
+    shape: &Shape,
+    f: impl Fn(A, B) -> O,
+) -> Vec<O> {
+    if a.shape() == shape
+        && b.shape() == shape
+        && let (Some(x), Some(y)) = (a.contiguous(), b.contiguous())
+    {
+        return x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+    }
+    let out_strides = shape.contiguous_strides();
+    let (sa, sb) = (
+        broadcast_strides(a.layout, shape),
+        broadcast_strides(b.layout, shape),
+    );
+    let walk = Walk::new(
+        shape.dims(),
+        [&out_strides, &sa, &sb],
+        [0, a.layout.offset(), b.layout.offset()],
+    );
+    let (len, [_, ia, ib]) = walk.inner();
+    let mut out = vec![O::default(); shape.numel()];
+    walk.for_each_row(|[o, pa, pb]| {
+        let row = &mut out[o..o + len];
+        match (ia, ib) {
+            (1, 1) => {
+                for ((r, &x), &y) in row
+                    .iter_mut()
+                    .zip(&a.data[pa..pa + len])
+                    .zip(&b.data[pb..pb + len])
+                {
+                    *r = f(x, y);
+                }
+            }
+            (1, 0) => {
+                let y = b.data[pb];
+                for (r, &x) in row.iter_mut().zip(&a.data[pa..pa + len]) {
+                    *r = f(x, y);
+                }
+            }
+            (0, 1) => {
+                let x = a.data[pa];
+                for (r, &y) in row.iter_mut().zip(&b.data[pb..pb + len]) {
+                    *r = f(x, y);
+                }
+            }
+            _ => {
+                for (i, r) in row.iter_mut().enumerate() {
+                    *r = f(at(a.data, pa, i, ia), at(b.data, pb, i, ib));
+                }
+            }
+        }
+    });
+    out
+}
+
+/// `f(a, b, c)` of every element of `shape`, with the inputs broadcast to it.
+pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: Copy + Default>(
+    a: &Src<'_, A>,
+    b: &Src<'_, B>,
+    c: &Src<'_, C>,
+    shape: &Shape,
+    f: impl Fn(A, B, C) -> O,
+) -> Vec<O> {
+    let out_strides = shape.contiguous_strides();
+    let (sa, sb, sc) = (
+        broadcast_strides(a.layout, shape),
+        broadcast_strides(b.layout, shape),
+        broadcast_strides(c.layout, shape),
+    );
+    let walk = Walk::new(
+        shape.dims(),
+        [&out_strides, &sa, &sb, &sc],
+        [0, a.layout.offset(), b.layout.offset(), c.layout.offset()],
+    );
+    let (len, [_, ia, ib, ic]) = walk.inner();
+    let mut out = vec![O::default(); shape.numel()];
+    walk.for_each_row(|[o, pa, pb, pc]| {
+        for (i, r) in out[o..o + len].iter_mut().enumerate() {
+            *r = f(
+                at(a.data, pa, i, ia),
+                at(b.data, pb, i, ib),
+                at(c.data, pc, i, ic),
+            );
+        }
+    });
+    out
+}
+
+/// Copies `src` into the region of `dst` described by `dst_strides`/`dst_offset` (same shape).
+pub(crate) fn copy_into<T: CpuElem>(
+    dst: &mut [T],
+    dst_strides: &[isize],
+    dst_offset: usize,
+    src: &Src<'_, T>,
+) {
+    let walk = Walk::new(
+        src.dims(),
+        [dst_strides, src.layout.strides()],
+        [dst_offset, src.layout.offset()],
+    );
+    let (len, [sd, ss]) = walk.inner();
+    walk.for_each_row(|[pd, ps]| {
+        if sd == 1 && ss == 1 {
+            dst[pd..pd + len].copy_from_slice(&src.data[ps..ps + len]);
+        } else {
+            for i in 0..len {
+                dst[(pd as isize + i as isize * sd) as usize] = at(src.data, ps, i, ss);
+            }
+        }
+    });
+}

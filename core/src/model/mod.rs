@@ -1,0 +1,1 @@
+//! The kiln model file.

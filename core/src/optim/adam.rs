@@ -1,0 +1,153 @@
+//! Adam and AdamW.
+
+use super::{Optimizer, OptimizerState, Slots, for_each_param, parse_config, take_slots};
+use crate::autodiff::Gradients;
+use crate::nn::Module;
+use crate::{Error, Result};
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use serde::{Deserialize, Serialize};
+
+/// Adam (`torch.optim.Adam`, L2 weight decay added to the gradient) or AdamW
+/// (`torch.optim.AdamW`, decoupled decay `p *= 1 - lr * wd`):
+/// `m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+/// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
+#[derive(Clone, Debug)]
+pub struct Adam {
+    cfg: AdamConfig,
+    slots: Slots,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AdamConfig {
+    kind: String,
+    lr: f64,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    weight_decay: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct AdamSaved {
+    #[serde(flatten)]
+    cfg: AdamConfig,
+    steps: BTreeMap<String, u64>,
+}
+
+impl Adam {
+    /// Adam with PyTorch's defaults (betas 0.9/0.999, eps 1e-8, no weight decay).
+    pub fn new(lr: f64) -> Self {
+        Self::with_kind("adam", lr, 0.0)
+    }
+    /// AdamW with decoupled weight decay `weight_decay` (PyTorch's default is 0.01).
+    pub fn adamw(lr: f64, weight_decay: f64) -> Self {
+        Self::with_kind("adamw", lr, weight_decay)
+    }
+    fn with_kind(kind: &str, lr: f64, weight_decay: f64) -> Self {
+        Adam {
+            cfg: AdamConfig {
+                kind: kind.into(),
+                lr,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay,
+            },
+            slots: Slots::default(),
+        }
+    }
+    /// Sets the moment decay rates.
+    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        self.cfg.beta1 = beta1;
+        self.cfg.beta2 = beta2;
+        self
+    }
+    /// Sets the denominator's epsilon.
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.cfg.eps = eps;
+        self
+    }
+    /// Sets the weight decay (L2 for Adam, decoupled for AdamW).
+    pub fn weight_decay(mut self, wd: f64) -> Self {
+        self.cfg.weight_decay = wd;
+        self
+    }
+    fn decoupled(&self) -> bool {
+        self.cfg.kind == "adamw"
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        let decoupled = self.decoupled();
+        let AdamConfig {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            ..
+        } = self.cfg;
+        let slots = &mut self.slots;
+        for_each_param(model, grads, "Adam::step", |name, p, g| {
+            let mut p = p.clone();
+            let mut g = g.clone();
+            if weight_decay != 0.0 {
+                if decoupled {
+                    p = p.mul_scalar(1.0 - lr * weight_decay)?;
+                } else {
+                    g = g.add(&p.mul_scalar(weight_decay)?)?;
+                }
+            }
+            let t = slots.bump(name) as i32;
+            let m = match slots.get(name, "exp_avg") {
+                Some(m) => m.mul_scalar(beta1)?.add(&g.mul_scalar(1.0 - beta1)?)?,
+                None => g.mul_scalar(1.0 - beta1)?,
+            };
+            let g2 = g.mul(&g)?;
+            let v = match slots.get(name, "exp_avg_sq") {
+                Some(v) => v.mul_scalar(beta2)?.add(&g2.mul_scalar(1.0 - beta2)?)?,
+                None => g2.mul_scalar(1.0 - beta2)?,
+            };
+            slots.set(name, "exp_avg", m.clone());
+            slots.set(name, "exp_avg_sq", v.clone());
+            let bc1 = 1.0 - libm::pow(beta1, t as f64);
+            let bc2 = 1.0 - libm::pow(beta2, t as f64);
+            let denom = v.sqrt()?.mul_scalar(1.0 / libm::sqrt(bc2))?.add_scalar(eps)?;
+            p.sub(&m.div(&denom)?.mul_scalar(lr / bc1)?)
+        })
+    }
+    fn lr(&self) -> f64 {
+        self.cfg.lr
+    }
+    fn set_lr(&mut self, lr: f64) {
+        self.cfg.lr = lr;
+    }
+    fn state(&self) -> OptimizerState {
+        let saved = AdamSaved {
+            cfg: self.cfg.clone(),
+            steps: self.slots.steps.clone(),
+        };
+        OptimizerState {
+            tensors: self.slots.tensors.clone(),
+            config: serde_json::to_string(&saved).unwrap_or_default(),
+        }
+    }
+    fn load_state(&mut self, state: &OptimizerState) -> Result<()> {
+        let saved: AdamSaved = parse_config(&state.config, "Adam::load_state")?;
+        if saved.cfg.kind != self.cfg.kind {
+            return Err(Error::format(
+                "Adam::load_state",
+                format!(
+                    "expected the state of an {} optimizer, found {}",
+                    self.cfg.kind, saved.cfg.kind
+                ),
+            ));
+        }
+        self.slots = take_slots(state, saved.steps, &["exp_avg", "exp_avg_sq"], "Adam::load_state")?;
+        self.cfg = saved.cfg;
+        Ok(())
+    }
+}

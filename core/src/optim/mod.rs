@@ -1,0 +1,199 @@
+//! Optimizers (SGD, Adam, AdamW) with PyTorch's update rules, learning-rate schedules and
+//! gradient clipping.
+//!
+//! Gradients are values ([`Gradients`] from [`Tensor::backward`]), so there is nothing to zero:
+//! each step takes the gradients of one backward pass and replaces the parameters it updates,
+//! matching them by name, under [`no_grad`](crate::autodiff::no_grad).
+//!
+//! ```
+//! use kiln_core::nn::{loss, Forward, Init, Linear};
+//! use kiln_core::optim::{Adam, Optimizer};
+//! use kiln_core::{Device, DType, Tensor};
+//! let dev = Device::cpu();
+//! let mut init = Init::new(&dev, 0);
+//! let mut model = Linear::new(&mut init, 3, 1)?;
+//! let mut opt = Adam::new(1e-2);
+//! let x = Tensor::rand_normal([8, 3], 0.0, 1.0, 1, DType::F32, &dev)?;
+//! let y = x.sum(&[-1], true)?;
+//! let first = loss::mse(&model.forward(&x)?, &y)?.to_scalar()?;
+//! for _ in 0..50 {
+//!     let grads = loss::mse(&model.forward(&x)?, &y)?.backward()?;
+//!     opt.step(&mut model, &grads)?;
+//! }
+//! assert!(loss::mse(&model.forward(&x)?, &y)?.to_scalar()? < first);
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+
+mod adam;
+mod schedule;
+mod sgd;
+
+pub use adam::Adam;
+pub use schedule::{Constant, Cosine, Schedule, StepDecay, Warmup};
+pub use sgd::Sgd;
+
+use crate::autodiff::{Gradients, no_grad};
+use crate::nn::Module;
+use crate::{DType, Error, Result, Tensor};
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// Updates a module's trainable parameters from gradients.
+pub trait Optimizer {
+    /// One update of every trainable parameter of `model` that has a gradient in `grads`
+    /// (parameters without one are left alone, as in PyTorch).
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()>;
+    /// The current learning rate.
+    fn lr(&self) -> f64;
+    /// Sets the learning rate (what a [`Schedule`] drives).
+    fn set_lr(&mut self, lr: f64);
+    /// The optimizer's state: per-parameter tensors named `<param>.<slot>` and a JSON string
+    /// with its hyper-parameters and step counts, enough to resume exactly.
+    fn state(&self) -> OptimizerState;
+    /// Restores a state saved by [`Optimizer::state`] of the same kind of optimizer.
+    fn load_state(&mut self, state: &OptimizerState) -> Result<()>;
+}
+
+/// A saved optimizer state (see [`Optimizer::state`]).
+#[derive(Clone, Debug, Default)]
+pub struct OptimizerState {
+    /// per-parameter tensors such as `fc1.weight.exp_avg`
+    pub tensors: BTreeMap<String, Tensor>,
+    /// hyper-parameters and step counts as JSON
+    pub config: String,
+}
+
+/// Per-parameter slots and step counts shared by the optimizers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Slots {
+    pub tensors: BTreeMap<String, Tensor>,
+    pub steps: BTreeMap<String, u64>,
+}
+
+impl Slots {
+    pub fn get(&self, param: &str, slot: &str) -> Option<&Tensor> {
+        self.tensors.get(&format!("{param}.{slot}"))
+    }
+    pub fn set(&mut self, param: &str, slot: &str, t: Tensor) {
+        self.tensors.insert(format!("{param}.{slot}"), t);
+    }
+    /// Increments and returns the step count of `param`.
+    pub fn bump(&mut self, param: &str) -> u64 {
+        let n = self.steps.entry(param.into()).or_insert(0);
+        *n += 1;
+        *n
+    }
+}
+
+/// Runs `update(name, value, grad)` for each trainable parameter with a gradient and stores what
+/// it returns, all under no_grad. The first error stops the step.
+pub(crate) fn for_each_param(
+    model: &mut dyn Module,
+    grads: &Gradients,
+    op: &'static str,
+    mut update: impl FnMut(&str, &Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<()> {
+    let mut failure = None;
+    no_grad(|| {
+        model.visit_mut(&mut |name, p| {
+            if failure.is_some() || !p.is_trainable() {
+                return;
+            }
+            let value = p.tensor();
+            let Some(g) = grads.get(&value) else { return };
+            let r = if g.shape() != value.shape() {
+                Err(Error::shape(
+                    op,
+                    format!("{name}: gradient {} for a parameter of shape {}", g.shape(), value.shape()),
+                ))
+            } else {
+                g.cast(value.dtype())
+                    .and_then(|g| update(name, &value, &g.detach()))
+            };
+            match r {
+                Ok(new) => p.set(new),
+                Err(e) => failure = Some(e.context(format!("{op}: {name}"))),
+            }
+        })
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// Scales the gradients of `model`'s parameters so that their joint L2 norm is at most
+/// `max_norm` (as `torch.nn.utils.clip_grad_norm_`, coefficient `max_norm / (norm + 1e-6)`).
+/// Returns the norm before clipping as a rank-0 f32 tensor; nothing is read back to the host.
+pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) -> Result<Tensor> {
+    if !(max_norm > 0.0) {
+        return Err(Error::invalid(
+            "clip_grad_norm",
+            format!("max_norm must be positive, got {max_norm}"),
+        ));
+    }
+    let mut params = Vec::new();
+    model.visit(&mut |_, p| {
+        let t = p.tensor();
+        if p.is_trainable() && grads.contains(&t) {
+            params.push(t);
+        }
+    });
+    no_grad(|| {
+        let mut total: Option<Tensor> = None;
+        for p in &params {
+            let Some(g) = grads.get(p) else { continue };
+            let g = g.cast(DType::F32)?;
+            let sq = g.mul(&g)?.sum_all()?;
+            total = Some(match total {
+                Some(t) => t.add(&sq)?,
+                None => sq,
+            });
+        }
+        let Some(total) = total else {
+            return Ok(Tensor::scalar(0.0, DType::F32, &crate::Device::cpu())?);
+        };
+        let norm = total.sqrt()?;
+        let coef = norm.add_scalar(1e-6)?.recip()?.mul_scalar(max_norm)?.clamp(0.0, 1.0)?;
+        for p in &params {
+            if let Some(g) = grads.get(p) {
+                let scaled = g.mul(&coef.cast(g.dtype())?)?;
+                grads.insert(p, scaled);
+            }
+        }
+        Ok(norm)
+    })
+}
+
+/// Parses an optimizer's JSON config, naming the optimizer on failure.
+pub(crate) fn parse_config<T: serde::de::DeserializeOwned>(json: &str, op: &'static str) -> Result<T> {
+    serde_json::from_str(json)
+        .map_err(|e| Error::format(op, format!("bad optimizer state config ({e}): {json}")))
+}
+
+/// Checks that a saved state's tensors match the slots this optimizer would create.
+pub(crate) fn take_slots(
+    state: &OptimizerState,
+    steps: BTreeMap<String, u64>,
+    slot_names: &[&str],
+    op: &'static str,
+) -> Result<Slots> {
+    let mut slots = Slots {
+        tensors: BTreeMap::new(),
+        steps,
+    };
+    for (name, t) in &state.tensors {
+        let known = slot_names.iter().any(|s| {
+            name.strip_suffix(s)
+                .and_then(|p| p.strip_suffix('.'))
+                .is_some_and(|p| slots.steps.contains_key(p))
+        });
+        if !known {
+            return Err(Error::format(
+                op,
+                format!("state tensor {name} belongs to no parameter with a step count"),
+            ));
+        }
+        slots.tensors.insert(name.clone(), t.clone());
+    }
+    Ok(slots)
+}

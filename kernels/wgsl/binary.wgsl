@@ -1,0 +1,83 @@
+// Two-input elementwise ops with broadcasting: arithmetic (BinaryOp) and comparisons (CmpOp),
+// plus `where` (three inputs) in the same shape.
+//
+// params: [numel, rank, 0, 0, shape[rank], out view, a view, b view (, c view for where)];
+// a view is offset, strides[rank] (stride 0 on broadcast axes).
+// defines: OP (a BinaryOp/CmpOp name or "where"), T (input element type), TO (output type),
+// FLOAT (T is a float), WG (workgroup size).
+#include "common.wgsl"
+#include "math.wgsl"
+
+#if OP == where
+@group(0) @binding(1) var<storage, read> cond: array<u32>;
+@group(0) @binding(2) var<storage, read> a: array<{{T}}>;
+@group(0) @binding(3) var<storage, read> b: array<{{T}}>;
+@group(0) @binding(4) var<storage, read_write> out: array<{{TO}}>;
+#else
+@group(0) @binding(1) var<storage, read> a: array<{{T}}>;
+@group(0) @binding(2) var<storage, read> b: array<{{T}}>;
+@group(0) @binding(3) var<storage, read_write> out: array<{{TO}}>;
+#endif
+
+#if OP != where
+fn apply(x: {{T}}, y: {{T}}) -> {{TO}} {
+#if OP == add
+    return x + y;
+#elif OP == sub
+    return x - y;
+#elif OP == mul
+    return x * y;
+#elif OP == div && FLOAT
+    return x / y;
+#elif OP == div
+    // integer division truncates; division by zero gives 0 (WGSL would give x)
+    return select(x / y, {{T}}(0), y == {{T}}(0));
+#elif OP == pow
+    return pow_(x, y);
+#elif OP == maximum && FLOAT
+    // NaN propagates
+    return select(max(x, y), x + y, x != x || y != y);
+#elif OP == maximum
+    return max(x, y);
+#elif OP == minimum && FLOAT
+    return select(min(x, y), x + y, x != x || y != y);
+#elif OP == minimum
+    return min(x, y);
+#elif OP == eq
+    return select(0u, 1u, x == y);
+#elif OP == ne
+    return select(0u, 1u, x != y);
+#elif OP == lt
+    return select(0u, 1u, x < y);
+#elif OP == le
+    return select(0u, 1u, x <= y);
+#elif OP == gt
+    return select(0u, 1u, x > y);
+#elif OP == ge
+    return select(0u, 1u, x >= y);
+#endif
+}
+#endif
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = group_index(wid, nwg) * {{WG}}u + lid;
+    if (i >= params[0]) {
+        return;
+    }
+    let rank = params[1];
+    let shape_at = 4u;
+    let view = 1u + rank;
+    let out_at = shape_at + rank;
+#if OP == where
+    let c = cond[strided_index(i, rank, shape_at, out_at + view)];
+    let va = a[strided_index(i, rank, shape_at, out_at + 2u * view)];
+    let vb = b[strided_index(i, rank, shape_at, out_at + 3u * view)];
+    out[strided_index(i, rank, shape_at, out_at)] = select(vb, va, c != 0u);
+#else
+    let va = a[strided_index(i, rank, shape_at, out_at + view)];
+    let vb = b[strided_index(i, rank, shape_at, out_at + 2u * view)];
+    out[strided_index(i, rank, shape_at, out_at)] = apply(va, vb);
+#endif
+}

@@ -1,0 +1,91 @@
+// One-input elementwise map: unary math, cast, and strided copy (contiguous, concat, pad).
+// Output and input are both strided views of one logical shape.
+//
+// params: [numel, rank, c0, c1, shape[rank], out view, x view] (a view is offset, strides[rank]);
+// c0/c1 are the op's constants as bits of {{TI}} (powf exponent; clamp min/max).
+// defines: OP (a UnaryOp name, "cast" or "copy"), TI/TO (input/output element types),
+// FLOAT (input is a float), TO_BOOL (cast to bool), WG (workgroup size).
+#include "common.wgsl"
+#include "math.wgsl"
+
+@group(0) @binding(1) var<storage, read> x: array<{{TI}}>;
+@group(0) @binding(2) var<storage, read_write> out: array<{{TO}}>;
+
+fn constant(k: u32) -> {{TI}} {
+    return bitcast<{{TI}}>(params[2u + k]);
+}
+
+fn apply(v: {{TI}}) -> {{TO}} {
+#if OP == copy
+    return v;
+#elif OP == cast && TO_BOOL
+    return select(0u, 1u, v != {{TI}}(0));
+#elif OP == cast && TI == i32 && TO == u32
+    return u32(max(v, 0));
+#elif OP == cast && TI == u32 && TO == i32
+    return i32(min(v, 2147483647u));
+#elif OP == cast
+    return {{TO}}(v);
+#elif OP == neg
+    return -v;
+#elif OP == abs
+    return abs(v);
+#elif OP == relu
+    return max(v, {{TI}}(0));
+#elif OP == sign && FLOAT
+    return sign(v);
+#elif OP == sign && TI == i32
+    return sign(v);
+#elif OP == sign
+    return min(v, 1u);
+#elif OP == clamp
+    return min(max(v, constant(0u)), constant(1u));
+#elif OP == floor && FLOAT
+    return floor(v);
+#elif OP == ceil && FLOAT
+    return ceil(v);
+#elif OP == round && FLOAT
+    return round(v);
+#elif OP == floor || OP == ceil || OP == round
+    return v;
+#elif OP == exp
+    return exp(v);
+#elif OP == log
+    return log(v);
+#elif OP == sqrt
+    return sqrt(v);
+#elif OP == rsqrt
+    return inverseSqrt(v);
+#elif OP == recip
+    return 1.0 / v;
+#elif OP == sin
+    return sin(v);
+#elif OP == cos
+    return cos(v);
+#elif OP == tanh
+    return tanh_(v);
+#elif OP == sigmoid
+    return 1.0 / (1.0 + exp(-v));
+#elif OP == gelu
+    return 0.5 * v * (1.0 + erf_(v * 0.70710678118654752));
+#elif OP == erf
+    return erf_(v);
+#elif OP == powf
+    return pow_(v, constant(0u));
+#endif
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = group_index(wid, nwg) * {{WG}}u + lid;
+    let numel = params[0];
+    if (i >= numel) {
+        return;
+    }
+    let rank = params[1];
+    let shape_at = 4u;
+    let out_at = shape_at + rank;
+    let x_at = out_at + 1u + rank;
+    out[strided_index(i, rank, shape_at, out_at)] = apply(x[strided_index(i, rank, shape_at, x_at)]);
+}

@@ -1,0 +1,154 @@
+// Reductions over any set of axes. The planner permutes the input view so that kept axes come
+// first and reduced axes last (no copy); each output element reduces `len` strided elements,
+// either by a whole workgroup with a tree in workgroup memory (long rows) or by one invocation
+// (PER_THREAD, short rows).
+//
+// params: [n_out, rank_keep, rank_red, len, correction, shape_keep[rk], shape_red[rr],
+//          keep view (offset, strides[rk]), red view (0, strides[rr])]
+// defines: OP (sum mean prod max min var argmax argmin), T, TO (output type), LOWEST/HIGHEST
+// (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size).
+#include "common.wgsl"
+
+@group(0) @binding(1) var<storage, read> x: array<{{T}}>;
+@group(0) @binding(2) var<storage, read_write> out: array<{{TO}}>;
+
+const WG: u32 = {{WG}}u;
+
+// A running value and, for argmax/argmin, the reduced-axis position it came from.
+struct Acc {
+    v: {{T}},
+    i: u32,
+}
+
+fn identity() -> Acc {
+#if OP == prod
+    return Acc({{T}}(1), 0u);
+#elif OP == max || OP == argmax
+    return Acc({{LOWEST}}, 0xffffffffu);
+#elif OP == min || OP == argmin
+    return Acc({{HIGHEST}}, 0xffffffffu);
+#else
+    return Acc({{T}}(0), 0u);
+#endif
+}
+
+// Folds b into a; for arg ops ties go to the smaller position (the first occurrence).
+fn combine(a: Acc, b: Acc) -> Acc {
+#if OP == prod
+    return Acc(a.v * b.v, 0u);
+#elif OP == max
+    return Acc(max(a.v, b.v), 0u);
+#elif OP == min
+    return Acc(min(a.v, b.v), 0u);
+#elif OP == argmax
+    if (b.v > a.v || (b.v == a.v && b.i < a.i)) {
+        return b;
+    }
+    return a;
+#elif OP == argmin
+    if (b.v < a.v || (b.v == a.v && b.i < a.i)) {
+        return b;
+    }
+    return a;
+#else
+    return Acc(a.v + b.v, 0u);
+#endif
+}
+
+fn load(base: u32, r: u32) -> {{T}} {
+    let rk = params[1];
+    let rr = params[2];
+    let red_shape_at = 5u + rk;
+    let red_view_at = red_shape_at + rr + 1u + rk;
+    return x[base + strided_index(r, rr, red_shape_at, red_view_at)];
+}
+
+fn base_of(o: u32) -> u32 {
+    let rk = params[1];
+    let rr = params[2];
+    return strided_index(o, rk, 5u, 5u + rk + rr);
+}
+
+fn finish(a: Acc, sq: {{T}}) -> {{TO}} {
+    let len = params[3];
+#if OP == mean
+    return a.v / f32(len);
+#elif OP == var
+    return sq / f32(i32(len) - i32(params[4]));
+#elif OP == argmax || OP == argmin
+    return i32(a.i);
+#else
+    return a.v;
+#endif
+}
+
+#if PER_THREAD
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let o = group_index(wid, nwg) * WG + lid;
+    if (o >= params[0]) {
+        return;
+    }
+    let len = params[3];
+    let base = base_of(o);
+    var acc = identity();
+    for (var r = 0u; r < len; r++) {
+        acc = combine(acc, Acc(load(base, r), r));
+    }
+    var sq = {{T}}(0);
+#if OP == var
+    let mean = acc.v / f32(len);
+    for (var r = 0u; r < len; r++) {
+        let d = load(base, r) - mean;
+        sq += d * d;
+    }
+#endif
+    out[o] = finish(acc, sq);
+}
+#else
+var<workgroup> tree: array<Acc, WG>;
+
+// Folds every invocation's value into tree[0] (all invocations must call it).
+fn tree_reduce(lid: u32, mine: Acc) -> Acc {
+    tree[lid] = mine;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            tree[lid] = combine(tree[lid], tree[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let all = tree[0];
+    workgroupBarrier();
+    return all;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    // Grids rounded up to 2-D hold a few spare workgroups; they compute a copy of the last row
+    // (so every barrier is reached by the whole workgroup) and store nothing.
+    let o = group_index(wid, nwg);
+    let len = params[3];
+    let base = base_of(min(o, params[0] - 1u));
+    var acc = identity();
+    for (var r = lid; r < len; r += WG) {
+        acc = combine(acc, Acc(load(base, r), r));
+    }
+    let total = tree_reduce(lid, acc);
+    var sq = {{T}}(0);
+#if OP == var
+    let mean = total.v / f32(len);
+    var mine = {{T}}(0);
+    for (var r = lid; r < len; r += WG) {
+        let d = load(base, r) - mean;
+        mine += d * d;
+    }
+    sq = tree_reduce(lid, Acc(mine, 0u)).v;
+#endif
+    if (lid == 0u && o < params[0]) {
+        out[o] = finish(total, sq);
+    }
+}
+#endif

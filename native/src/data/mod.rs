@@ -1,0 +1,3 @@
+//! Data sets read from disk.
+
+pub mod mnist;

@@ -1,0 +1,134 @@
+//! The live-object ledger: every JS `Tensor` is a handle into this table, so `dispose()`, the
+//! FinalizationRegistry (through `Drop`) and `kiln.memory()` all see one source of truth.
+
+use crate::error::JsResult;
+use crate::js;
+use kiln_core::Tensor as KTensor;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use wasm_bindgen::prelude::*;
+
+/// What one handle holds: a tensor (from JS or a model's output) or a model's weights.
+enum Entry {
+    Tensor(KTensor),
+    Weights { device: String, tensors: usize, bytes: u64 },
+}
+
+#[derive(Default)]
+struct Ledger {
+    next: u32,
+    entries: HashMap<u32, Entry>,
+}
+
+thread_local! {
+    static LEDGER: RefCell<Ledger> = RefCell::new(Ledger::default());
+}
+
+/// Bytes a tensor's elements take (views counted at their own size).
+pub fn tensor_bytes(t: &KTensor) -> u64 {
+    (t.numel() * t.dtype().size_in_bytes()) as u64
+}
+
+/// Registers a tensor and returns its handle.
+pub fn insert(t: KTensor) -> u32 {
+    insert_entry(Entry::Tensor(t))
+}
+
+/// Registers a model's weights and returns the handle to release them with.
+pub fn insert_weights(device: String, tensors: usize, bytes: u64) -> u32 {
+    insert_entry(Entry::Weights {
+        device,
+        tensors,
+        bytes,
+    })
+}
+
+fn insert_entry(e: Entry) -> u32 {
+    LEDGER.with_borrow_mut(|l| {
+        l.next = l.next.wrapping_add(1).max(1);
+        while l.entries.contains_key(&l.next) {
+            l.next = l.next.wrapping_add(1).max(1);
+        }
+        let h = l.next;
+        l.entries.insert(h, e);
+        h
+    })
+}
+
+/// The tensor behind a handle, or an error naming `op` when it was disposed.
+pub fn get(handle: u32, op: &'static str) -> JsResult<KTensor> {
+    LEDGER.with_borrow(|l| match l.entries.get(&handle) {
+        Some(Entry::Tensor(t)) => Ok(t.clone()),
+        _ => Err(crate::error::invalid(
+            op,
+            "this Tensor was disposed; create a new one or keep it alive until you are done",
+        )),
+    })
+}
+
+/// `true` while the handle is registered.
+pub fn contains(handle: u32) -> bool {
+    LEDGER.with_borrow(|l| l.entries.contains_key(&handle))
+}
+
+/// Releases a handle (a no-op when already released).
+pub fn remove(handle: u32) {
+    // Dropping the tensor outside the borrow keeps a backend's Drop free to touch the ledger.
+    let gone = LEDGER.with_borrow_mut(|l| l.entries.remove(&handle));
+    drop(gone);
+}
+
+/// Live tensors and their bytes, in total and per device:
+/// `{ tensors, bytes, devices: { cpu: { tensors, bytes, allocatedBytes? }, webgpu: {...} } }`.
+/// Model weights count as tensors of the model's device. `allocatedBytes` is what the backend
+/// itself reports holding (WebGPU buffers, including its reuse pool), when it tracks that.
+#[wasm_bindgen]
+pub fn memory() -> JsValue {
+    #[derive(Default)]
+    struct Sum {
+        tensors: usize,
+        bytes: u64,
+        allocated: Option<u64>,
+    }
+    let mut per: BTreeMap<String, Sum> = BTreeMap::new();
+    LEDGER.with_borrow(|l| {
+        for e in l.entries.values() {
+            let (dev, n, b) = match e {
+                Entry::Tensor(t) => {
+                    let dev = crate::device::kind_of(t.device()).to_string();
+                    per.entry(dev.clone()).or_default().allocated =
+                        t.device().backend().allocated_bytes();
+                    (dev, 1, tensor_bytes(t))
+                }
+                Entry::Weights {
+                    device,
+                    tensors,
+                    bytes,
+                } => (device.clone(), *tensors, *bytes),
+            };
+            let s = per.entry(dev).or_default();
+            s.tensors += n;
+            s.bytes += b;
+        }
+    });
+    let devices = js_sys::Object::new();
+    let (mut tensors, mut bytes) = (0, 0);
+    for (name, s) in &per {
+        tensors += s.tensors;
+        bytes += s.bytes;
+        let o = js::object(&[
+            ("tensors", (s.tensors as f64).into()),
+            ("bytes", (s.bytes as f64).into()),
+        ]);
+        if let Some(a) = s.allocated {
+            js::set(&o, "allocatedBytes", (a as f64).into());
+        }
+        js::set(&devices, name, o.into());
+    }
+    js::object(&[
+        ("tensors", (tensors as f64).into()),
+        ("bytes", (bytes as f64).into()),
+        ("devices", devices.into()),
+    ])
+    .into()
+}
