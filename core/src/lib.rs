@@ -21,6 +21,7 @@ pub mod autodiff;
 pub mod backend;
 pub mod cpu;
 pub mod data;
+mod display;
 pub mod dtype;
 pub mod error;
 mod infer;
@@ -28,6 +29,7 @@ pub mod model;
 pub mod nn;
 pub mod optim;
 pub mod op;
+pub mod random;
 pub mod shape;
 pub mod tensor;
 

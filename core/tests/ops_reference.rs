@@ -60,11 +60,11 @@ const ELEMENTWISE_SHAPES: [&[usize]; 4] = [&[3, 5, 7], &[13], &[2, 1, 3], &[]];
 struct UnaryCase {
     op: UnaryOp,
     f: Box<dyn Fn(f64) -> f64>,
-    gen: Gen,
+    values: Gen,
 }
 
 fn unary_cases() -> Vec<UnaryCase> {
-    let c = |op, f: Box<dyn Fn(f64) -> f64>, gen: Gen| UnaryCase { op, f, gen };
+    let c = |op, f: Box<dyn Fn(f64) -> f64>, values: Gen| UnaryCase { op, f, values };
     vec![
         c(UnaryOp::Neg, Box::new(|x| -x), any),
         c(UnaryOp::Abs, Box::new(f64::abs), any),
@@ -76,7 +76,11 @@ fn unary_cases() -> Vec<UnaryCase> {
         c(UnaryOp::Sin, Box::new(f64::sin), wide),
         c(UnaryOp::Cos, Box::new(f64::cos), wide),
         c(UnaryOp::Tanh, Box::new(f64::tanh), any),
-        c(UnaryOp::Sigmoid, Box::new(|x| 1.0 / (1.0 + (-x).exp())), wide),
+        c(
+            UnaryOp::Sigmoid,
+            Box::new(|x| 1.0 / (1.0 + (-x).exp())),
+            wide,
+        ),
         c(UnaryOp::Relu, Box::new(|x| x.max(0.0)), with_zeros),
         c(UnaryOp::Gelu, Box::new(r::gelu), wide),
         c(UnaryOp::Erf, Box::new(r::erf), wide),
@@ -105,7 +109,8 @@ fn unary_float_ops_match_reference() -> Result<()> {
     for case in unary_cases() {
         for dt in FLOATS {
             for shape in ELEMENTWISE_SHAPES {
-                for Input { label, want, t } in layouts(&mut rng, shape, dt, &mut case.gen.clone())?
+                for Input { label, want, t } in
+                    layouts(&mut rng, shape, dt, &mut case.values.clone())?
                 {
                     let got = t.unary(case.op)?;
                     let what = format!("{:?} {dt} {shape:?} {label}", case.op);
@@ -188,12 +193,12 @@ fn unary_integer_ops_match_reference() -> Result<()> {
         ),
     ];
     for (op, f) in int_ops {
-        for (dt, gen) in [(DType::I32, small_int as Gen), (DType::U32, small_uint)] {
+        for (dt, values) in [(DType::I32, small_int as Gen), (DType::U32, small_uint)] {
             if dt == DType::U32 && op == UnaryOp::Neg {
                 continue; // an error, tested in errors.rs
             }
             for shape in ELEMENTWISE_SHAPES {
-                for Input { label, want, t } in layouts(&mut rng, shape, dt, &mut gen.clone())? {
+                for Input { label, want, t } in layouts(&mut rng, shape, dt, &mut values.clone())? {
                     let got = t.unary(op)?;
                     let want = want.map(|x| quantize(f(x), dt));
                     assert_ref(&format!("{op:?} {dt} {shape:?} {label}"), &got, &want, dt);
@@ -274,10 +279,7 @@ fn binary_ops_broadcast_and_match_reference() -> Result<()> {
                 for (a, b) in pairs {
                     let got = a.t.binary(op, &b.t)?;
                     let want = r::binary(&a.want, &b.want, f).map(|v| quantize(v, dt));
-                    let what = format!(
-                        "{op:?} {dt} {sa:?}({}) with {sb:?}({})",
-                        a.label, b.label
-                    );
+                    let what = format!("{op:?} {dt} {sa:?}({}) with {sb:?}({})", a.label, b.label);
                     let (rt, at) = tol(dt);
                     assert_close(&what, &got, &want, dt, rt, at);
                 }
@@ -300,8 +302,18 @@ fn binary_named_and_scalar_methods() -> Result<()> {
         ("mul", x.mul(&y)?, x.mul_scalar(s)?, BinaryOp::Mul),
         ("div", x.div(&y)?, x.div_scalar(s)?, BinaryOp::Div),
         ("pow", x.pow(&y)?, x.pow_scalar(s)?, BinaryOp::Pow),
-        ("maximum", x.maximum(&y)?, x.maximum_scalar(s)?, BinaryOp::Max),
-        ("minimum", x.minimum(&y)?, x.minimum_scalar(s)?, BinaryOp::Min),
+        (
+            "maximum",
+            x.maximum(&y)?,
+            x.maximum_scalar(s)?,
+            BinaryOp::Max,
+        ),
+        (
+            "minimum",
+            x.minimum(&y)?,
+            x.minimum_scalar(s)?,
+            BinaryOp::Min,
+        ),
     ];
     for (name, with_tensor, with_scalar, op) in cases {
         let f = binary_ref(op, DType::F64);
@@ -368,14 +380,14 @@ fn comparisons_broadcast_and_match_reference() -> Result<()> {
     for (op, f) in ops {
         for dt in NUMERIC {
             // Few distinct values so that equality is common.
-            let gen: Gen = if dt.is_float() {
+            let values: Gen = if dt.is_float() {
                 |r| r.int(-2, 2) * 0.5
             } else {
                 |r| r.int(0, 3)
             };
             for (sa, sb) in BROADCAST_PAIRS {
-                let lhs = layouts(&mut rng, sa, dt, &mut gen.clone())?;
-                let rhs = layouts(&mut rng, sb, dt, &mut gen.clone())?;
+                let lhs = layouts(&mut rng, sa, dt, &mut values.clone())?;
+                let rhs = layouts(&mut rng, sb, dt, &mut values.clone())?;
                 for (a, b) in lhs.iter().zip(rhs.iter().cycle()) {
                     let got = a.t.compare(op, &b.t)?;
                     let want = r::binary(&a.want, &b.want, |x, y| f(x, y) as u8 as f64);
@@ -426,19 +438,14 @@ fn where_broadcasts_all_three_inputs() -> Result<()> {
             let bt = tensor(&b, dt);
             for (c, a) in conds.iter().zip(avals.iter().cycle()) {
                 let got = c.t.where_cond(&a.t, &bt)?;
-                let s = r::broadcast_shape(
-                    &r::broadcast_shape(sc, sa).expect("test shapes"),
-                    sb,
-                )
-                .expect("test shapes");
+                let s = r::broadcast_shape(&r::broadcast_shape(sc, sa).expect("test shapes"), sb)
+                    .expect("test shapes");
                 let (cb, ab, bb) = (
                     c.want.broadcast_to(&s),
                     a.want.broadcast_to(&s),
                     b.broadcast_to(&s),
                 );
-                let want = Arr::from_fn(&s, |i| {
-                    if cb.at(i) != 0.0 { ab.at(i) } else { bb.at(i) }
-                });
+                let want = Arr::from_fn(&s, |i| if cb.at(i) != 0.0 { ab.at(i) } else { bb.at(i) });
                 let what = format!("where {dt} {sc:?}({}) {sa:?}({}) {sb:?}", c.label, a.label);
                 assert_ref(&what, &got, &want, dt);
             }
@@ -455,7 +462,7 @@ fn cast_between_every_pair_of_dtypes() -> Result<()> {
     for from in kiln_core::DType::ALL {
         for to in kiln_core::DType::ALL {
             // Values every target holds meaningfully: no negatives into u32, no overflow.
-            let gen: Gen = match (from, to) {
+            let values: Gen = match (from, to) {
                 (DType::Bool, _) => |r| r.int(0, 1),
                 (DType::U32, _) | (DType::I32, DType::U32) => |r| r.int(0, 200),
                 (DType::I32, _) => |r| r.int(-200, 200),
@@ -474,12 +481,20 @@ fn cast_between_every_pair_of_dtypes() -> Result<()> {
                     }
                 },
             };
-            for Input { label, want, t } in layouts(&mut rng, &[3, 5, 2], from, &mut gen.clone())?
+            for Input { label, want, t } in
+                layouts(&mut rng, &[3, 5, 2], from, &mut values.clone())?
             {
                 let got = t.cast(to)?;
                 // Float -> int truncates toward zero; anything -> bool is `!= 0`.
                 let want = want.map(|v| quantize(v, to));
-                assert_close(&format!("cast {from} -> {to} ({label})"), &got, &want, to, 0.0, 0.0);
+                assert_close(
+                    &format!("cast {from} -> {to} ({label})"),
+                    &got,
+                    &want,
+                    to,
+                    0.0,
+                    0.0,
+                );
             }
         }
     }
@@ -529,8 +544,16 @@ fn sum_mean_max_min_prod_var_over_every_axis_subset() -> Result<()> {
         (ReduceOp::Max, Box::new(r::max), true),
         (ReduceOp::Min, Box::new(r::min), true),
         (ReduceOp::Prod, Box::new(r::prod), true),
-        (ReduceOp::Var { correction: 1 }, Box::new(|v| r::var(v, 1)), false),
-        (ReduceOp::Var { correction: 0 }, Box::new(|v| r::var(v, 0)), false),
+        (
+            ReduceOp::Var { correction: 1 },
+            Box::new(|v| r::var(v, 1)),
+            false,
+        ),
+        (
+            ReduceOp::Var { correction: 0 },
+            Box::new(|v| r::var(v, 0)),
+            false,
+        ),
     ];
     for (op, f, ints) in &ops {
         for dt in NUMERIC {
@@ -538,7 +561,7 @@ fn sum_mean_max_min_prod_var_over_every_axis_subset() -> Result<()> {
                 continue;
             }
             // Int products stay in range with values in {-1, 1, 2} over at most 30 elements.
-            let (shape, gen): (&[usize], Gen) = match (dt, op) {
+            let (shape, values): (&[usize], Gen) = match (dt, op) {
                 (DType::I32, ReduceOp::Prod) => (&[3, 2, 5], |r| [-1.0, 1.0, 2.0][r.below(3)]),
                 (DType::U32, ReduceOp::Prod) => (&[3, 2, 5], |r| [1.0, 2.0][r.below(2)]),
                 (DType::I32, _) => (&[3, 2, 5], small_int),
@@ -546,7 +569,7 @@ fn sum_mean_max_min_prod_var_over_every_axis_subset() -> Result<()> {
                 (_, ReduceOp::Prod) => (&[3, 5, 7], |r| r.signed(0.8, 1.25)),
                 _ => (&[3, 5, 7], any),
             };
-            for Input { label, want, t } in layouts(&mut rng, shape, dt, &mut gen.clone())? {
+            for Input { label, want, t } in layouts(&mut rng, shape, dt, &mut values.clone())? {
                 for axes in axis_subsets(shape.len()) {
                     for keepdim in [false, true] {
                         let signed: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
@@ -577,13 +600,37 @@ fn reductions_accept_negative_axes_and_named_methods() -> Result<()> {
     let a = Arr::random(&mut rng, &[3, 5, 7], DType::F64, &mut any);
     let x = tensor(&a, DType::F64);
     let checks: Vec<(&str, Tensor, Arr)> = vec![
-        ("sum -1", x.sum(&[-1], false)?, r::reduce(&a, &[2], false, r::sum)),
+        (
+            "sum -1",
+            x.sum(&[-1], false)?,
+            r::reduce(&a, &[2], false, r::sum),
+        ),
         ("sum_all", x.sum_all()?, r::reduce(&a, &[], false, r::sum)),
-        ("mean -3,-1", x.mean(&[-3, -1], true)?, r::reduce(&a, &[0, 2], true, r::mean)),
-        ("mean_all", x.mean_all()?, r::reduce(&a, &[], false, r::mean)),
-        ("max 1", x.max(&[1], false)?, r::reduce(&a, &[1], false, r::max)),
-        ("min -2", x.min(&[-2], true)?, r::reduce(&a, &[1], true, r::min)),
-        ("prod 0", x.prod(&[0], false)?, r::reduce(&a, &[0], false, r::prod)),
+        (
+            "mean -3,-1",
+            x.mean(&[-3, -1], true)?,
+            r::reduce(&a, &[0, 2], true, r::mean),
+        ),
+        (
+            "mean_all",
+            x.mean_all()?,
+            r::reduce(&a, &[], false, r::mean),
+        ),
+        (
+            "max 1",
+            x.max(&[1], false)?,
+            r::reduce(&a, &[1], false, r::max),
+        ),
+        (
+            "min -2",
+            x.min(&[-2], true)?,
+            r::reduce(&a, &[1], true, r::min),
+        ),
+        (
+            "prod 0",
+            x.prod(&[0], false)?,
+            r::reduce(&a, &[0], false, r::prod),
+        ),
         (
             "var 1,2",
             x.var(&[2, 1], 1, false)?,
@@ -596,7 +643,12 @@ fn reductions_accept_negative_axes_and_named_methods() -> Result<()> {
     }
     // Reducing a scalar gives the scalar back.
     let s = Tensor::scalar(2.5, DType::F32, &dev())?;
-    assert_ref("sum of scalar", &s.sum(&[], false)?, &Arr::new(&[], vec![2.5]), DType::F32);
+    assert_ref(
+        "sum of scalar",
+        &s.sum(&[], false)?,
+        &Arr::new(&[], vec![2.5]),
+        DType::F32,
+    );
     Ok(())
 }
 
@@ -605,8 +657,8 @@ fn argmax_argmin_pick_the_first_extreme() -> Result<()> {
     let mut rng = Rng::new(11);
     for dt in NUMERIC {
         // Few distinct values: ties are everywhere and the first one must win.
-        let gen: Gen = |r| r.int(0, 3);
-        for Input { label, want, t } in layouts(&mut rng, &[3, 5, 7], dt, &mut gen.clone())? {
+        let values: Gen = |r| r.int(0, 3);
+        for Input { label, want, t } in layouts(&mut rng, &[3, 5, 7], dt, &mut values.clone())? {
             for axis in [0isize, 1, 2, -1] {
                 let ax = axis.rem_euclid(3) as usize;
                 for keepdim in [false, true] {
@@ -654,12 +706,12 @@ fn bool_max_and_min_are_any_and_all() -> Result<()> {
 fn cumsum_forward_and_reverse() -> Result<()> {
     let mut rng = Rng::new(13);
     for dt in NUMERIC {
-        let gen: Gen = match dt {
+        let values: Gen = match dt {
             DType::I32 => small_int,
             DType::U32 => small_uint,
             _ => any,
         };
-        for Input { label, want, t } in layouts(&mut rng, &[3, 5, 7], dt, &mut gen.clone())? {
+        for Input { label, want, t } in layouts(&mut rng, &[3, 5, 7], dt, &mut values.clone())? {
             for axis in 0..3 {
                 for reverse in [false, true] {
                     let got = if reverse {
@@ -689,10 +741,24 @@ fn softmax_and_log_softmax_along_every_axis() -> Result<()> {
                 let what = format!("{dt} axis {axis} ({label})");
                 let exact = r::along_axis(&want, axis, r::softmax);
                 let (rt, at) = tol(dt);
-                assert_close(&format!("softmax {what}"), &t.softmax(a)?, &exact, dt, rt * 4.0, at);
+                assert_close(
+                    &format!("softmax {what}"),
+                    &t.softmax(a)?,
+                    &exact,
+                    dt,
+                    rt * 4.0,
+                    at,
+                );
                 let exact = r::along_axis(&want, axis, r::log_softmax);
                 let got = t.log_softmax(a - 3)?;
-                assert_close(&format!("log_softmax {what}"), &got, &exact, dt, rt * 4.0, at * 4.0);
+                assert_close(
+                    &format!("log_softmax {what}"),
+                    &got,
+                    &exact,
+                    dt,
+                    rt * 4.0,
+                    at * 4.0,
+                );
             }
         }
     }
@@ -722,7 +788,14 @@ fn softmax_is_stable_for_large_inputs() -> Result<()> {
         );
         let got = x.log_softmax(-1)?;
         let want = r::along_axis(&a, 1, r::log_softmax);
-        assert_close(&format!("log_softmax {dt}"), &got, &want, dt, rt * 4.0, 1e-4);
+        assert_close(
+            &format!("log_softmax {dt}"),
+            &got,
+            &want,
+            dt,
+            rt * 4.0,
+            1e-4,
+        );
     }
     Ok(())
 }
@@ -757,14 +830,14 @@ fn matmul_tol(dt: DType) -> (f64, f64) {
 fn matmul_batched_broadcast_and_rank1() -> Result<()> {
     let mut rng = Rng::new(15);
     for dt in NUMERIC {
-        let gen: Gen = match dt {
+        let values: Gen = match dt {
             DType::I32 => |r| r.int(-5, 5),
             DType::U32 => |r| r.int(0, 5),
             _ => any,
         };
         for (sa, sb) in MATMUL_SHAPES {
-            let lhs = layouts(&mut rng, sa, dt, &mut gen.clone())?;
-            let rhs = layouts(&mut rng, sb, dt, &mut gen.clone())?;
+            let lhs = layouts(&mut rng, sa, dt, &mut values.clone())?;
+            let rhs = layouts(&mut rng, sb, dt, &mut values.clone())?;
             let mut pairs: Vec<(&Input, &Input)> = lhs.iter().map(|a| (a, &rhs[0])).collect();
             pairs.extend(rhs.iter().skip(1).map(|b| (&lhs[0], b)));
             pairs.extend(lhs.iter().zip(&rhs).skip(1));
@@ -797,7 +870,15 @@ fn matmul_large_enough_to_block_and_thread() -> Result<()> {
             // The same product through a transposed (column-major) rhs.
             let bt = tensor(&r::permute(&b, &[1, 0]), dt).t()?;
             let got = tensor(&a, dt).matmul(&bt)?;
-            assert_close_scaled(&format!("{what} rhs^T"), &got, &exact, &scale, dt, rt * 4.0, at);
+            assert_close_scaled(
+                &format!("{what} rhs^T"),
+                &got,
+                &exact,
+                &scale,
+                dt,
+                rt * 4.0,
+                at,
+            );
         }
     }
     Ok(())
@@ -809,22 +890,42 @@ fn matmul_large_enough_to_block_and_thread() -> Result<()> {
 fn view_ops_read_back_the_right_elements() -> Result<()> {
     let mut rng = Rng::new(17);
     for dt in [DType::F32, DType::I32, DType::F16, DType::Bool, DType::F64] {
-        let gen: Gen = if dt == DType::Bool {
+        let values: Gen = if dt == DType::Bool {
             |r| r.int(0, 1)
         } else {
             |r| r.int(-100, 100)
         };
-        for Input { label, want, t } in layouts(&mut rng, &[3, 5, 7], dt, &mut gen.clone())? {
+        for Input { label, want, t } in layouts(&mut rng, &[3, 5, 7], dt, &mut values.clone())? {
             let check = |what: &str, got: Tensor, exact: Arr| {
                 assert_ref(&format!("{what} {dt} ({label})"), &got, &exact, dt);
             };
             check("reshape 7x15", t.reshape([7, 15])?, want.reshape(&[7, 15]));
             check("reshape 105", t.reshape([105])?, want.reshape(&[105]));
-            check("reshape 5x3x7", t.reshape([5, 3, 7])?, want.reshape(&[5, 3, 7]));
-            check("reshape_infer -1,7", t.reshape_infer(&[-1, 7])?, want.reshape(&[15, 7]));
-            check("reshape_infer 5,-1", t.reshape_infer(&[5, -1])?, want.reshape(&[5, 21]));
-            check("permute 2,0,1", t.permute(&[2, 0, 1])?, r::permute(&want, &[2, 0, 1]));
-            check("transpose 0,-1", t.transpose(0, -1)?, r::permute(&want, &[2, 1, 0]));
+            check(
+                "reshape 5x3x7",
+                t.reshape([5, 3, 7])?,
+                want.reshape(&[5, 3, 7]),
+            );
+            check(
+                "reshape_infer -1,7",
+                t.reshape_infer(&[-1, 7])?,
+                want.reshape(&[15, 7]),
+            );
+            check(
+                "reshape_infer 5,-1",
+                t.reshape_infer(&[5, -1])?,
+                want.reshape(&[5, 21]),
+            );
+            check(
+                "permute 2,0,1",
+                t.permute(&[2, 0, 1])?,
+                r::permute(&want, &[2, 0, 1]),
+            );
+            check(
+                "transpose 0,-1",
+                t.transpose(0, -1)?,
+                r::permute(&want, &[2, 1, 0]),
+            );
             check("t", t.t()?, r::permute(&want, &[0, 2, 1]));
             let ranges = [(1, 3, 1), (0, 5, 2), (2, 7, 3)];
             let sr: Vec<SliceRange> = ranges
@@ -832,20 +933,43 @@ fn view_ops_read_back_the_right_elements() -> Result<()> {
                 .map(|&(start, end, step)| SliceRange { start, end, step })
                 .collect();
             check("slice steps", t.slice(&sr)?, r::slice(&want, &ranges));
-            check("slice leading", t.slice(&sr[..1])?, r::slice(&want, &ranges[..1]));
-            check("slice_axis", t.slice_axis(-1, 1, 7, 3)?, r::slice(&want, &[(0, 3, 1), (0, 5, 1), (1, 7, 3)]));
-            check("narrow", t.narrow(1, 1, 3)?, r::slice(&want, &[(0, 3, 1), (1, 4, 1)]));
+            check(
+                "slice leading",
+                t.slice(&sr[..1])?,
+                r::slice(&want, &ranges[..1]),
+            );
+            check(
+                "slice_axis",
+                t.slice_axis(-1, 1, 7, 3)?,
+                r::slice(&want, &[(0, 3, 1), (0, 5, 1), (1, 7, 3)]),
+            );
+            check(
+                "narrow",
+                t.narrow(1, 1, 3)?,
+                r::slice(&want, &[(0, 3, 1), (1, 4, 1)]),
+            );
             check("flatten 1,2", t.flatten(1, 2)?, want.reshape(&[3, 35]));
             check("flatten all", t.flatten(0, -1)?, want.reshape(&[105]));
             check("unsqueeze 0", t.unsqueeze(0)?, want.reshape(&[1, 3, 5, 7]));
-            check("unsqueeze -1", t.unsqueeze(-1)?, want.reshape(&[3, 5, 7, 1]));
+            check(
+                "unsqueeze -1",
+                t.unsqueeze(-1)?,
+                want.reshape(&[3, 5, 7, 1]),
+            );
             check("unsqueeze 2", t.unsqueeze(2)?, want.reshape(&[3, 5, 1, 7]));
             let one = t.narrow(1, 2, 1)?;
             let one_want = r::slice(&want, &[(0, 3, 1), (2, 3, 1)]);
             check("squeeze", one.squeeze(1)?, one_want.reshape(&[3, 7]));
-            check("expand", one.expand([2, 3, 4, 7])?, one_want.broadcast_to(&[2, 3, 4, 7]));
+            check(
+                "expand",
+                one.expand([2, 3, 4, 7])?,
+                one_want.broadcast_to(&[2, 3, 4, 7]),
+            );
             let c = t.permute(&[1, 2, 0])?.contiguous()?;
-            assert!(c.layout().is_contiguous(), "contiguous() must give a row-major layout");
+            assert!(
+                c.layout().is_contiguous(),
+                "contiguous() must give a row-major layout"
+            );
             check("contiguous", c, r::permute(&want, &[1, 2, 0]));
             // A chain: permute, step-slice, expand a size-1 axis, then reshape (forces a copy).
             let chain = t
@@ -854,9 +978,12 @@ fn view_ops_read_back_the_right_elements() -> Result<()> {
                 .narrow(2, 4, 1)?
                 .expand([3, 3, 4])?
                 .reshape([9, 4])?;
-            let w = r::slice(&r::permute(&want, &[2, 0, 1]), &[(1, 7, 2), (0, 3, 1), (4, 5, 1)])
-                .broadcast_to(&[3, 3, 4])
-                .reshape(&[9, 4]);
+            let w = r::slice(
+                &r::permute(&want, &[2, 0, 1]),
+                &[(1, 7, 2), (0, 3, 1), (4, 5, 1)],
+            )
+            .broadcast_to(&[3, 3, 4])
+            .reshape(&[9, 4]);
             check("chain", chain, w);
         }
     }
@@ -865,14 +992,27 @@ fn view_ops_read_back_the_right_elements() -> Result<()> {
 
 #[test]
 fn empty_slices_and_zero_sized_views() -> Result<()> {
-    let x = tensor(&Arr::from_fn(&[3, 4], |i| (i[0] * 4 + i[1]) as f64), DType::F32);
+    let x = tensor(
+        &Arr::from_fn(&[3, 4], |i| (i[0] * 4 + i[1]) as f64),
+        DType::F32,
+    );
     let e = x.slice_axis(1, 2, 2, 1)?;
     assert_eq!(e.dims(), &[3, 0]);
     assert_eq!(read(&e)?.data, Vec::<f64>::new());
     let s = x.sum(&[1], false)?;
-    assert_ref("sum over non-empty", &s, &Arr::new(&[3], vec![6.0, 22.0, 38.0]), DType::F32);
+    assert_ref(
+        "sum over non-empty",
+        &s,
+        &Arr::new(&[3], vec![6.0, 22.0, 38.0]),
+        DType::F32,
+    );
     let es = e.sum(&[1], false)?;
-    assert_ref("sum over empty axis", &es, &Arr::new(&[3], vec![0.0; 3]), DType::F32);
+    assert_ref(
+        "sum over empty axis",
+        &es,
+        &Arr::new(&[3], vec![0.0; 3]),
+        DType::F32,
+    );
     Ok(())
 }
 
@@ -882,7 +1022,7 @@ fn empty_slices_and_zero_sized_views() -> Result<()> {
 fn concat_along_each_axis_with_mixed_layouts() -> Result<()> {
     let mut rng = Rng::new(18);
     for dt in kiln_core::DType::ALL {
-        let gen: Gen = if dt == DType::Bool {
+        let values: Gen = if dt == DType::Bool {
             |r| r.int(0, 1)
         } else {
             |r| r.int(0, 100)
@@ -896,7 +1036,7 @@ fn concat_along_each_axis_with_mixed_layouts() -> Result<()> {
                     let mut shape = vec![3, 4, 2];
                     shape[axis] = s;
                     // A different layout for each part.
-                    let mut l = layouts(&mut rng, &shape, dt, &mut gen.clone())?;
+                    let mut l = layouts(&mut rng, &shape, dt, &mut values.clone())?;
                     let pick = (i + axis) % l.len();
                     Ok(l.swap_remove(pick))
                 })
@@ -925,7 +1065,12 @@ fn stack_split_and_chunk() -> Result<()> {
         let mut unit = vec![3, 4];
         unit.insert(axis, 1);
         let parts: Vec<Arr> = arrs.iter().map(|a| a.reshape(&unit)).collect();
-        assert_ref(&format!("stack axis {axis}"), &got, &r::concat(&parts, axis), dt);
+        assert_ref(
+            &format!("stack axis {axis}"),
+            &got,
+            &r::concat(&parts, axis),
+            dt,
+        );
     }
     let a = Arr::random(&mut rng, &[3, 10, 4], dt, &mut any);
     let x = tensor(&a, dt).permute(&[0, 1, 2])?;
@@ -960,12 +1105,14 @@ fn gather_along_each_axis() -> Result<()> {
     let shape = [3usize, 5, 7];
     for dt in [DType::F32, DType::I32, DType::F64] {
         for it in [DType::I32, DType::U32] {
-            for Input { label, want, t } in layouts(&mut rng, &shape, dt, &mut |r| r.int(-50, 50))? {
+            for Input { label, want, t } in layouts(&mut rng, &shape, dt, &mut |r| r.int(-50, 50))?
+            {
                 for axis in 0..3usize {
                     // The index may be longer along `axis` and shorter elsewhere.
                     let mut ishape = vec![2, 4, 6];
                     ishape[axis] = 9;
-                    let index = Arr::random(&mut rng, &ishape, it, &mut |r| r.below(shape[axis]) as f64);
+                    let index =
+                        Arr::random(&mut rng, &ishape, it, &mut |r| r.below(shape[axis]) as f64);
                     let got = t.gather(axis as isize, &tensor(&index, it))?;
                     let what = format!("gather {dt} idx {it} axis {axis} ({label})");
                     assert_ref(&what, &got, &r::gather(&want, axis, &index), dt);
@@ -982,7 +1129,8 @@ fn index_select_along_each_axis() -> Result<()> {
     let shape = [3usize, 5, 7];
     for dt in [DType::F32, DType::I32, DType::F16] {
         for it in [DType::I32, DType::U32] {
-            for Input { label, want, t } in layouts(&mut rng, &shape, dt, &mut |r| r.int(-50, 50))? {
+            for Input { label, want, t } in layouts(&mut rng, &shape, dt, &mut |r| r.int(-50, 50))?
+            {
                 for axis in 0..3usize {
                     let idx: Vec<usize> = (0..6).map(|_| rng.below(shape[axis])).collect();
                     let index = Arr::new(&[6], idx.iter().map(|&i| i as f64).collect());
@@ -1001,16 +1149,22 @@ fn scatter_add_accumulates_duplicates() -> Result<()> {
     let mut rng = Rng::new(22);
     let shape = [3usize, 5, 7];
     for dt in [DType::F32, DType::F64, DType::I32] {
-        let gen: Gen = if dt.is_int() { small_int } else { any };
-        for Input { label, want, t } in layouts(&mut rng, &shape, dt, &mut gen.clone())? {
+        let values: Gen = if dt.is_int() { small_int } else { any };
+        for Input { label, want, t } in layouts(&mut rng, &shape, dt, &mut values.clone())? {
             for axis in 0..3usize {
                 let mut ishape = vec![2, 4, 6];
                 ishape[axis] = 8; // more entries than the axis: duplicates are certain
                 let mut sshape = ishape.clone();
                 sshape[(axis + 1) % 3] += 1; // src may be larger than index
-                let index = Arr::random(&mut rng, &ishape, DType::I32, &mut |r| r.below(shape[axis]) as f64);
-                let src = Arr::random(&mut rng, &sshape, dt, &mut gen.clone());
-                let got = t.scatter_add(axis as isize, &tensor(&index, DType::I32), &tensor(&src, dt))?;
+                let index = Arr::random(&mut rng, &ishape, DType::I32, &mut |r| {
+                    r.below(shape[axis]) as f64
+                });
+                let src = Arr::random(&mut rng, &sshape, dt, &mut values.clone());
+                let got = t.scatter_add(
+                    axis as isize,
+                    &tensor(&index, DType::I32),
+                    &tensor(&src, dt),
+                )?;
                 let exact = r::scatter_add(&want, axis, &index, &src);
                 let scale = r::scatter_add(&want.abs(), axis, &index, &src.abs());
                 let (rt, at) = reduce_tol(dt);
@@ -1036,7 +1190,12 @@ fn pad_with_constant() -> Result<()> {
             for (pads, value) in cases {
                 let value = if dt.is_int() { value.trunc() } else { value };
                 let got = t.pad(pads, value)?;
-                assert_ref(&format!("pad {dt} {pads:?} ({label})"), &got, &r::pad(&want, pads, value), dt);
+                assert_ref(
+                    &format!("pad {dt} {pads:?} ({label})"),
+                    &got,
+                    &r::pad(&want, pads, value),
+                    dt,
+                );
             }
         }
     }
@@ -1085,11 +1244,19 @@ fn conv(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: u
 fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv)> {
     vec![
         ([2, 3, 7, 9], [4, 3, 3, 3], conv([1, 1], [0, 0], [1, 1], 1)),
-        ([1, 4, 13, 11], [6, 2, 3, 5], conv([2, 3], [1, 2], [1, 1], 2)),
+        (
+            [1, 4, 13, 11],
+            [6, 2, 3, 5],
+            conv([2, 3], [1, 2], [1, 1], 2),
+        ),
         ([2, 6, 9, 8], [6, 1, 3, 3], conv([1, 1], [2, 2], [2, 2], 6)),
         ([1, 1, 5, 5], [1, 1, 5, 5], conv([1, 1], [0, 0], [1, 1], 1)),
         ([3, 2, 8, 8], [5, 2, 1, 1], conv([2, 2], [0, 0], [1, 1], 1)),
-        ([2, 1, 28, 28], [8, 1, 5, 5], conv([1, 1], [2, 2], [1, 1], 1)),
+        (
+            [2, 1, 28, 28],
+            [8, 1, 5, 5],
+            conv([1, 1], [2, 2], [1, 1], 1),
+        ),
         ([1, 6, 7, 10], [9, 2, 2, 3], conv([3, 1], [1, 0], [2, 3], 3)),
     ]
 }
@@ -1118,7 +1285,10 @@ fn conv2d_stride_padding_dilation_groups() -> Result<()> {
                 let exact = r::conv2d(&x.want, &w.want, c);
                 let scale = r::conv2d(&x.want.abs(), &w.want.abs(), c);
                 let (rt, at) = conv_tol(dt);
-                let what = format!("conv2d {dt} x {xs:?}({}) w {ws:?}({}) {c:?}", x.label, w.label);
+                let what = format!(
+                    "conv2d {dt} x {xs:?}({}) w {ws:?}({}) {c:?}",
+                    x.label, w.label
+                );
                 assert_close_scaled(&what, &got, &exact, &scale, dt, rt, at);
             }
         }
@@ -1148,11 +1318,36 @@ fn conv_transpose2d_with_output_padding_and_groups() -> Result<()> {
     let mut rng = Rng::new(27);
     // (input, weight (C, O/groups, kh, kw), params, output_padding)
     let cases = [
-        ([2, 3, 5, 4], [3, 2, 3, 3], conv([1, 1], [0, 0], [1, 1], 1), [0, 0]),
-        ([1, 4, 5, 6], [4, 3, 3, 2], conv([2, 3], [1, 0], [1, 1], 2), [1, 2]),
-        ([2, 2, 4, 4], [2, 1, 3, 3], conv([2, 2], [1, 1], [2, 2], 2), [1, 1]),
-        ([1, 3, 6, 5], [3, 4, 2, 3], conv([1, 1], [1, 0], [2, 1], 1), [1, 0]),
-        ([2, 6, 3, 3], [6, 1, 4, 4], conv([3, 2], [2, 1], [1, 1], 6), [2, 1]),
+        (
+            [2, 3, 5, 4],
+            [3, 2, 3, 3],
+            conv([1, 1], [0, 0], [1, 1], 1),
+            [0, 0],
+        ),
+        (
+            [1, 4, 5, 6],
+            [4, 3, 3, 2],
+            conv([2, 3], [1, 0], [1, 1], 2),
+            [1, 2],
+        ),
+        (
+            [2, 2, 4, 4],
+            [2, 1, 3, 3],
+            conv([2, 2], [1, 1], [2, 2], 2),
+            [1, 1],
+        ),
+        (
+            [1, 3, 6, 5],
+            [3, 4, 2, 3],
+            conv([1, 1], [1, 0], [2, 1], 1),
+            [1, 0],
+        ),
+        (
+            [2, 6, 3, 3],
+            [6, 1, 4, 4],
+            conv([3, 2], [2, 1], [1, 1], 6),
+            [2, 1],
+        ),
     ];
     for (xs, ws, c, op) in cases {
         for dt in FLOATS {
@@ -1179,7 +1374,12 @@ fn conv_transpose2d_with_output_padding_and_groups() -> Result<()> {
     let x = Arr::random(&mut rng, &[1, 2, 3, 4], dt, &mut any);
     let w = Arr::random(&mut rng, &[2, 3, 3, 3], dt, &mut any);
     let b = Arr::random(&mut rng, &[3], dt, &mut any);
-    let got = tensor(&x, dt).conv_transpose2d(&tensor(&w, dt), Some(&tensor(&b, dt)), conv_params(c), [1, 0])?;
+    let got = tensor(&x, dt).conv_transpose2d(
+        &tensor(&w, dt),
+        Some(&tensor(&b, dt)),
+        conv_params(c),
+        [1, 0],
+    )?;
     let y = r::conv_transpose2d(&x, &w, c, [1, 0]);
     let exact = Arr::from_fn(&y.shape, |i| y.at(i) + b.at(&[i[1]]));
     assert_close("conv_transpose2d + bias", &got, &exact, dt, 1e-12, 1e-12);
@@ -1212,7 +1412,13 @@ fn conv2d_backward_weight_matches_reference() -> Result<()> {
 
 // ---------------------------------------------------------------- pooling
 
-fn pool(kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], count_include_pad: bool) -> Pool {
+fn pool(
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    count_include_pad: bool,
+) -> Pool {
     Pool {
         kernel,
         stride,
@@ -1268,11 +1474,22 @@ fn max_pool2d_forward_and_backward() -> Result<()> {
                 let y = r::max_pool2d(&x, p);
                 assert_ref(&format!("max_pool2d {what}"), &got, &y, dt);
                 let gy = Arr::random(&mut rng, &y.shape, dt, &mut any);
-                let got = Tensor::apply(Op::MaxPool2dBackward(pool_params(p)), &[&t, &tensor(&gy, dt)])?;
+                let got = Tensor::apply(
+                    Op::MaxPool2dBackward(pool_params(p)),
+                    &[&t, &tensor(&gy, dt)],
+                )?;
                 let exact = r::max_pool2d_backward(&x, &gy, p);
                 let scale = r::max_pool2d_backward(&x, &gy.abs(), p);
                 let (rt, at) = reduce_tol(dt);
-                assert_close_scaled(&format!("max_pool2d_backward {what}"), &got, &exact, &scale, dt, rt, at);
+                assert_close_scaled(
+                    &format!("max_pool2d_backward {what}"),
+                    &got,
+                    &exact,
+                    &scale,
+                    dt,
+                    rt,
+                    at,
+                );
             }
         }
     }
@@ -1287,8 +1504,16 @@ fn max_pool2d_backward_routes_ties_to_the_first_maximum() -> Result<()> {
     for p in max_pools() {
         let y = r::max_pool2d(&x, p);
         let gy = Arr::random(&mut rng, &y.shape, dt, &mut |r| r.int(1, 9));
-        let got = Tensor::apply(Op::MaxPool2dBackward(pool_params(p)), &[&tensor(&x, dt), &tensor(&gy, dt)])?;
-        assert_ref(&format!("tied max_pool2d_backward {p:?}"), &got, &r::max_pool2d_backward(&x, &gy, p), dt);
+        let got = Tensor::apply(
+            Op::MaxPool2dBackward(pool_params(p)),
+            &[&tensor(&x, dt), &tensor(&gy, dt)],
+        )?;
+        assert_ref(
+            &format!("tied max_pool2d_backward {p:?}"),
+            &got,
+            &r::max_pool2d_backward(&x, &gy, p),
+            dt,
+        );
     }
     Ok(())
 }
@@ -1313,7 +1538,15 @@ fn avg_pool2d_forward_and_backward() -> Result<()> {
                 let got = Tensor::apply(op, &[&tensor(&gy, dt)])?;
                 let exact = r::avg_pool2d_backward(&gy, p, POOL_INPUT);
                 let scale = r::avg_pool2d_backward(&gy.abs(), p, POOL_INPUT);
-                assert_close_scaled(&format!("avg_pool2d_backward {what}"), &got, &exact, &scale, dt, rt, at);
+                assert_close_scaled(
+                    &format!("avg_pool2d_backward {what}"),
+                    &got,
+                    &exact,
+                    &scale,
+                    dt,
+                    rt,
+                    at,
+                );
             }
         }
     }
@@ -1331,7 +1564,15 @@ fn adaptive_avg_pool2d_forward_and_backward() -> Result<()> {
                 let got = t.adaptive_avg_pool2d(out)?;
                 let y = r::adaptive_avg_pool2d(&x, out);
                 let scale = r::adaptive_avg_pool2d(&x.abs(), out);
-                assert_close_scaled(&format!("adaptive_avg_pool2d {what}"), &got, &y, &scale, dt, rt, at);
+                assert_close_scaled(
+                    &format!("adaptive_avg_pool2d {what}"),
+                    &got,
+                    &y,
+                    &scale,
+                    dt,
+                    rt,
+                    at,
+                );
                 let gy = Arr::random(&mut rng, &y.shape, dt, &mut any);
                 let op = Op::AdaptiveAvgPool2dBackward {
                     input: Shape::from(POOL_INPUT),
@@ -1339,7 +1580,15 @@ fn adaptive_avg_pool2d_forward_and_backward() -> Result<()> {
                 let got = Tensor::apply(op, &[&tensor(&gy, dt)])?;
                 let exact = r::adaptive_avg_pool2d_backward(&gy, POOL_INPUT);
                 let scale = r::adaptive_avg_pool2d_backward(&gy.abs(), POOL_INPUT);
-                assert_close_scaled(&format!("adaptive_avg_pool2d_backward {what}"), &got, &exact, &scale, dt, rt, at);
+                assert_close_scaled(
+                    &format!("adaptive_avg_pool2d_backward {what}"),
+                    &got,
+                    &exact,
+                    &scale,
+                    dt,
+                    rt,
+                    at,
+                );
             }
         }
     }
@@ -1359,12 +1608,22 @@ fn full_zeros_ones_for_every_dtype() -> Result<()> {
             ("full", Tensor::full([3, 5], v, dt, &d)?, v),
         ];
         for (name, got, value) in cases {
-            assert_ref(&format!("{name} {dt}"), &got, &Arr::full(&[3, 5], value), dt);
+            assert_ref(
+                &format!("{name} {dt}"),
+                &got,
+                &Arr::full(&[3, 5], value),
+                dt,
+            );
         }
         let s = Tensor::scalar(v, dt, &d)?;
         assert_ref(&format!("scalar {dt}"), &s, &Arr::new(&[], vec![v]), dt);
         let like = s.full_like(0.0)?;
-        assert_ref(&format!("full_like {dt}"), &like, &Arr::new(&[], vec![0.0]), dt);
+        assert_ref(
+            &format!("full_like {dt}"),
+            &like,
+            &Arr::new(&[], vec![0.0]),
+            dt,
+        );
     }
     let neg = Tensor::full([2, 2], -2.5, DType::F16, &d)?;
     assert_ref("full -2.5 f16", &neg, &Arr::full(&[2, 2], -2.5), DType::F16);
@@ -1385,9 +1644,21 @@ fn arange_and_linspace() -> Result<()> {
     for (start, end, step, dt) in cases {
         let got = Tensor::arange(start, end, step, dt, &d)?;
         let len = ((end - start) / step).ceil().max(0.0) as usize;
-        let want = Arr::new(&[len], (0..len).map(|i| quantize(start + i as f64 * step, dt)).collect());
+        let want = Arr::new(
+            &[len],
+            (0..len)
+                .map(|i| quantize(start + i as f64 * step, dt))
+                .collect(),
+        );
         let (rt, at) = tol(dt);
-        assert_close(&format!("arange({start}, {end}, {step}) {dt}"), &got, &want, dt, rt * 4.0, at);
+        assert_close(
+            &format!("arange({start}, {end}, {step}) {dt}"),
+            &got,
+            &want,
+            dt,
+            rt * 4.0,
+            at,
+        );
     }
     for (start, end, steps, dt) in [
         (-1.0, 2.0, 7usize, DType::F32),
@@ -1409,7 +1680,14 @@ fn arange_and_linspace() -> Result<()> {
                 .collect(),
         );
         let (rt, at) = tol(dt);
-        assert_close(&format!("linspace({start}, {end}, {steps}) {dt}"), &got, &want, dt, rt * 4.0, at * 4.0);
+        assert_close(
+            &format!("linspace({start}, {end}, {steps}) {dt}"),
+            &got,
+            &want,
+            dt,
+            rt * 4.0,
+            at * 4.0,
+        );
     }
     Ok(())
 }
@@ -1419,9 +1697,26 @@ fn eye_square_and_rectangular() -> Result<()> {
     let d = dev();
     for dt in [DType::F32, DType::I32, DType::Bool, DType::F16] {
         let got = Tensor::eye(4, dt, &d)?;
-        assert_ref(&format!("eye 4 {dt}"), &got, &Arr::from_fn(&[4, 4], |i| (i[0] == i[1]) as u8 as f64), dt);
-        let got = Tensor::create(Op::Eye { n: 3, m: 5, dtype: dt }, &d)?;
-        assert_ref(&format!("eye 3x5 {dt}"), &got, &Arr::from_fn(&[3, 5], |i| (i[0] == i[1]) as u8 as f64), dt);
+        assert_ref(
+            &format!("eye 4 {dt}"),
+            &got,
+            &Arr::from_fn(&[4, 4], |i| (i[0] == i[1]) as u8 as f64),
+            dt,
+        );
+        let got = Tensor::create(
+            Op::Eye {
+                n: 3,
+                m: 5,
+                dtype: dt,
+            },
+            &d,
+        )?;
+        assert_ref(
+            &format!("eye 3x5 {dt}"),
+            &got,
+            &Arr::from_fn(&[3, 5], |i| (i[0] == i[1]) as u8 as f64),
+            dt,
+        );
     }
     Ok(())
 }
@@ -1434,7 +1729,10 @@ fn from_vec_and_from_slice_round_trip_every_dtype() -> Result<()> {
     let t = Tensor::from_vec(vec![1.5f32, -2.25, 3.0, 4.0, 5.0, 6.0], [3, 2], &d)?;
     assert_eq!(t.to_vec::<f32>()?, vec![1.5, -2.25, 3.0, 4.0, 5.0, 6.0]);
     assert_eq!(t.dims(), &[3, 2]);
-    let h: Vec<half::f16> = [0.5, -1.0, 65504.0].iter().map(|&v| half::f16::from_f64(v)).collect();
+    let h: Vec<half::f16> = [0.5, -1.0, 65504.0]
+        .iter()
+        .map(|&v| half::f16::from_f64(v))
+        .collect();
     let t = Tensor::from_slice(&h, [3], &d)?;
     assert_eq!(t.to_vec::<half::f16>()?, h);
     let t = Tensor::from_slice(&[i32::MIN, -1, 0, i32::MAX], [2, 2], &d)?;
@@ -1468,12 +1766,21 @@ fn rand_uniform_range_moments_and_seeds() -> Result<()> {
         let v = read(&t)?.data;
         // f16 may round a value just below `hi` up to `hi`.
         let top_ok = |x: f64| if dt == DType::F16 { x <= hi } else { x < hi };
-        assert!(v.iter().all(|&x| x >= lo && top_ok(x)), "{dt}: a value outside [{lo}, {hi})");
+        assert!(
+            v.iter().all(|&x| x >= lo && top_ok(x)),
+            "{dt}: a value outside [{lo}, {hi})"
+        );
         let (m, s) = stats(&v);
         let (want_m, want_s) = ((lo + hi) / 2.0, (hi - lo) / 12f64.sqrt());
         // 5 standard errors of the mean; std within 3%.
-        assert!((m - want_m).abs() < 5.0 * want_s / (n as f64).sqrt(), "{dt}: mean {m}, want {want_m}");
-        assert!((s - want_s).abs() < 0.03 * want_s, "{dt}: std {s}, want {want_s}");
+        assert!(
+            (m - want_m).abs() < 5.0 * want_s / (n as f64).sqrt(),
+            "{dt}: mean {m}, want {want_m}"
+        );
+        assert!(
+            (s - want_s).abs() < 0.03 * want_s,
+            "{dt}: std {s}, want {want_s}"
+        );
         // Each tenth of the range holds about a tenth of the values.
         for b in 0..10 {
             let (a, z) = (lo + b as f64 * 0.5, lo + (b + 1) as f64 * 0.5);
@@ -1484,7 +1791,10 @@ fn rand_uniform_range_moments_and_seeds() -> Result<()> {
         assert_eq!(v, again, "{dt}: the same seed must give the same values");
         let other = read(&Tensor::rand_uniform([n], lo, hi, 8, dt, &d)?)?.data;
         let same = v.iter().zip(&other).filter(|(a, b)| a == b).count();
-        assert!(same < n / 50, "{dt}: seeds 7 and 8 agree on {same} of {n} values");
+        assert!(
+            same < n / 50,
+            "{dt}: seeds 7 and 8 agree on {same} of {n} values"
+        );
     }
     Ok(())
 }
@@ -1498,19 +1808,37 @@ fn rand_normal_moments_and_seeds() -> Result<()> {
         let t = Tensor::rand_normal([100, n / 100], mu, sigma, 11, dt, &d)?;
         assert_eq!((t.dtype(), t.dims()), (dt, &[100, n / 100][..]));
         let v = read(&t)?.data;
-        assert!(v.iter().all(|x| x.is_finite()), "{dt}: non-finite normal sample");
+        assert!(
+            v.iter().all(|x| x.is_finite()),
+            "{dt}: non-finite normal sample"
+        );
         let (m, s) = stats(&v);
-        assert!((m - mu).abs() < 5.0 * sigma / (n as f64).sqrt(), "{dt}: mean {m}, want {mu}");
-        assert!((s - sigma).abs() < 0.03 * sigma, "{dt}: std {s}, want {sigma}");
+        assert!(
+            (m - mu).abs() < 5.0 * sigma / (n as f64).sqrt(),
+            "{dt}: mean {m}, want {mu}"
+        );
+        assert!(
+            (s - sigma).abs() < 0.03 * sigma,
+            "{dt}: std {s}, want {sigma}"
+        );
         let within = v.iter().filter(|&&x| (x - mu).abs() < sigma).count() as f64 / n as f64;
-        assert!((within - 0.6827).abs() < 0.02, "{dt}: {within} within one std");
+        assert!(
+            (within - 0.6827).abs() < 0.02,
+            "{dt}: {within} within one std"
+        );
         let within2 = v.iter().filter(|&&x| (x - mu).abs() < 2.0 * sigma).count() as f64 / n as f64;
-        assert!((within2 - 0.9545).abs() < 0.01, "{dt}: {within2} within two std");
+        assert!(
+            (within2 - 0.9545).abs() < 0.01,
+            "{dt}: {within2} within two std"
+        );
         let again = read(&Tensor::rand_normal([100, n / 100], mu, sigma, 11, dt, &d)?)?.data;
         assert_eq!(v, again, "{dt}: the same seed must give the same values");
         let other = read(&Tensor::rand_normal([100, n / 100], mu, sigma, 12, dt, &d)?)?.data;
         let same = v.iter().zip(&other).filter(|(a, b)| a == b).count();
-        assert!(same < n / 50, "{dt}: seeds 11 and 12 agree on {same} of {n} values");
+        assert!(
+            same < n / 50,
+            "{dt}: seeds 11 and 12 agree on {same} of {n} values"
+        );
     }
     Ok(())
 }

@@ -1,9 +1,38 @@
 //! The CPU reference backend: correct for every op, the oracle other backends are tested against.
+//!
+//! Buffers are plain vectors ([`CpuStorage`]); inputs are read through their layouts in place
+//! (strided, broadcast, offset) and every output is a fresh row-major buffer. f16 is computed in
+//! f32. Matmul and convolution run on matrixmultiply's GEMM, multi-threaded under `std`.
+//!
+//! ```
+//! use kiln_core::{DType, Device, Tensor};
+//! let dev = Device::cpu();
+//! let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], [2, 2], &dev)?;
+//! assert_eq!(x.t()?.relu()?.to_vec::<f32>()?, vec![1.0, 3.0, 0.0, 0.0]);
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+
+mod conv;
+mod elementwise;
+mod matmul;
+mod movement;
+mod num;
+mod par;
+mod pool;
+mod reduce;
+mod storage;
+mod strided;
+#[cfg(test)]
+mod tests;
+
+pub use storage::CpuStorage;
 
 use crate::backend::{Backend, ReadFuture, View};
 use crate::op::Op;
-use crate::{DType, Device, Error, Result, Shape, Storage, TensorData};
+use crate::{DType, Device, Error, Layout, Result, Shape, Storage, TensorData};
 use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
 
 /// The CPU backend.
 #[derive(Debug, Default)]
@@ -15,26 +44,220 @@ pub(crate) fn device() -> Device {
     CPU.call_once(|| Device::new(CpuBackend)).clone()
 }
 
+/// The error for a dtype an op does not take.
+pub(crate) fn unsupported(op: &'static str, dt: DType) -> Error {
+    Error::unsupported(op, alloc::format!("is not defined for {dt} tensors on the cpu"))
+}
+
+/// Runs `$body` with `$T` bound to the Rust element type of `$dt`.
+macro_rules! dispatch_any {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use dispatch_any;
+
+/// Ops that only move or create elements (every dtype natively); the rest compute f16 in f32.
+fn native_f16(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Full { .. }
+            | Op::Arange { .. }
+            | Op::Eye { .. }
+            | Op::RandUniform { .. }
+            | Op::RandNormal { .. }
+            | Op::Cast { .. }
+            | Op::Where
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Expand { .. }
+            | Op::Contiguous
+            | Op::Concat { .. }
+            | Op::Gather { .. }
+            | Op::IndexSelect { .. }
+            | Op::Pad { .. }
+            | Op::OneHot { .. }
+    )
+}
+
+/// Number of inputs `op` takes (`None`: one or more).
+fn arity(op: &Op) -> Option<usize> {
+    Some(match op {
+        Op::Full { .. }
+        | Op::Arange { .. }
+        | Op::Eye { .. }
+        | Op::RandUniform { .. }
+        | Op::RandNormal { .. } => 0,
+        Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Matmul
+        | Op::Gather { .. }
+        | Op::IndexSelect { .. }
+        | Op::Conv2d(_)
+        | Op::ConvTranspose2d { .. }
+        | Op::Conv2dBackwardWeight { .. }
+        | Op::MaxPool2dBackward(_) => 2,
+        Op::Where | Op::ScatterAdd { .. } => 3,
+        Op::Concat { .. } => return None,
+        _ => 1,
+    })
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "cpu".into()
     }
     fn upload(&self, data: &TensorData) -> Result<Storage> {
-        Ok(Storage::new(data.clone()))
+        Ok(Storage::new(CpuStorage::from_data(data)))
     }
     fn execute(
         &self,
         op: &Op,
-        _inputs: &[View<'_>],
-        _out_dtype: DType,
-        _out_shape: &Shape,
+        inputs: &[View<'_>],
+        out_dtype: DType,
+        out_shape: &Shape,
     ) -> Result<Storage> {
-        Err(Error::unsupported(
-            op.name(),
-            "not yet implemented on the cpu backend",
-        ))
+        let want = arity(op);
+        if want.is_some_and(|n| n != inputs.len()) || (want.is_none() && inputs.is_empty()) {
+            return Err(crate::op::arity(op, want.unwrap_or(1), inputs.len()));
+        }
+        let out = if !native_f16(op)
+            && (out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
+        {
+            execute_via_f32(op, inputs, out_dtype, out_shape)?
+        } else {
+            run(op, inputs, out_dtype, out_shape)?
+        };
+        if out.dtype() != out_dtype || out.len() != out_shape.numel() {
+            return Err(Error::invalid(
+                op.name(),
+                alloc::format!(
+                    "cpu produced {} {} elements, expected {out_dtype} {out_shape}",
+                    out.len(),
+                    out.dtype()
+                ),
+            ));
+        }
+        Ok(Storage::new(out))
     }
-    fn read(&self, _input: View<'_>) -> ReadFuture {
-        alloc::boxed::Box::pin(core::future::ready(Err(Error::unsupported("read", "todo"))))
+    fn read(&self, input: View<'_>) -> ReadFuture {
+        alloc::boxed::Box::pin(core::future::ready(storage::read_view(&input)))
+    }
+    fn allocated_bytes(&self) -> Option<u64> {
+        Some(storage::ALLOCATED.load(Ordering::Relaxed) as u64)
+    }
+}
+
+/// Runs an op on f16 data in f32: f16 inputs widened (exactly), an f16 result rounded back.
+fn execute_via_f32(
+    op: &Op,
+    inputs: &[View<'_>],
+    out_dtype: DType,
+    out_shape: &Shape,
+) -> Result<CpuStorage> {
+    let wide = inputs
+        .iter()
+        .map(|v| {
+            (v.dtype == DType::F16)
+                .then(|| {
+                    let s = Storage::new(elementwise::widen_f16(v)?);
+                    Ok((s, Layout::contiguous(v.layout.shape().clone())))
+                })
+                .transpose()
+        })
+        .collect::<Result<Vec<Option<(Storage, Layout)>>>>()?;
+    let views: Vec<View<'_>> = inputs
+        .iter()
+        .zip(&wide)
+        .map(|(v, w)| match w {
+            Some((storage, layout)) => View {
+                storage,
+                layout,
+                dtype: DType::F32,
+            },
+            None => *v,
+        })
+        .collect();
+    let dt = if out_dtype == DType::F16 {
+        DType::F32
+    } else {
+        out_dtype
+    };
+    let out = run(op, &views, dt, out_shape)?;
+    if out_dtype == DType::F16 {
+        elementwise::narrow_f32(&out)
+    } else {
+        Ok(out)
+    }
+}
+
+/// Executes `op` natively (f16 only for the element-moving ops).
+fn run(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<CpuStorage> {
+    match op {
+        Op::Full { .. }
+        | Op::Arange { .. }
+        | Op::Eye { .. }
+        | Op::RandUniform { .. }
+        | Op::RandNormal { .. } => elementwise::create(op, out_dtype, out_shape),
+        Op::Unary(u) => elementwise::unary(*u, &x[0]),
+        Op::Binary(b) => elementwise::binary(*b, &x[0], &x[1], out_shape),
+        Op::Compare(c) => elementwise::compare(*c, &x[0], &x[1], out_shape),
+        Op::Where => elementwise::select(&x[0], &x[1], &x[2], out_shape),
+        Op::Cast { dtype } => elementwise::cast(&x[0], *dtype),
+        Op::Reduce { op: r, axes, .. } => reduce::reduce(*r, axes, &x[0], out_shape.numel()),
+        Op::Cumsum { axis, reverse } => reduce::cumsum(&x[0], *axis, *reverse),
+        Op::Softmax { axis } => reduce::softmax(&x[0], *axis, false),
+        Op::LogSoftmax { axis } => reduce::softmax(&x[0], *axis, true),
+        Op::Matmul => matmul::matmul(&x[0], &x[1]),
+        // View ops normally never get here; executed, they are copies of the view.
+        Op::Reshape { .. } | Op::Contiguous => movement::copy(&x[0], x[0].layout),
+        Op::Permute { dims } => movement::copy(&x[0], &x[0].layout.permute(dims)?),
+        Op::Slice { ranges } => movement::copy(&x[0], &x[0].layout.slice(ranges)?),
+        Op::Expand { shape } => movement::copy(&x[0], &x[0].layout.broadcast_to(shape)?),
+        Op::Concat { axis } => movement::concat(x, *axis, out_shape),
+        Op::Gather { axis } => movement::gather(&x[0], &x[1], *axis),
+        Op::IndexSelect { axis } => movement::index_select(&x[0], &x[1], *axis),
+        Op::ScatterAdd { axis } => movement::scatter_add(&x[0], &x[1], &x[2], *axis),
+        Op::Pad { pads, value } => movement::pad(&x[0], pads, *value, out_shape),
+        Op::OneHot { classes, dtype } => movement::one_hot(&x[0], *classes, *dtype),
+        Op::Conv2d(p) => conv::conv2d(&x[0], &x[1], *p),
+        Op::ConvTranspose2d { params, .. } => {
+            conv::conv_transpose2d(&x[0], &x[1], *params, out_shape)
+        }
+        Op::Conv2dBackwardWeight { params, kernel } => {
+            conv::conv2d_backward_weight(&x[0], &x[1], *params, *kernel)
+        }
+        Op::MaxPool2d(_)
+        | Op::MaxPool2dBackward(_)
+        | Op::AvgPool2d(_)
+        | Op::AvgPool2dBackward { .. }
+        | Op::AdaptiveAvgPool2d { .. }
+        | Op::AdaptiveAvgPool2dBackward { .. } => pool::pool(op, x, out_shape),
     }
 }

@@ -38,8 +38,13 @@ pub(crate) trait Num: CpuElem + PartialOrd {
     fn minimum(self, o: Self) -> Self {
         if self.is_nan() || o >= self { self } else { o }
     }
-    /// Sum of a slice, in eight independent lanes (faster, and more accurate than one chain).
+    /// Sum of a slice.
     fn sum_slice(x: &[Self]) -> Self {
+        Self::from_acc(Self::sum_acc(x))
+    }
+    /// Sum of a slice in the accumulator type, in eight independent lanes (faster, and more
+    /// accurate than one chain).
+    fn sum_acc(x: &[Self]) -> Self::Acc {
         let mut lanes = [Self::ACC_ZERO; 8];
         let chunks = x.chunks_exact(8);
         let rest = chunks.remainder();
@@ -55,7 +60,7 @@ pub(crate) trait Num: CpuElem + PartialOrd {
         for &v in rest {
             s = Self::acc_add(s, v.acc());
         }
-        Self::from_acc(s)
+        s
     }
 }
 

@@ -118,7 +118,14 @@ impl Forward for Dropout {
             return x.zeros_like();
         }
         let step = self.step.fetch_add(1, Ordering::Relaxed) as u64;
-        let u = Tensor::rand_uniform(x.shape(), 0.0, 1.0, mix(self.seed, step), x.dtype(), x.device())?;
+        let u = Tensor::rand_uniform(
+            x.shape(),
+            0.0,
+            1.0,
+            mix(self.seed, step),
+            x.dtype(),
+            x.device(),
+        )?;
         let keep = u.ge(&u.scalar_like(self.p)?)?.cast(x.dtype())?;
         x.mul(&keep)?.mul_scalar(1.0 / (1.0 - self.p))
     }

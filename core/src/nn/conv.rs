@@ -74,7 +74,8 @@ impl Conv2dConfig {
         let [kh, kw] = self.kernel;
         let g = self.params.groups;
         let fan_in = self.in_channels / g * kh * kw;
-        let weight = init.fan_in_uniform([self.out_channels, self.in_channels / g, kh, kw], fan_in)?;
+        let weight =
+            init.fan_in_uniform([self.out_channels, self.in_channels / g, kh, kw], fan_in)?;
         Ok(Conv2d {
             weight: Param::new(weight),
             bias: self.make_bias(init, fan_in)?,
@@ -83,13 +84,18 @@ impl Conv2dConfig {
     }
     /// A [`ConvTranspose2d`] (weight `[in, out/groups, kh, kw]`) with PyTorch's default
     /// initialisation and the given output padding.
-    pub fn build_transpose(self, init: &mut Init, output_padding: usize) -> Result<ConvTranspose2d> {
+    pub fn build_transpose(
+        self,
+        init: &mut Init,
+        output_padding: usize,
+    ) -> Result<ConvTranspose2d> {
         self.check("ConvTranspose2d")?;
         let [kh, kw] = self.kernel;
         let g = self.params.groups;
         // PyTorch computes fan_in from weight.size(1) * kernel area for the transpose too.
         let fan_in = self.out_channels / g * kh * kw;
-        let weight = init.fan_in_uniform([self.in_channels, self.out_channels / g, kh, kw], fan_in)?;
+        let weight =
+            init.fan_in_uniform([self.in_channels, self.out_channels / g, kh, kw], fan_in)?;
         Ok(ConvTranspose2d {
             weight: Param::new(weight),
             bias: self.make_bias(init, fan_in)?,
@@ -101,7 +107,9 @@ impl Conv2dConfig {
         if !self.bias {
             return Ok(None);
         }
-        Ok(Some(Param::new(init.fan_in_uniform([self.out_channels], fan_in)?)))
+        Ok(Some(Param::new(
+            init.fan_in_uniform([self.out_channels], fan_in)?,
+        )))
     }
     fn check(&self, layer: &'static str) -> Result<()> {
         let p = &self.params;
@@ -142,7 +150,12 @@ pub struct Conv2d {
 
 impl Conv2d {
     /// A convolution with a square `kernel`, stride 1, no padding and a bias.
-    pub fn new(init: &mut Init, in_channels: usize, out_channels: usize, kernel: usize) -> Result<Self> {
+    pub fn new(
+        init: &mut Init,
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+    ) -> Result<Self> {
         Conv2dConfig::new(in_channels, out_channels, kernel).build(init)
     }
 }
@@ -172,7 +185,12 @@ pub struct ConvTranspose2d {
 
 impl ConvTranspose2d {
     /// A transposed convolution with a square `kernel`, stride 1, no padding and a bias.
-    pub fn new(init: &mut Init, in_channels: usize, out_channels: usize, kernel: usize) -> Result<Self> {
+    pub fn new(
+        init: &mut Init,
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+    ) -> Result<Self> {
         Conv2dConfig::new(in_channels, out_channels, kernel).build_transpose(init, 0)
     }
 }

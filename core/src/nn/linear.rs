@@ -28,7 +28,9 @@ impl Linear {
     ) -> Result<Self> {
         let weight = Param::new(init.fan_in_uniform([out_features, in_features], in_features)?);
         let bias = if bias {
-            Some(Param::new(init.fan_in_uniform([out_features], in_features)?))
+            Some(Param::new(
+                init.fan_in_uniform([out_features], in_features)?,
+            ))
         } else {
             None
         };

@@ -7,7 +7,10 @@ fn check_targets(scores: &Tensor, targets: &Tensor, op: &'static str) -> Result<
     if scores.rank() != 2 {
         return Err(Error::shape(
             op,
-            format!("expects scores of shape [batch, classes], got {}", scores.shape()),
+            format!(
+                "expects scores of shape [batch, classes], got {}",
+                scores.shape()
+            ),
         ));
     }
     if !targets.dtype().is_int() {
@@ -65,7 +68,11 @@ pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
     if pred.shape() != target.shape() {
         return Err(Error::shape(
             "mse",
-            format!("prediction {} and target {} differ in shape", pred.shape(), target.shape()),
+            format!(
+                "prediction {} and target {} differ in shape",
+                pred.shape(),
+                target.shape()
+            ),
         ));
     }
     let d = pred.sub(target)?;
@@ -78,9 +85,17 @@ pub fn bce_with_logits(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     if logits.shape() != targets.shape() {
         return Err(Error::shape(
             "bce_with_logits",
-            format!("logits {} and targets {} differ in shape", logits.shape(), targets.shape()),
+            format!(
+                "logits {} and targets {} differ in shape",
+                logits.shape(),
+                targets.shape()
+            ),
         ));
     }
     let softplus = logits.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?;
-    logits.relu()?.sub(&logits.mul(targets)?)?.add(&softplus)?.mean_all()
+    logits
+        .relu()?
+        .sub(&logits.mul(targets)?)?
+        .add(&softplus)?
+        .mean_all()
 }

@@ -299,7 +299,10 @@ pub(crate) fn expect_rank(x: &Tensor, ranks: &[usize], layer: &'static str) -> R
     } else {
         Err(Error::shape(
             layer,
-            format!("expects an input of rank {ranks:?}, got shape {}", x.shape()),
+            format!(
+                "expects an input of rank {ranks:?}, got shape {}",
+                x.shape()
+            ),
         ))
     }
 }

@@ -84,7 +84,8 @@ impl Forward for BatchNorm {
                 let m = self.momentum;
                 let unbiased = var.detach().mul_scalar(n as f64 / (n - 1) as f64)?;
                 let rm = self.running_mean.tensor().mul_scalar(1.0 - m)?;
-                self.running_mean.set(rm.add(&mean.detach().mul_scalar(m)?)?);
+                self.running_mean
+                    .set(rm.add(&mean.detach().mul_scalar(m)?)?);
                 let rv = self.running_var.tensor().mul_scalar(1.0 - m)?;
                 self.running_var.set(rv.add(&unbiased.mul_scalar(m)?)?);
                 let seen = self.num_batches_tracked.tensor();
@@ -95,7 +96,10 @@ impl Forward for BatchNorm {
         } else {
             (self.running_mean.tensor(), self.running_var.tensor())
         };
-        let scale = var.add_scalar(self.eps)?.rsqrt()?.mul(&self.weight.tensor())?;
+        let scale = var
+            .add_scalar(self.eps)?
+            .rsqrt()?
+            .mul(&self.weight.tensor())?;
         let shift = self.bias.tensor().sub(&mean.mul(&scale)?)?;
         x.mul(&per_channel(scale)?)?.add(&per_channel(shift)?)
     }
@@ -117,7 +121,10 @@ impl LayerNorm {
     /// Normalises the trailing axes of shape `normalized`.
     pub fn new(init: &mut Init, normalized: &[usize]) -> Result<Self> {
         if normalized.is_empty() {
-            return Err(Error::invalid("LayerNorm", "needs at least one normalised axis"));
+            return Err(Error::invalid(
+                "LayerNorm",
+                "needs at least one normalised axis",
+            ));
         }
         Ok(LayerNorm {
             weight: Param::new(init.full(normalized, 1.0)?),
@@ -134,7 +141,11 @@ impl Forward for LayerNorm {
         if x.rank() < k || x.dims()[x.rank() - k..] != *w.dims() {
             return Err(Error::shape(
                 "LayerNorm",
-                format!("expects inputs ending in {}, got shape {}", w.shape(), x.shape()),
+                format!(
+                    "expects inputs ending in {}, got shape {}",
+                    w.shape(),
+                    x.shape()
+                ),
             ));
         }
         let axes: Vec<isize> = (-(k as isize)..0).collect();

@@ -115,7 +115,10 @@ impl Optimizer for Adam {
             slots.set(name, "exp_avg_sq", v.clone());
             let bc1 = 1.0 - libm::pow(beta1, t as f64);
             let bc2 = 1.0 - libm::pow(beta2, t as f64);
-            let denom = v.sqrt()?.mul_scalar(1.0 / libm::sqrt(bc2))?.add_scalar(eps)?;
+            let denom = v
+                .sqrt()?
+                .mul_scalar(1.0 / libm::sqrt(bc2))?
+                .add_scalar(eps)?;
             p.sub(&m.div(&denom)?.mul_scalar(lr / bc1)?)
         })
     }
@@ -146,7 +149,12 @@ impl Optimizer for Adam {
                 ),
             ));
         }
-        self.slots = take_slots(state, saved.steps, &["exp_avg", "exp_avg_sq"], "Adam::load_state")?;
+        self.slots = take_slots(
+            state,
+            saved.steps,
+            &["exp_avg", "exp_avg_sq"],
+            "Adam::load_state",
+        )?;
         self.cfg = saved.cfg;
         Ok(())
     }

@@ -106,7 +106,11 @@ pub(crate) fn for_each_param(
             let r = if g.shape() != value.shape() {
                 Err(Error::shape(
                     op,
-                    format!("{name}: gradient {} for a parameter of shape {}", g.shape(), value.shape()),
+                    format!(
+                        "{name}: gradient {} for a parameter of shape {}",
+                        g.shape(),
+                        value.shape()
+                    ),
                 ))
             } else {
                 g.cast(value.dtype())
@@ -153,7 +157,11 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
             return Ok(Tensor::scalar(0.0, DType::F32, &crate::Device::cpu())?);
         };
         let norm = total.sqrt()?;
-        let coef = norm.add_scalar(1e-6)?.recip()?.mul_scalar(max_norm)?.clamp(0.0, 1.0)?;
+        let coef = norm
+            .add_scalar(1e-6)?
+            .recip()?
+            .mul_scalar(max_norm)?
+            .clamp(0.0, 1.0)?;
         for p in &params {
             if let Some(g) = grads.get(p) {
                 let scaled = g.mul(&coef.cast(g.dtype())?)?;
@@ -165,7 +173,10 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
 }
 
 /// Parses an optimizer's JSON config, naming the optimizer on failure.
-pub(crate) fn parse_config<T: serde::de::DeserializeOwned>(json: &str, op: &'static str) -> Result<T> {
+pub(crate) fn parse_config<T: serde::de::DeserializeOwned>(
+    json: &str,
+    op: &'static str,
+) -> Result<T> {
     serde_json::from_str(json)
         .map_err(|e| Error::format(op, format!("bad optimizer state config ({e}): {json}")))
 }

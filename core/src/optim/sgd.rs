@@ -114,7 +114,10 @@ impl Optimizer for Sgd {
         if saved.cfg.kind != "sgd" {
             return Err(Error::format(
                 "Sgd::load_state",
-                format!("expected the state of an sgd optimizer, found {}", saved.cfg.kind),
+                format!(
+                    "expected the state of an sgd optimizer, found {}",
+                    saved.cfg.kind
+                ),
             ));
         }
         self.slots = take_slots(state, saved.steps, &["momentum_buffer"], "Sgd::load_state")?;

@@ -95,14 +95,16 @@ impl Arr {
     pub fn full(shape: &[usize], v: f64) -> Arr {
         Arr::new(shape, vec![v; numel(shape)])
     }
-    /// Random values from `gen`, rounded to what `dt` can hold.
+    /// Random values from `values`, rounded to what `dt` can hold.
     pub fn random(
         rng: &mut Rng,
         shape: &[usize],
         dt: DType,
-        gen: &mut dyn FnMut(&mut Rng) -> f64,
+        values: &mut dyn FnMut(&mut Rng) -> f64,
     ) -> Arr {
-        let data = (0..numel(shape)).map(|_| quantize(gen(rng), dt)).collect();
+        let data = (0..numel(shape))
+            .map(|_| quantize(values(rng), dt))
+            .collect();
         Arr::new(shape, data)
     }
     pub fn rank(&self) -> usize {
@@ -137,7 +139,11 @@ impl Arr {
                 .enumerate()
                 .map(|(k, &d)| {
                     let od = shape[lead + k];
-                    assert!(d == od || d == 1, "{:?} cannot broadcast to {shape:?}", self.shape);
+                    assert!(
+                        d == od || d == 1,
+                        "{:?} cannot broadcast to {shape:?}",
+                        self.shape
+                    );
                     if d == 1 { 0 } else { o[lead + k] }
                 })
                 .collect();
@@ -167,8 +173,16 @@ pub fn tensor(a: &Arr, dt: DType) -> Tensor {
 /// Reads a tensor back as an `Arr`.
 pub fn read(t: &Tensor) -> Result<Arr> {
     let d = t.to_data()?;
-    assert_eq!(d.shape(), t.shape(), "read-back shape differs from the tensor's");
-    assert_eq!(d.dtype(), t.dtype(), "read-back dtype differs from the tensor's");
+    assert_eq!(
+        d.shape(),
+        t.shape(),
+        "read-back shape differs from the tensor's"
+    );
+    assert_eq!(
+        d.dtype(),
+        t.dtype(),
+        "read-back dtype differs from the tensor's"
+    );
     Ok(Arr::new(d.shape().dims(), d.to_f64_vec()))
 }
 
@@ -186,17 +200,17 @@ pub fn layouts(
     rng: &mut Rng,
     shape: &[usize],
     dt: DType,
-    gen: &mut dyn FnMut(&mut Rng) -> f64,
+    values: &mut dyn FnMut(&mut Rng) -> f64,
 ) -> Result<Vec<Input>> {
     let mut out = Vec::new();
-    let a = Arr::random(rng, shape, dt, gen);
+    let a = Arr::random(rng, shape, dt, values);
     out.push(Input {
         label: "contiguous",
         t: tensor(&a, dt),
         want: a,
     });
     if shape.len() >= 2 {
-        let want = Arr::random(rng, shape, dt, gen);
+        let want = Arr::random(rng, shape, dt, values);
         let rev: Vec<usize> = (0..shape.len()).rev().collect();
         let stored = reference::permute(&want, &rev);
         let t = tensor(&stored, dt).permute(&rev)?;
@@ -208,7 +222,7 @@ pub fn layouts(
     }
     if !shape.is_empty() {
         let big_shape: Vec<usize> = shape.iter().map(|&d| 2 * d + 1).collect();
-        let big = Arr::random(rng, &big_shape, dt, gen);
+        let big = Arr::random(rng, &big_shape, dt, values);
         let ranges: Vec<SliceRange> = big_shape
             .iter()
             .map(|&d| SliceRange {
@@ -231,7 +245,7 @@ pub fn layouts(
     if let Some(axis) = shape.iter().position(|&d| d > 1) {
         let mut small_shape = shape.to_vec();
         small_shape[axis] = 1;
-        let small = Arr::random(rng, &small_shape, dt, gen);
+        let small = Arr::random(rng, &small_shape, dt, values);
         let t = tensor(&small, dt).expand(shape.to_vec())?;
         out.push(Input {
             label: "expanded",

@@ -284,3 +284,8 @@ pub fn read_labels(path: &Path) -> Result<Vec<u8>> {
     }
     Ok(idx.data)
 }
+
+/// A pixel in `[0, 255]` normalised as the model expects: `(x / 255 - MEAN) / STD`.
+pub fn normalize(pixel: f32) -> f32 {
+    (pixel / 255.0 - MEAN) / STD
+}

@@ -1,3 +1,4 @@
-//! Data sets read from disk.
+//! Data sets and images read from disk.
 
+pub mod image;
 pub mod mnist;

@@ -1,0 +1,194 @@
+//! 2-D max/avg/adaptive-avg pooling over NCHW input and their gradients, one plane at a time.
+
+use super::conv::out_size;
+use super::num::Float;
+use super::par;
+use super::storage::{CpuStorage, Src};
+use super::unsupported;
+use crate::backend::View;
+use crate::op::{Op, Pool2dParams};
+use crate::{DType, Error, Result, Shape};
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// Which pooling, with its parameters.
+#[derive(Clone, Copy)]
+enum Kind {
+    Max(Pool2dParams),
+    Avg(Pool2dParams),
+    Adaptive,
+}
+
+/// Runs a pooling op or its gradient. `inputs` and `out_shape` as given to `Backend::execute`.
+pub(crate) fn pool(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<CpuStorage> {
+    match inputs.first().map(|v| v.dtype) {
+        Some(DType::F32) => pool_t::<f32>(op, inputs, out_shape),
+        Some(DType::F64) => pool_t::<f64>(op, inputs, out_shape),
+        Some(dt) => Err(unsupported(op.name(), dt)),
+        None => Err(Error::invalid(op.name(), "expects an input")),
+    }
+}
+
+fn dims4(op: &'static str, what: &str, s: &Shape) -> Result<[usize; 4]> {
+    <[usize; 4]>::try_from(s.dims()).map_err(|_| {
+        Error::shape(op, alloc::format!("{what} must be 4-D (N, C, H, W), got {s}"))
+    })
+}
+
+/// The input rows/columns `[start, end)` of output position `i` (before clipping for max/avg).
+fn window(kind: Kind, axis: usize, i: usize, size: usize, out: usize) -> (isize, isize, usize) {
+    match kind {
+        Kind::Max(p) | Kind::Avg(p) => {
+            let start = (i * p.stride[axis]) as isize - p.padding[axis] as isize;
+            (start, p.kernel[axis] as isize, p.dilation[axis])
+        }
+        // PyTorch: start = floor(i * in / out), end = ceil((i + 1) * in / out).
+        Kind::Adaptive => {
+            let start = i * size / out;
+            let end = ((i + 1) * size).div_ceil(out);
+            (start as isize, (end - start) as isize, 1)
+        }
+    }
+}
+
+/// The valid input positions of one window along one axis.
+fn taps(start: isize, len: isize, dil: usize, size: usize) -> impl Iterator<Item = usize> {
+    (0..len)
+        .map(move |t| start + t * dil as isize)
+        .filter(move |&v| v >= 0 && v < size as isize)
+        .map(|v| v as usize)
+}
+
+/// The divisor of an average window.
+fn divisor(kind: Kind, valid: usize) -> usize {
+    match kind {
+        Kind::Avg(p) if p.count_include_pad => p.kernel[0] * p.kernel[1],
+        _ => valid,
+    }
+}
+
+/// Index (within the plane) of the first maximum of a window; NaN counts as the maximum.
+fn argmax<T: Float>(plane: &[T], w: usize, ys: &[usize], xs: &[usize]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for &y in ys {
+        for &x in xs {
+            let i = y * w + x;
+            match best {
+                None => best = Some(i),
+                Some(b) if plane[b].is_nan() => return best,
+                Some(b) if plane[i] > plane[b] || plane[i].is_nan() => best = Some(i),
+                _ => {}
+            }
+        }
+    }
+    best
+}
+
+fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<CpuStorage> {
+    let name = op.name();
+    let (kind, backward) = match op {
+        Op::MaxPool2d(p) => (Kind::Max(*p), false),
+        Op::MaxPool2dBackward(p) => (Kind::Max(*p), true),
+        Op::AvgPool2d(p) => (Kind::Avg(*p), false),
+        Op::AvgPool2dBackward { params, .. } => (Kind::Avg(*params), true),
+        Op::AdaptiveAvgPool2d { .. } => (Kind::Adaptive, false),
+        Op::AdaptiveAvgPool2dBackward { .. } => (Kind::Adaptive, true),
+        _ => return Err(Error::invalid(name, "is not a pooling op")),
+    };
+    // The input geometry `[n, c, h, w]` and the pooled geometry `[oh, ow]`.
+    let (inp, pooled) = if backward {
+        let grad_shape = inputs.last().map(|v| v.layout.shape()).unwrap_or(out_shape);
+        (dims4(name, "input", out_shape)?, dims4(name, "grad_out", grad_shape)?)
+    } else {
+        (dims4(name, "input", inputs[0].layout.shape())?, dims4(name, "output", out_shape)?)
+    };
+    let [n, c, h, w] = inp;
+    let [_, _, oh, ow] = pooled;
+    let expect = match kind {
+        Kind::Max(p) | Kind::Avg(p) => (
+            out_size(h, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0]),
+            out_size(w, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1]),
+        ),
+        Kind::Adaptive => (Some(oh).filter(|&v| v > 0), Some(ow).filter(|&v| v > 0)),
+    };
+    if pooled[..2] != [n, c] || expect != (Some(oh), Some(ow)) {
+        return Err(Error::shape(
+            name,
+            alloc::format!("pooled shape {pooled:?} does not match input {inp:?} for this op"),
+        ));
+    }
+    // Window taps per output row and column.
+    let rows: Vec<Vec<usize>> = (0..oh)
+        .map(|i| {
+            let (s, l, d) = window(kind, 0, i, h, oh);
+            taps(s, l, d, h).collect()
+        })
+        .collect();
+    let cols: Vec<Vec<usize>> = (0..ow)
+        .map(|i| {
+            let (s, l, d) = window(kind, 1, i, w, ow);
+            taps(s, l, d, w).collect()
+        })
+        .collect();
+    let (hw, ohw) = (h * w, oh * ow);
+    let first = Src::<T>::new(name, &inputs[0])?.to_contiguous();
+    if !backward {
+        let mut out = vec![T::ZERO; n * c * ohw];
+        par::chunks_mut(&mut out, ohw, |pl, dst| {
+            let plane = &first[pl * hw..][..hw];
+            for (oy, ys) in rows.iter().enumerate() {
+                for (ox, xs) in cols.iter().enumerate() {
+                    dst[oy * ow + ox] = match kind {
+                        Kind::Max(_) => argmax(plane, w, ys, xs)
+                            .map_or(T::from_f(f64::NEG_INFINITY), |i| plane[i]),
+                        _ => {
+                            let mut s = 0f64;
+                            for &y in ys {
+                                for &x in xs {
+                                    s += plane[y * w + x].into();
+                                }
+                            }
+                            let d = divisor(kind, ys.len() * xs.len());
+                            T::from_f(if d == 0 { 0.0 } else { s / d as f64 })
+                        }
+                    };
+                }
+            }
+        });
+        return Ok(CpuStorage::new(out));
+    }
+    // Gradients: each output gradient goes to its window (max: to the first maximum).
+    let grad = match kind {
+        Kind::Max(_) => Src::<T>::new(name, &inputs[1])?.to_contiguous(),
+        _ => first.clone(),
+    };
+    let mut out = vec![T::ZERO; n * c * hw];
+    par::chunks_mut(&mut out, hw, |pl, dst| {
+        let g = &grad[pl * ohw..][..ohw];
+        for (oy, ys) in rows.iter().enumerate() {
+            for (ox, xs) in cols.iter().enumerate() {
+                let go = g[oy * ow + ox];
+                match kind {
+                    Kind::Max(_) => {
+                        if let Some(i) = argmax(&first[pl * hw..][..hw], w, ys, xs) {
+                            dst[i] = dst[i] + go;
+                        }
+                    }
+                    _ => {
+                        let d = divisor(kind, ys.len() * xs.len());
+                        if d == 0 {
+                            continue;
+                        }
+                        let share = go / T::from_f(d as f64);
+                        for &y in ys {
+                            for &x in xs {
+                                dst[y * w + x] = dst[y * w + x] + share;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(CpuStorage::new(out))
+}

@@ -1,0 +1,198 @@
+//! Reductions over axes, cumulative sums and (log-)softmax.
+
+use super::num::{Float, Num};
+use super::storage::{CpuElem, CpuStorage, Src};
+use super::unsupported;
+use crate::backend::View;
+use crate::op::ReduceOp;
+use crate::{DType, Result};
+use alloc::borrow::Cow;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// The input reordered so that each output element's inputs are one contiguous run: kept axes
+/// first, reduced axes last. Returns the values and the run length.
+fn runs<'a, T: CpuElem>(x: &Src<'a, T>, axes: &[usize]) -> Result<(Cow<'a, [T]>, usize)> {
+    let rank = x.dims().len();
+    let reduced: Vec<usize> = if axes.is_empty() {
+        (0..rank).collect()
+    } else {
+        axes.to_vec()
+    };
+    let mut perm: Vec<usize> = (0..rank).filter(|a| !reduced.contains(a)).collect();
+    perm.extend(&reduced);
+    let run = reduced.iter().map(|&a| x.dims()[a]).product();
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok((x.to_contiguous(), run));
+    }
+    let layout = x.layout.permute(&perm)?;
+    let permuted = Src {
+        data: x.data,
+        layout: &layout,
+    };
+    Ok((Cow::Owned(permuted.to_contiguous().into_owned()), run))
+}
+
+/// Reduces `axes` (all when empty); the output holds one value per kept position, in order.
+pub(crate) fn reduce(op: ReduceOp, axes: &[usize], x: &View<'_>, out_len: usize) -> Result<CpuStorage> {
+    match x.dtype {
+        DType::F64 => float::<f64>(op, axes, x, out_len),
+        DType::F32 => float::<f32>(op, axes, x, out_len),
+        DType::I32 => int::<i32>(op, axes, x, out_len),
+        DType::U32 => int::<u32>(op, axes, x, out_len),
+        DType::Bool => {
+            let s = Src::<bool>::new(op.name(), x)?;
+            let (v, run) = runs(&s, axes)?;
+            let out: Vec<bool> = match op {
+                ReduceOp::Max => chunks(&v, run, out_len, |c| c.iter().any(|&b| b)),
+                ReduceOp::Min => chunks(&v, run, out_len, |c| c.iter().all(|&b| b)),
+                _ => return Err(unsupported(op.name(), DType::Bool)),
+            };
+            Ok(CpuStorage::new(out))
+        }
+        dt => Err(unsupported(op.name(), dt)),
+    }
+}
+
+/// `f` of each run of `run` values; `out_len` results (runs of length 0 see an empty slice).
+fn chunks<T, O>(v: &[T], run: usize, out_len: usize, f: impl Fn(&[T]) -> O) -> Vec<O> {
+    if run == 0 {
+        return (0..out_len).map(|_| f(&[])).collect();
+    }
+    v.chunks_exact(run).map(f).collect()
+}
+
+fn common<T: Num>(op: ReduceOp, v: &[T], run: usize, out_len: usize) -> Option<CpuStorage> {
+    Some(match op {
+        ReduceOp::Sum => CpuStorage::new(chunks(v, run, out_len, T::sum_slice)),
+        ReduceOp::Prod => CpuStorage::new(chunks(v, run, out_len, |c| {
+            T::from_acc(c.iter().fold(T::ACC_ONE, |a, &x| T::acc_mul(a, x.acc())))
+        })),
+        ReduceOp::Max => CpuStorage::new(chunks(v, run, out_len, |c| {
+            c.iter().fold(c.first().copied().unwrap_or(T::ZERO), |a, &x| a.maximum(x))
+        })),
+        ReduceOp::Min => CpuStorage::new(chunks(v, run, out_len, |c| {
+            c.iter().fold(c.first().copied().unwrap_or(T::ZERO), |a, &x| a.minimum(x))
+        })),
+        ReduceOp::ArgMax => CpuStorage::new(chunks(v, run, out_len, |c| arg(c, |x, best| x > best))),
+        ReduceOp::ArgMin => CpuStorage::new(chunks(v, run, out_len, |c| arg(c, |x, best| x < best))),
+        ReduceOp::Mean | ReduceOp::Var { .. } => return None,
+    })
+}
+
+/// Index of the first element that `better` prefers to all before it; NaN wins (as PyTorch).
+fn arg<T: Num>(c: &[T], better: impl Fn(T, T) -> bool) -> i32 {
+    let mut best = 0;
+    for (i, &x) in c.iter().enumerate().skip(1) {
+        let b = c[best];
+        if b.is_nan() {
+            break;
+        }
+        if x.is_nan() || better(x, b) {
+            best = i;
+        }
+    }
+    best as i32
+}
+
+fn int<T: Num>(op: ReduceOp, axes: &[usize], x: &View<'_>, out_len: usize) -> Result<CpuStorage> {
+    let s = Src::<T>::new(op.name(), x)?;
+    let (v, run) = runs(&s, axes)?;
+    common(op, &v, run, out_len).ok_or_else(|| unsupported(op.name(), T::DTYPE))
+}
+
+fn float<T: Float>(op: ReduceOp, axes: &[usize], x: &View<'_>, out_len: usize) -> Result<CpuStorage> {
+    let s = Src::<T>::new(op.name(), x)?;
+    let (v, run) = runs(&s, axes)?;
+    if let Some(out) = common(op, &v, run, out_len) {
+        return Ok(out);
+    }
+    let mean = |c: &[T]| T::sum_acc(c) / c.len() as f64;
+    Ok(CpuStorage::new(match op {
+        ReduceOp::Mean => chunks(&v, run, out_len, |c| T::from_f(mean(c))),
+        ReduceOp::Var { correction } => chunks(&v, run, out_len, |c| {
+            let m = mean(c);
+            let ss: f64 = c.iter().map(|&x| (x.into() - m) * (x.into() - m)).sum();
+            T::from_f(ss / c.len().saturating_sub(correction) as f64)
+        }),
+        _ => return Err(unsupported(op.name(), T::DTYPE)),
+    }))
+}
+
+/// Splits a shape around `axis`: (product before, size of axis, product after).
+pub(crate) fn around(dims: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        dims[..axis].iter().product(),
+        dims[axis],
+        dims[axis + 1..].iter().product(),
+    )
+}
+
+/// Inclusive running sum along `axis` (from the end when `reverse`).
+pub(crate) fn cumsum(x: &View<'_>, axis: usize, reverse: bool) -> Result<CpuStorage> {
+    fn run<T: Num>(x: &View<'_>, axis: usize, reverse: bool) -> Result<CpuStorage> {
+        let s = Src::<T>::new("cumsum", x)?;
+        let v = s.to_contiguous();
+        let (outer, len, inner) = around(s.dims(), axis);
+        let mut out = vec![T::ZERO; v.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                let base = o * len * inner + i;
+                let mut acc = T::ACC_ZERO;
+                for j in 0..len {
+                    let j = if reverse { len - 1 - j } else { j };
+                    let at = base + j * inner;
+                    acc = T::acc_add(acc, v[at].acc());
+                    out[at] = T::from_acc(acc);
+                }
+            }
+        }
+        Ok(CpuStorage::new(out))
+    }
+    match x.dtype {
+        DType::F64 => run::<f64>(x, axis, reverse),
+        DType::F32 => run::<f32>(x, axis, reverse),
+        DType::I32 => run::<i32>(x, axis, reverse),
+        DType::U32 => run::<u32>(x, axis, reverse),
+        dt => Err(unsupported("cumsum", dt)),
+    }
+}
+
+/// Softmax (or log-softmax) along `axis`, computed in f64 after subtracting the maximum.
+pub(crate) fn softmax(x: &View<'_>, axis: usize, log: bool) -> Result<CpuStorage> {
+    fn run<T: Float>(x: &View<'_>, axis: usize, log: bool) -> Result<CpuStorage> {
+        let name = if log { "log_softmax" } else { "softmax" };
+        let s = Src::<T>::new(name, x)?;
+        let v = s.to_contiguous();
+        let (outer, len, inner) = around(s.dims(), axis);
+        let mut out = vec![T::ZERO; v.len()];
+        let mut lane = vec![0f64; len];
+        for o in 0..outer {
+            for i in 0..inner {
+                let base = o * len * inner + i;
+                for (j, l) in lane.iter_mut().enumerate() {
+                    *l = v[base + j * inner].into();
+                }
+                let max = lane.iter().fold(f64::NEG_INFINITY, |a, &b| {
+                    if a.is_nan() || b <= a { a } else { b }
+                });
+                let sum: f64 = lane.iter().map(|&l| libm::exp(l - max)).sum();
+                let ln_sum = libm::log(sum);
+                for (j, &l) in lane.iter().enumerate() {
+                    let y = if log {
+                        l - max - ln_sum
+                    } else {
+                        libm::exp(l - max) / sum
+                    };
+                    out[base + j * inner] = T::from_f(y);
+                }
+            }
+        }
+        Ok(CpuStorage::new(out))
+    }
+    match x.dtype {
+        DType::F64 => run::<f64>(x, axis, log),
+        DType::F32 => run::<f32>(x, axis, log),
+        dt => Err(unsupported(if log { "log_softmax" } else { "softmax" }, dt)),
+    }
+}

@@ -1,0 +1,1 @@
+//! Focused tests of the trickier CPU kernels against naive loops.

@@ -1,0 +1,1 @@
+//! `Display` for tensors and tensor data, in the style of PyTorch.

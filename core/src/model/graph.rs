@@ -1,0 +1,373 @@
+//! The traced graph stored in a model file's metadata: ops as data, wired by references to graph
+//! inputs, named tensors and earlier nodes.
+//!
+//! ## Batch size
+//! A graph is traced twice, at the sample's batch size `B` and at `B + 1`. Every integer of an
+//! op that describes a shape (the shapes of reshape/expand/full/random, slice bounds, arange
+//! lengths, the input shapes of pooling gradients) is compared between the two traces: one that
+//! changes from `k * B` to `k * (B + 1)` is stored as `k * batch` in the node's `batch` list
+//! (`[slot, k]`) and recomputed from the actual batch size when the graph runs. A shape integer
+//! that changes in any other way is an error at save time.
+
+use crate::op::Op;
+use crate::{DType, Error, Result, Shape, Tensor, TensorId};
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Where a node input comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ref {
+    /// the graph input at this position
+    Input(usize),
+    /// the stored tensor of this name (a parameter, buffer or traced constant)
+    Tensor(String),
+    /// the output of the node at this position
+    Node(usize),
+}
+
+/// One op of the graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphNode {
+    /// the op, with the shape integers of the traced batch size
+    pub op: Op,
+    /// its inputs, in the op's order
+    pub inputs: Vec<Ref>,
+    /// `[slot, k]`: shape integer number `slot` of the op is `k * batch`
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch: Vec<[usize; 2]>,
+}
+
+/// The name, dtype and shape of a graph input or output; `None` marks the dynamic batch axis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueInfo {
+    /// name (`"input"`, `"output"`)
+    pub name: String,
+    /// element type
+    pub dtype: DType,
+    /// dimensions, `null` in JSON for the batch axis
+    pub shape: Vec<Option<usize>>,
+}
+
+/// A graph output: its description and where its value comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphOutput {
+    /// name, dtype and shape
+    #[serde(flatten)]
+    pub info: ValueInfo,
+    /// the producing value
+    pub value: Ref,
+}
+
+/// A traced forward pass.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Graph {
+    /// graph inputs
+    pub inputs: Vec<ValueInfo>,
+    /// ops in execution order; each refers only to inputs, tensors and earlier nodes
+    pub nodes: Vec<GraphNode>,
+    /// graph outputs
+    pub outputs: Vec<GraphOutput>,
+}
+
+/// Every shape-describing integer of an op, in a fixed order (see the module docs).
+pub(crate) fn slot_values(op: &Op) -> Vec<usize> {
+    match op {
+        Op::Full { shape, .. }
+        | Op::RandUniform { shape, .. }
+        | Op::RandNormal { shape, .. }
+        | Op::Reshape { shape }
+        | Op::Expand { shape }
+        | Op::AvgPool2dBackward { input: shape, .. }
+        | Op::AdaptiveAvgPool2dBackward { input: shape } => shape.dims().to_vec(),
+        Op::Arange { len, .. } => alloc::vec![*len],
+        Op::Eye { n, m, .. } => alloc::vec![*n, *m],
+        Op::Slice { ranges } => ranges.iter().flat_map(|r| [r.start, r.end]).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `op` with its shape integers replaced by `values` (in [`slot_values`] order).
+pub(crate) fn with_slots(op: &Op, values: &[usize]) -> Op {
+    let mut op = op.clone();
+    match &mut op {
+        Op::Full { shape, .. }
+        | Op::RandUniform { shape, .. }
+        | Op::RandNormal { shape, .. }
+        | Op::Reshape { shape }
+        | Op::Expand { shape }
+        | Op::AvgPool2dBackward { input: shape, .. }
+        | Op::AdaptiveAvgPool2dBackward { input: shape } => *shape = Shape::new(values.to_vec()),
+        Op::Arange { len, .. } => {
+            for (slot, v) in [len].into_iter().zip(values) {
+                *slot = *v;
+            }
+        }
+        Op::Eye { n, m, .. } => {
+            for (slot, v) in [n, m].into_iter().zip(values) {
+                *slot = *v;
+            }
+        }
+        Op::Slice { ranges } => {
+            let slots = ranges.iter_mut().flat_map(|r| [&mut r.start, &mut r.end]);
+            for (slot, v) in slots.zip(values) {
+                *slot = *v;
+            }
+        }
+        _ => {}
+    }
+    op
+}
+
+/// One trace: the nodes, the constants met as leaves, and the output tensors.
+pub(crate) struct Trace {
+    pub nodes: Vec<GraphNode>,
+    pub consts: Vec<(String, Tensor)>,
+    pub outputs: Vec<(Ref, Tensor)>,
+}
+
+/// Turns the recorded history of `outputs` into graph nodes. Leaves are matched by id to
+/// `params` (by name) or to `inputs` (by position); any other leaf becomes `const.N`.
+pub(crate) fn collect(
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    params: &BTreeMap<TensorId, String>,
+) -> Result<Trace> {
+    let mut refs: BTreeMap<TensorId, Ref> = BTreeMap::new();
+    for (i, x) in inputs.iter().enumerate() {
+        refs.insert(x.id(), Ref::Input(i));
+    }
+    let mut trace = Trace {
+        nodes: Vec::new(),
+        consts: Vec::new(),
+        outputs: Vec::new(),
+    };
+    for out in outputs {
+        // Iterative post-order walk (deep graphs must not overflow the stack).
+        let mut stack: Vec<(Tensor, bool)> = alloc::vec![(out.clone(), false)];
+        while let Some((t, expanded)) = stack.pop() {
+            if refs.contains_key(&t.id()) {
+                continue;
+            }
+            if let Some(name) = params.get(&t.id()) {
+                refs.insert(t.id(), Ref::Tensor(name.clone()));
+                continue;
+            }
+            let Some(node) = t.node() else {
+                let name = format!("const.{}", trace.consts.len());
+                trace.consts.push((name.clone(), t.clone()));
+                refs.insert(t.id(), Ref::Tensor(name));
+                continue;
+            };
+            if !expanded {
+                stack.push((t.clone(), true));
+                for x in node.inputs.iter().rev() {
+                    stack.push((x.clone(), false));
+                }
+                continue;
+            }
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|x| {
+                    refs.get(&x.id()).cloned().ok_or_else(|| {
+                        Error::invalid("trace", "internal: input visited after its user")
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            trace.nodes.push(GraphNode {
+                op: node.op.clone(),
+                inputs,
+                batch: Vec::new(),
+            });
+            refs.insert(t.id(), Ref::Node(trace.nodes.len() - 1));
+        }
+        let r = refs
+            .get(&out.id())
+            .cloned()
+            .ok_or_else(|| Error::invalid("trace", "internal: output not reached"))?;
+        trace.outputs.push((r, out.clone()));
+    }
+    Ok(trace)
+}
+
+/// Finds the batch-dependent shape integers by comparing a trace at batch `b` with one at
+/// `b + 1`, recording them in `a`'s nodes.
+pub(crate) fn mark_batch(a: &mut Trace, b: &Trace, batch: usize) -> Result<()> {
+    let op = "save_model";
+    let differ = |what: String| {
+        Error::invalid(
+            op,
+            format!(
+                "the forward pass differs between batch sizes {batch} and {}: {what}; models \
+                 must run the same ops for every batch size (is dropout or batch norm still in \
+                 training mode?)",
+                batch + 1
+            ),
+        )
+    };
+    if a.nodes.len() != b.nodes.len() {
+        return Err(differ(format!(
+            "{} ops vs {}",
+            a.nodes.len(),
+            b.nodes.len()
+        )));
+    }
+    for (i, (x, y)) in a.consts.iter().zip(&b.consts).enumerate() {
+        if x.1.shape() != y.1.shape() {
+            return Err(differ(format!(
+                "constant const.{i} has shape {} vs {}; build batch-sized constants with \
+                 tensor ops such as zeros_like",
+                x.1.shape(),
+                y.1.shape()
+            )));
+        }
+    }
+    for (i, (x, y)) in a.nodes.iter_mut().zip(&b.nodes).enumerate() {
+        let (vx, vy) = (slot_values(&x.op), slot_values(&y.op));
+        let zeros = alloc::vec![0; vx.len()];
+        if vx.len() != vy.len()
+            || with_slots(&x.op, &zeros) != with_slots(&y.op, &zeros)
+            || x.inputs != y.inputs
+        {
+            return Err(differ(format!("node {i} is {:?} vs {:?}", x.op, y.op)));
+        }
+        for (slot, (&p, &q)) in vx.iter().zip(&vy).enumerate() {
+            if p == q {
+                continue;
+            }
+            let k = q.checked_sub(p).filter(|k| k * batch == p).ok_or_else(|| {
+                differ(format!(
+                    "node {i} ({}) has shape value {p} vs {q}, not a multiple of the batch size",
+                    x.op.name()
+                ))
+            })?;
+            x.batch.push([slot, k]);
+        }
+    }
+    Ok(())
+}
+
+impl Graph {
+    /// Checks that every reference points at an input, a tensor in `names` or an earlier node,
+    /// and every batch slot exists, so that running never meets a dangling reference.
+    pub fn validate(&self, has_tensor: &dyn Fn(&str) -> bool) -> Result<()> {
+        let op = "Model::load";
+        let check = |r: &Ref, before: usize, at: &str| -> Result<()> {
+            let ok = match r {
+                Ref::Input(i) => *i < self.inputs.len(),
+                Ref::Tensor(n) => has_tensor(n),
+                Ref::Node(j) => *j < before,
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::format(
+                    op,
+                    format!(
+                        "{at} refers to {r:?}, which does not exist (graph has {} inputs, \
+                         {before} nodes before it)",
+                        self.inputs.len()
+                    ),
+                ))
+            }
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            for r in &n.inputs {
+                check(r, i, &format!("node {i} ({})", n.op.name()))?;
+            }
+            let slots = slot_values(&n.op).len();
+            if let Some([s, _]) = n.batch.iter().find(|[s, _]| *s >= slots) {
+                return Err(Error::format(
+                    op,
+                    format!(
+                        "node {i} ({}) marks shape slot {s} as batch-sized but has {slots} slots",
+                        n.op.name()
+                    ),
+                ));
+            }
+        }
+        for o in &self.outputs {
+            check(
+                &o.value,
+                self.nodes.len(),
+                &format!("output {}", o.info.name),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Runs the graph on `inputs` (already checked against the input descriptions) with the
+    /// stored tensors `tensors`, at batch size `batch`.
+    pub(crate) fn execute(
+        &self,
+        inputs: &[Tensor],
+        tensors: &BTreeMap<String, Tensor>,
+        batch: usize,
+        device: &crate::Device,
+    ) -> Result<Vec<Tensor>> {
+        // Free each intermediate after its last use.
+        let mut last_use = alloc::vec![0usize; self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for r in &n.inputs {
+                if let Ref::Node(j) = r {
+                    last_use[*j] = i;
+                }
+            }
+        }
+        for o in &self.outputs {
+            if let Ref::Node(j) = o.value {
+                last_use[j] = usize::MAX;
+            }
+        }
+        let mut values: Vec<Option<Tensor>> = alloc::vec![None; self.nodes.len()];
+        let fetch = |r: &Ref, values: &[Option<Tensor>]| -> Result<Tensor> {
+            let found = match r {
+                Ref::Input(i) => inputs.get(*i).cloned(),
+                Ref::Tensor(n) => tensors.get(n).cloned(),
+                Ref::Node(j) => values.get(*j).cloned().flatten(),
+            };
+            found.ok_or_else(|| Error::format("Model::run", format!("missing value {r:?}")))
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            let op = if n.batch.is_empty() {
+                n.op.clone()
+            } else {
+                let mut v = slot_values(&n.op);
+                for &[s, k] in &n.batch {
+                    if let Some(slot) = v.get_mut(s) {
+                        *slot = k * batch;
+                    }
+                }
+                with_slots(&n.op, &v)
+            };
+            let args = n
+                .inputs
+                .iter()
+                .map(|r| fetch(r, &values))
+                .collect::<Result<Vec<_>>>()?;
+            let refs: Vec<&Tensor> = args.iter().collect();
+            let out = if refs.is_empty() {
+                Tensor::create(op, device)
+            } else {
+                Tensor::apply(op, &refs)
+            }
+            .map_err(|e| e.context(format!("Model::run: node {i}")))?;
+            values[i] = Some(out);
+            for r in &n.inputs {
+                if let Ref::Node(j) = r
+                    && last_use[*j] == i
+                {
+                    values[*j] = None;
+                }
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|o| fetch(&o.value, &values))
+            .collect()
+    }
+}

@@ -1,0 +1,435 @@
+//! The wgpu backend: executes [`crate::plan`] plans on WebGPU, Vulkan, Metal, DX12 or GL.
+
+use crate::plan::{self, Buffer, ELEM_BYTES, KernelKey, ViewMeta};
+use kiln_core::{Backend, DType, Error, Op, ReadFuture, Result, Shape, Storage, TensorData, View};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use wgpu::util::DeviceExt;
+
+/// How to pick the GPU.
+#[derive(Clone, Debug)]
+pub struct WgpuOptions {
+    /// Which native APIs to try (all by default; browsers always use WebGPU).
+    pub backends: wgpu::Backends,
+    /// Prefer the discrete or the integrated GPU.
+    pub power_preference: wgpu::PowerPreference,
+    /// Use a software adapter (lavapipe, WARP) even when a GPU exists.
+    pub force_fallback_adapter: bool,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        WgpuOptions {
+            backends: wgpu::Backends::all(),
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+        }
+    }
+}
+
+/// The wgpu device as a kiln [`Backend`]. Cheap to clone.
+#[derive(Clone)]
+pub struct WgpuBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    pipelines: Mutex<HashMap<KernelKey, wgpu::ComputePipeline>>,
+    /// Free buffers by bucket size, reused by later allocations.
+    pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
+    allocated: AtomicU64,
+    /// The first error wgpu reported outside a call that could return it.
+    error: Arc<Mutex<Option<String>>>,
+}
+
+/// A device buffer holding one tensor's elements (4 bytes each); back to the pool on drop.
+struct GpuBuffer {
+    buffer: wgpu::Buffer,
+    owner: Arc<Inner>,
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        // Later submissions on the one queue are ordered after the work that used this buffer,
+        // so it can be handed out again at once.
+        if let Ok(mut pool) = self.owner.pool.lock() {
+            pool.entry(self.buffer.size())
+                .or_default()
+                .push(self.buffer.clone());
+        }
+    }
+}
+
+impl std::fmt::Debug for WgpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WgpuBackend({})", self.name())
+    }
+}
+
+/// Size class of an allocation: powers of two split in quarters (at most 25% unused).
+fn bucket(bytes: u64) -> u64 {
+    if bytes <= 256 {
+        return 256;
+    }
+    let quarter = bytes.next_power_of_two() / 4;
+    bytes.div_ceil(quarter) * quarter
+}
+
+impl WgpuBackend {
+    /// Opens the best adapter for `options`. Fails with a clear error when there is none.
+    pub async fn new(options: WgpuOptions) -> Result<Self> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = options.backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: options.power_preference,
+                force_fallback_adapter: options.force_fallback_adapter,
+                compatible_surface: None,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                Error::device(
+                    "wgpu",
+                    format!(
+                        "no GPU adapter found for backends {:?} ({e}); install a Vulkan/Metal/DX12 driver (lavapipe: mesa-vulkan-drivers) or use the cpu device",
+                        options.backends
+                    ),
+                )
+            })?;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("kiln"),
+                required_features: wgpu::Features::empty(),
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::device("wgpu", format!("could not open the device: {e}")))?;
+        let error = Arc::new(Mutex::new(None));
+        let sink = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut slot) = sink.lock() {
+                slot.get_or_insert_with(|| e.to_string());
+            }
+        }));
+        Ok(WgpuBackend {
+            inner: Arc::new(Inner {
+                device,
+                queue,
+                info: adapter.get_info(),
+                limits,
+                pipelines: Mutex::default(),
+                pool: Mutex::default(),
+                allocated: AtomicU64::new(0),
+                error,
+            }),
+        })
+    }
+
+    /// [`WgpuBackend::new`], waiting for the adapter. Native only.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new_blocking(options: WgpuOptions) -> Result<Self> {
+        kiln_core::block_on(Self::new(options))
+    }
+
+    /// The adapter's description (name, API, driver).
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.inner.info
+    }
+
+    /// Fails with the first error wgpu reported asynchronously, naming `op`.
+    fn check(&self, op: &str) -> Result<()> {
+        let err = self.inner.error.lock().ok().and_then(|mut e| e.take());
+        match err {
+            Some(e) => Err(Error::device(op.to_string(), format!("the GPU rejected the work: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn alloc(&self, bytes: u64, op: &str) -> Result<GpuBuffer> {
+        let size = bucket(bytes.max(ELEM_BYTES));
+        let max = self
+            .inner
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.inner.limits.max_buffer_size);
+        if size > max {
+            return Err(Error::device(
+                op.to_string(),
+                format!("a tensor of {bytes} bytes does not fit this device's largest storage buffer ({max} bytes)"),
+            ));
+        }
+        let reused = self
+            .inner
+            .pool
+            .lock()
+            .ok()
+            .and_then(|mut p| p.get_mut(&size).and_then(Vec::pop));
+        let buffer = match reused {
+            Some(b) => b,
+            None => {
+                self.inner.allocated.fetch_add(size, Ordering::Relaxed);
+                self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("kiln tensor"),
+                    size,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            }
+        };
+        Ok(GpuBuffer {
+            buffer,
+            owner: self.inner.clone(),
+        })
+    }
+
+    fn pipeline(&self, key: &KernelKey) -> Result<wgpu::ComputePipeline> {
+        if let Some(p) = self.inner.pipelines.lock().ok().and_then(|c| c.get(key).cloned()) {
+            return Ok(p);
+        }
+        let label = key.label();
+        let source = key.wgsl()?;
+        let device = &self.inner.device;
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(&label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        self.check(&label)?;
+        if let Ok(mut c) = self.inner.pipelines.lock() {
+            c.insert(key.clone(), pipeline.clone());
+        }
+        Ok(pipeline)
+    }
+
+    /// Runs `plan` with `inputs`; returns the output buffer.
+    fn run(&self, name: &str, plan: &plan::Plan, inputs: &[&wgpu::Buffer]) -> Result<GpuBuffer> {
+        let out = self.alloc(plan.output_bytes, name)?;
+        let scratch = plan
+            .scratch_bytes
+            .iter()
+            .map(|&b| self.alloc(b, name))
+            .collect::<Result<Vec<_>>>()?;
+        if plan.dispatches.is_empty() {
+            return Ok(out);
+        }
+        let device = &self.inner.device;
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(name) });
+        let mut groups = Vec::with_capacity(plan.dispatches.len());
+        for d in &plan.dispatches {
+            let pipeline = self.pipeline(&d.kernel)?;
+            let mut words = d.params.clone();
+            if words.is_empty() {
+                words.push(0);
+            }
+            let params = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("kiln params"),
+                contents: bytemuck::cast_slice(&words),
+                usage: wgpu::BufferUsages::STORAGE,
+            });
+            let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() }];
+            for (i, b) in d.buffers.iter().enumerate() {
+                let buf = match *b {
+                    Buffer::Input(k) => *inputs.get(k).ok_or_else(|| Error::invalid(name.to_string(), format!("plan binds input {k} of {}", inputs.len())))?,
+                    Buffer::Output => &out.buffer,
+                    Buffer::Scratch(k) => &scratch.get(k).ok_or_else(|| Error::invalid(name.to_string(), format!("plan binds scratch {k}")))?.buffer,
+                };
+                entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: buf.as_entire_binding() });
+            }
+            let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            groups.push((pipeline, group, d.workgroups));
+        }
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(name), timestamp_writes: None });
+            for (pipeline, group, [x, y, z]) in &groups {
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups(*x, *y, *z);
+            }
+        }
+        self.inner.queue.submit([encoder.finish()]);
+        self.check(name)?;
+        Ok(out)
+    }
+
+    fn buffer_of<'a>(&self, v: &View<'a>, op: &str) -> Result<&'a wgpu::Buffer> {
+        v.storage.downcast::<GpuBuffer>().map(|b| &b.buffer).ok_or_else(|| {
+            Error::device(op.to_string(), format!("an input tensor ({}) is not on {}", v.dtype, self.name()))
+        })
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> String {
+        format!("wgpu: {} ({:?})", self.inner.info.name, self.inner.info.backend)
+    }
+
+    fn upload(&self, data: &TensorData) -> Result<Storage> {
+        let bytes: Vec<u8> = match data.dtype() {
+            DType::F32 | DType::I32 | DType::U32 => data.as_bytes().to_vec(),
+            DType::Bool => data.as_bytes().iter().flat_map(|&b| u32::from(b != 0).to_le_bytes()).collect(),
+            other => {
+                return Err(Error::unsupported("upload", format!("{other} tensors are not supported on {}", self.name())));
+            }
+        };
+        let buf = self.alloc(bytes.len() as u64, "upload")?;
+        if !bytes.is_empty() {
+            self.inner.queue.write_buffer(&buf.buffer, 0, &bytes);
+        }
+        self.check("upload")?;
+        Ok(Storage::new(buf))
+    }
+
+    fn execute(&self, op: &Op, inputs: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<Storage> {
+        let name = op.name();
+        let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
+        let plan = plan::plan(op, &metas, out_dtype, out_shape)?;
+        let bufs = inputs.iter().map(|v| self.buffer_of(v, name)).collect::<Result<Vec<_>>>()?;
+        Ok(Storage::new(self.run(name, &plan, &bufs)?))
+    }
+
+    fn read(&self, input: View<'_>) -> ReadFuture {
+        let start = || -> Result<Option<Pending>> {
+            let shape = input.layout.shape().clone();
+            let numel = shape.numel();
+            if numel == 0 {
+                return Ok(None);
+            }
+            let bytes = numel as u64 * ELEM_BYTES;
+            let src = self.buffer_of(&input, "read")?;
+            // strided views are first copied into a contiguous buffer
+            let (copy, offset) = if input.layout.is_contiguous() {
+                (None, input.layout.offset() as u64 * ELEM_BYTES)
+            } else {
+                let meta = ViewMeta::from(input);
+                let p = plan::plan(&Op::Contiguous, &[meta], input.dtype, &shape)?;
+                (Some(self.run("read", &p, &[src])?), 0)
+            };
+            let from = copy.as_ref().map_or(src, |c| &c.buffer);
+            let staging = self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("kiln readback"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut encoder = self.inner.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read") });
+            encoder.copy_buffer_to_buffer(from, offset, &staging, 0, bytes);
+            self.inner.queue.submit([encoder.finish()]);
+            let state: Arc<Mutex<MapState>> = Arc::default();
+            let s = state.clone();
+            staging.map_async(wgpu::MapMode::Read, .., move |r| {
+                if let Ok(mut st) = s.lock() {
+                    st.done = Some(r.map_err(|e| e.to_string()));
+                    if let Some(w) = st.waker.take() {
+                        w.wake();
+                    }
+                }
+            });
+            self.check("read")?;
+            Ok(Some(Pending { staging, state, device: self.inner.device.clone() }))
+        };
+        let (dtype, shape) = (input.dtype, input.layout.shape().clone());
+        match start() {
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Ok(None) => Box::pin(std::future::ready(TensorData::from_bytes(Vec::new(), dtype, shape))),
+            Ok(Some(p)) => Box::pin(ReadBack { pending: p, dtype, shape }),
+        }
+    }
+
+    fn supports(&self, dtype: DType) -> bool {
+        matches!(dtype, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
+    }
+
+    fn allocated_bytes(&self) -> Option<u64> {
+        Some(self.inner.allocated.load(Ordering::Relaxed))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        self.inner
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::device("synchronize", e.to_string()))?;
+        self.check("synchronize")
+    }
+}
+
+#[derive(Default)]
+struct MapState {
+    done: Option<std::result::Result<(), String>>,
+    waker: Option<Waker>,
+}
+
+struct Pending {
+    staging: wgpu::Buffer,
+    state: Arc<Mutex<MapState>>,
+    device: wgpu::Device,
+}
+
+/// The future of [`Backend::read`]: resolves once the staging buffer is mapped. Natively its
+/// `poll` drives `device.poll`; in browsers the map callback wakes it.
+struct ReadBack {
+    pending: Pending,
+    dtype: DType,
+    shape: Shape,
+}
+
+impl Future for ReadBack {
+    type Output = Result<TensorData>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = this.pending.device.poll(wgpu::PollType::Poll);
+        let done = {
+            let Ok(mut st) = this.pending.state.lock() else {
+                return Poll::Ready(Err(Error::device("read", "readback state poisoned")));
+            };
+            match st.done.take() {
+                Some(r) => r,
+                None => {
+                    st.waker = Some(cx.waker().clone());
+                    #[cfg(not(target_arch = "wasm32"))]
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+        };
+        if let Err(e) = done {
+            return Poll::Ready(Err(Error::device("read", format!("mapping the readback buffer failed: {e}"))));
+        }
+        let bytes = {
+            let view = match this.pending.staging.get_mapped_range(..) {
+                Ok(v) => v,
+                Err(e) => return Poll::Ready(Err(Error::device("read", format!("the readback buffer is not readable: {e}")))),
+            };
+            match this.dtype {
+                DType::Bool => view.chunks_exact(4).map(|c| u8::from(c != [0, 0, 0, 0])).collect(),
+                _ => view.to_vec(),
+            }
+        };
+        this.pending.staging.unmap();
+        Poll::Ready(TensorData::from_bytes(bytes, this.dtype, this.shape.clone()))
+    }
+}

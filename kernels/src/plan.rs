@@ -1,0 +1,956 @@
+//! Backend-neutral planning: an [`Op`] with its input views and output metadata becomes a
+//! [`Plan`], a list of kernel [`Dispatch`]es. The wgpu backend executes plans; the CUDA backend
+//! executes the same plans with the kernels translated from WGSL.
+//!
+//! Conventions every executor follows:
+//! - Every element is 4 bytes on the device ([`ELEM_BYTES`]): f32, i32, u32, and bool stored as a
+//!   u32 0/1. Offsets, shapes and strides in params are in elements.
+//! - Binding 0 of every kernel is `params` (`var<storage, read> array<u32>`), filled from
+//!   [`Dispatch::params`]; bindings 1.. are [`Dispatch::buffers`] in order. The last binding of
+//!   each kernel is its only `read_write` one (the output it writes).
+//! - Dispatches of one plan run in order; each sees the writes of the previous ones.
+//! - Workgroups follow [`Dispatch::workgroups`] exactly (x, y, z, each at most [`MAX_GRID`]).
+//!
+//! ```
+//! use kiln_core::{DType, Layout, Op, Shape, UnaryOp};
+//! use kiln_kernels::plan::{plan, Buffer, ViewMeta};
+//! let x = Layout::contiguous(Shape::from([3, 5]));
+//! let p = plan(&Op::Unary(UnaryOp::Exp), &[ViewMeta::new(&x, DType::F32)], DType::F32, &Shape::from([3, 5])).unwrap();
+//! assert_eq!(p.dispatches.len(), 1);
+//! assert_eq!(p.dispatches[0].buffers, vec![Buffer::Input(0), Buffer::Output]);
+//! assert!(p.dispatches[0].kernel.wgsl().unwrap().contains("exp(v)"));
+//! ```
+
+use crate::preprocess::{Defines, preprocess};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use kiln_core::{
+    BinaryOp, Conv2dParams, DType, Error, Layout, Op, Pool2dParams, ReduceOp, Result, Shape,
+    UnaryOp, View,
+};
+
+/// Bytes of one element on the device, for every dtype a plan accepts.
+pub const ELEM_BYTES: u64 = 4;
+/// The largest workgroup count per grid dimension (WebGPU's guaranteed minimum).
+pub const MAX_GRID: u32 = 65535;
+/// Invocations per workgroup of the elementwise, index and pooling kernels.
+pub const WG: u32 = 256;
+
+/// A kernel variant: the file and the defines that specialise it. Pipelines are cached by it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KernelKey {
+    /// The kernel file in `kernels/wgsl/` (`"map.wgsl"`).
+    pub file: &'static str,
+    /// The defines (dtype, op, tile sizes...).
+    pub defines: Defines,
+}
+
+impl KernelKey {
+    fn new(file: &'static str, defines: &[(&str, &str)]) -> Self {
+        KernelKey {
+            file,
+            defines: defines
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+    /// The preprocessed WGSL source of this variant (entry point `main`).
+    pub fn wgsl(&self) -> Result<String> {
+        let src = crate::kernels::source(self.file).ok_or_else(|| {
+            Error::invalid("wgsl", format!("no kernel file named {}", self.file))
+        })?;
+        preprocess(src, &self.defines, &crate::kernels::source)
+            .map_err(|e| e.context(self.label()))
+    }
+    /// A short readable name (`"map.wgsl OP=exp T=f32"`) for labels and messages.
+    pub fn label(&self) -> String {
+        let mut s = String::from(self.file);
+        for (k, v) in &self.defines {
+            s.push_str(&format!(" {k}={v}"));
+        }
+        s
+    }
+}
+
+/// Which buffer a binding refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Buffer {
+    /// The storage of input `i` of the op (its view's offset and strides are in the params).
+    Input(usize),
+    /// The op's output: a fresh, contiguous buffer of [`Plan::output_bytes`].
+    Output,
+    /// Temporary buffer `i` of [`Plan::scratch_bytes`], alive for the whole plan.
+    Scratch(usize),
+}
+
+/// One kernel launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dispatch {
+    /// The kernel variant.
+    pub kernel: KernelKey,
+    /// The words bound at binding 0.
+    pub params: Vec<u32>,
+    /// The buffers bound at 1, 2, ...
+    pub buffers: Vec<Buffer>,
+    /// Workgroups along x, y, z.
+    pub workgroups: [u32; 3],
+}
+
+/// What an op compiles to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Kernel launches, in order.
+    pub dispatches: Vec<Dispatch>,
+    /// Sizes of the temporary buffers the dispatches use.
+    pub scratch_bytes: Vec<u64>,
+    /// Size of the output buffer (at least [`ELEM_BYTES`], so empty tensors still get a buffer).
+    pub output_bytes: u64,
+}
+
+/// An input as the planner sees it: where its elements are, and their type.
+#[derive(Clone, Debug)]
+pub struct ViewMeta {
+    /// Shape, strides and offset in elements.
+    pub layout: Layout,
+    /// Element type.
+    pub dtype: DType,
+}
+
+impl ViewMeta {
+    /// An input with this layout and dtype.
+    pub fn new(layout: &Layout, dtype: DType) -> Self {
+        ViewMeta {
+            layout: layout.clone(),
+            dtype,
+        }
+    }
+}
+
+impl From<View<'_>> for ViewMeta {
+    fn from(v: View<'_>) -> Self {
+        ViewMeta::new(v.layout, v.dtype)
+    }
+}
+
+/// The WGSL element type that stores `dtype` on the device.
+pub fn wgsl_type(dtype: DType, op: &str) -> Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok("f32"),
+        DType::I32 => Ok("i32"),
+        DType::U32 | DType::Bool => Ok("u32"),
+        DType::F16 | DType::F64 => Err(Error::unsupported(
+            op.to_string(),
+            format!("{dtype} tensors are not supported by the GPU kernels (f32, i32, u32, bool are)"),
+        )),
+    }
+}
+
+/// Compiles `op` on `inputs` (validated by [`Op::infer`], which gave `out_dtype` and `out_shape`)
+/// into kernel launches.
+pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -> Result<Plan> {
+    let name = op.name();
+    let numel = out_shape.numel();
+    let n = u32_len(numel, name)?;
+    let mut p = Planner {
+        name,
+        plan: Plan {
+            output_bytes: (numel.max(1) as u64) * ELEM_BYTES,
+            ..Plan::default()
+        },
+    };
+    let ty = wgsl_type(out_dtype, name)?;
+    for i in inputs {
+        wgsl_type(i.dtype, name)?;
+        u32_len(i.layout.shape().numel(), name)?;
+    }
+    let out = Layout::contiguous(out_shape.clone());
+    if n == 0 {
+        return Ok(p.plan);
+    }
+    match op {
+        Op::Full { value, .. } => p.fill("full", ty, n, &[bits(*value, out_dtype)]),
+        Op::Arange { start, step, .. } => p.fill(
+            "arange",
+            ty,
+            n,
+            &[bits(*start, out_dtype), bits(*step, out_dtype)],
+        ),
+        Op::Eye { m, .. } => p.fill("eye", ty, n, &[*m as u32]),
+        Op::RandUniform { .. } | Op::RandNormal { .. } => p.random(op, n),
+        Op::Unary(u) => {
+            let (c0, c1) = match u {
+                UnaryOp::Powf(e) => (bits(*e, out_dtype), 0),
+                UnaryOp::Clamp { min, max } => (bits(*min, out_dtype), bits(*max, out_dtype)),
+                _ => (0, 0),
+            };
+            let float = if out_dtype.is_float() { "1" } else { "0" };
+            let key = KernelKey::new(
+                "map.wgsl",
+                &[("OP", u.name()), ("TI", ty), ("TO", ty), ("FLOAT", float), ("WG", "256")],
+            );
+            p.elementwise(key, &out, &[(Buffer::Input(0), &inputs[0].layout)], [c0, c1])
+        }
+        Op::Cast { dtype } => {
+            let ti = wgsl_type(inputs[0].dtype, name)?;
+            let (op, to_bool) = if inputs[0].dtype == *dtype {
+                ("copy", "0")
+            } else {
+                ("cast", if *dtype == DType::Bool { "1" } else { "0" })
+            };
+            let key = KernelKey::new(
+                "map.wgsl",
+                &[("OP", op), ("TI", ti), ("TO", ty), ("TO_BOOL", to_bool), ("WG", "256")],
+            );
+            p.elementwise(key, &out, &[(Buffer::Input(0), &inputs[0].layout)], [0, 0])
+        }
+        Op::Contiguous => p.copy(ty, &out, Buffer::Input(0), &inputs[0].layout),
+        Op::Binary(b) => p.binary(b.name(), inputs, ty, ty, &out),
+        Op::Compare(c) => {
+            let ti = wgsl_type(inputs[0].dtype, name)?;
+            p.binary(c.name(), inputs, ti, "u32", &out)
+        }
+        Op::Where => {
+            let key = KernelKey::new(
+                "binary.wgsl",
+                &[("OP", "where"), ("T", ty), ("TO", ty), ("FLOAT", "0"), ("WG", "256")],
+            );
+            let views: Vec<_> = (0..3)
+                .map(|i| (Buffer::Input(i), &inputs[i].layout))
+                .collect();
+            p.elementwise(key, &out, &views, [0, 0])
+        }
+        Op::Reduce {
+            op: r,
+            axes,
+            keepdim: _,
+        } => p.reduce(*r, axes, &inputs[0], ty),
+        Op::Cumsum { axis, reverse } => p.rows("cumsum", &inputs[0], *axis, *reverse, ty),
+        Op::Softmax { axis } => p.rows("softmax", &inputs[0], *axis, false, ty),
+        Op::LogSoftmax { axis } => p.rows("log_softmax", &inputs[0], *axis, false, ty),
+        Op::Matmul => p.matmul(&inputs[0], &inputs[1], out_shape, ty),
+        Op::Reshape { .. } | Op::Permute { .. } | Op::Slice { .. } | Op::Expand { .. } => {
+            Err(Error::invalid(
+                name,
+                "view ops change only the layout and never reach a backend",
+            ))
+        }
+        Op::Concat { axis } => {
+            let mut at = 0;
+            for (i, input) in inputs.iter().enumerate() {
+                let len = input.layout.shape().dims()[*axis];
+                let mut ranges: Vec<_> = out_shape
+                    .dims()
+                    .iter()
+                    .map(|&d| kiln_core::SliceRange {
+                        start: 0,
+                        end: d,
+                        step: 1,
+                    })
+                    .collect();
+                ranges[*axis] = kiln_core::SliceRange {
+                    start: at,
+                    end: at + len,
+                    step: 1,
+                };
+                at += len;
+                let dst = out.slice(&ranges)?;
+                p.copy(ty, &dst, Buffer::Input(i), &input.layout)?;
+            }
+            Ok(())
+        }
+        Op::Pad { pads, value } => {
+            p.fill("full", ty, n, &[bits(*value, out_dtype)])?;
+            let x = &inputs[0].layout;
+            let ranges: Vec<_> = out_shape
+                .dims()
+                .iter()
+                .enumerate()
+                .map(|(i, _)| {
+                    let before = pads.get(i).map_or(0, |p| p.0);
+                    kiln_core::SliceRange {
+                        start: before,
+                        end: before + x.shape().dims()[i],
+                        step: 1,
+                    }
+                })
+                .collect();
+            let dst = out.slice(&ranges)?;
+            p.copy(ty, &dst, Buffer::Input(0), x)
+        }
+        Op::Gather { axis } | Op::IndexSelect { axis } => {
+            let x = &inputs[0].layout;
+            let idx = &inputs[1].layout;
+            let rank = out_shape.rank();
+            let (index_offset, index_strides) = if matches!(op, Op::Gather { .. }) {
+                (idx.offset(), strides_u32(idx.strides(), name)?)
+            } else {
+                let mut s = vec![0; rank];
+                s[*axis] = strides_u32(idx.strides(), name)?[0];
+                (idx.offset(), s)
+            };
+            let mut params = vec![n, rank as u32, *axis as u32, x.shape().dims()[*axis] as u32];
+            params.extend(out_shape.dims().iter().map(|&d| d as u32));
+            push_view(&mut params, x.offset(), &strides_u32(x.strides(), name)?);
+            push_view(&mut params, index_offset, &index_strides);
+            let key = KernelKey::new(
+                "index.wgsl",
+                &[
+                    ("MODE", "gather"),
+                    ("T", ty),
+                    ("IDX", wgsl_type(inputs[1].dtype, name)?),
+                    ("WG", "256"),
+                ],
+            );
+            p.launch(key, params, vec![Buffer::Input(0), Buffer::Input(1), Buffer::Output], n)
+        }
+        Op::ScatterAdd { axis } => {
+            let rank = out_shape.rank();
+            let mut params = vec![n, rank as u32, *axis as u32, 0];
+            params.extend(out_shape.dims().iter().map(|&d| d as u32));
+            params.extend(inputs[1].layout.shape().dims().iter().map(|&d| d as u32));
+            for input in inputs {
+                let l = &input.layout;
+                push_view(&mut params, l.offset(), &strides_u32(l.strides(), name)?);
+            }
+            let key = KernelKey::new(
+                "index.wgsl",
+                &[
+                    ("MODE", "scatter_add"),
+                    ("T", ty),
+                    ("IDX", wgsl_type(inputs[1].dtype, name)?),
+                    ("WG", "256"),
+                ],
+            );
+            let bufs = vec![Buffer::Input(0), Buffer::Input(1), Buffer::Input(2), Buffer::Output];
+            p.launch(key, params, bufs, n)
+        }
+        Op::OneHot { classes, .. } => {
+            let idt = wgsl_type(inputs[0].dtype, name)?;
+            let (buf, offset) = p.contiguous(0, &inputs[0], idt)?;
+            let key = KernelKey::new(
+                "index.wgsl",
+                &[("MODE", "one_hot"), ("T", ty), ("IDX", idt), ("WG", "256")],
+            );
+            p.launch(key, vec![n, *classes as u32, offset], vec![buf, Buffer::Output], n)
+        }
+        Op::Conv2d(c) => {
+            // conv2d terms: x (N, C, H, W), weight (O, C/g, KH, KW), y (N, O, OH, OW)
+            let (x, w) = (dims4(&inputs[0]), dims4(&inputs[1]));
+            let y = out_shape.dims();
+            let geo = ConvGeometry::new(x, [w[0], w[2], w[3]], [y[2], y[3]], c);
+            let m = w[0] / c.groups;
+            let (k, cols) = (w[1] * w[2] * w[3], x[0] * y[2] * y[3]);
+            p.conv("conv", inputs, geo, [m, cols, k], ty)
+        }
+        Op::ConvTranspose2d { params: c, .. } => {
+            // the input gradient of conv2d(x: out_shape, weight) at dy = input 0
+            let (dy, w) = (dims4(&inputs[0]), dims4(&inputs[1]));
+            let x = out_dims4(out_shape);
+            let geo = ConvGeometry::new(x, [w[0], w[2], w[3]], [dy[2], dy[3]], c);
+            let m = x[1] / c.groups;
+            let (k, cols) = ((w[0] / c.groups) * w[2] * w[3], x[0] * x[2] * x[3]);
+            p.conv("conv_t", inputs, geo, [m, cols, k], ty)
+        }
+        Op::Conv2dBackwardWeight { params: c, kernel } => {
+            let (x, dy) = (dims4(&inputs[0]), dims4(&inputs[1]));
+            let geo = ConvGeometry::new(x, [dy[1], kernel[0], kernel[1]], [dy[2], dy[3]], c);
+            let m = dy[1] / c.groups;
+            let (k, cols) = (dy[0] * dy[2] * dy[3], (x[1] / c.groups) * kernel[0] * kernel[1]);
+            p.conv("conv_wgrad", inputs, geo, [m, cols, k], ty)
+        }
+        Op::MaxPool2d(pp) => {
+            let x = dims4(&inputs[0]);
+            p.pool("max", inputs, x, out_dims4(out_shape), pp, ty)
+        }
+        Op::AvgPool2d(pp) => {
+            let x = dims4(&inputs[0]);
+            p.pool("avg", inputs, x, out_dims4(out_shape), pp, ty)
+        }
+        Op::MaxPool2dBackward(pp) => {
+            let (x, dy) = (dims4(&inputs[0]), dims4(&inputs[1]));
+            p.pool("max_back", inputs, x, dy, pp, ty)
+        }
+        Op::AvgPool2dBackward { params: pp, .. } => {
+            let dy = dims4(&inputs[0]);
+            p.pool("avg_back", inputs, out_dims4(out_shape), dy, pp, ty)
+        }
+        Op::AdaptiveAvgPool2d { .. } => {
+            let x = dims4(&inputs[0]);
+            let pp = adaptive_params();
+            p.pool("adaptive", inputs, x, out_dims4(out_shape), &pp, ty)
+        }
+        Op::AdaptiveAvgPool2dBackward { .. } => {
+            let dy = dims4(&inputs[0]);
+            let pp = adaptive_params();
+            p.pool("adaptive_back", inputs, out_dims4(out_shape), dy, &pp, ty)
+        }
+    }?;
+    Ok(p.plan)
+}
+
+struct Planner {
+    name: &'static str,
+    plan: Plan,
+}
+
+/// Conv2d geometry in conv2d's own terms (x: N,C,H,W; weight: O,C/g,KH,KW; y: N,O,OH,OW).
+struct ConvGeometry([u32; 15], u32);
+
+impl ConvGeometry {
+    fn new(x: [usize; 4], o_kh_kw: [usize; 3], oh_ow: [usize; 2], c: &Conv2dParams) -> Self {
+        let v = [
+            x[0],
+            x[1],
+            x[2],
+            x[3],
+            o_kh_kw[0],
+            oh_ow[0],
+            oh_ow[1],
+            o_kh_kw[1],
+            o_kh_kw[2],
+            c.stride[0],
+            c.stride[1],
+            c.padding[0],
+            c.padding[1],
+            c.dilation[0],
+            c.dilation[1],
+        ];
+        ConvGeometry(v.map(|d| d as u32), c.groups as u32)
+    }
+}
+
+fn adaptive_params() -> Pool2dParams {
+    Pool2dParams {
+        kernel: [1, 1],
+        stride: [1, 1],
+        padding: [0, 0],
+        dilation: [1, 1],
+        count_include_pad: true,
+    }
+}
+
+impl Planner {
+    fn push(&mut self, kernel: KernelKey, params: Vec<u32>, buffers: Vec<Buffer>, workgroups: [u32; 3]) {
+        self.plan.dispatches.push(Dispatch {
+            kernel,
+            params,
+            buffers,
+            workgroups,
+        });
+    }
+
+    /// A 1-D launch of `threads` invocations in workgroups of [`WG`].
+    fn launch(&mut self, key: KernelKey, params: Vec<u32>, buffers: Vec<Buffer>, threads: u32) -> Result<()> {
+        let grid = grid(threads.div_ceil(WG) as u64, self.name)?;
+        self.push(key, params, buffers, grid);
+        Ok(())
+    }
+
+    fn scratch(&mut self, elements: usize) -> Buffer {
+        self.plan
+            .scratch_bytes
+            .push(elements.max(1) as u64 * ELEM_BYTES);
+        Buffer::Scratch(self.plan.scratch_bytes.len() - 1)
+    }
+
+    /// Input `i` as a contiguous buffer and the element offset where it starts, copying it into
+    /// scratch first when its view is strided.
+    fn contiguous(&mut self, i: usize, input: &ViewMeta, ty: &'static str) -> Result<(Buffer, u32)> {
+        if input.layout.is_contiguous() {
+            return Ok((Buffer::Input(i), input.layout.offset() as u32));
+        }
+        let shape = input.layout.shape().clone();
+        let buf = self.scratch(shape.numel());
+        let dst = Layout::contiguous(shape);
+        self.copy_to(ty, &dst, buf, Buffer::Input(i), &input.layout)?;
+        Ok((buf, 0))
+    }
+
+    fn fill(&mut self, mode: &str, ty: &'static str, n: u32, values: &[u32]) -> Result<()> {
+        let key = KernelKey::new("fill.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]);
+        let mut params = vec![n];
+        params.extend_from_slice(values);
+        self.launch(key, params, vec![Buffer::Output], n)
+    }
+
+    fn random(&mut self, op: &Op, n: u32) -> Result<()> {
+        let (mode, seed, a, b) = match op {
+            Op::RandUniform {
+                low, high, seed, ..
+            } => ("uniform", *seed, *low, *high),
+            Op::RandNormal { mean, std, seed, .. } => ("normal", *seed, *mean, *std),
+            _ => unreachable_op(self.name)?,
+        };
+        let key = KernelKey::new("random.wgsl", &[("MODE", mode), ("WG", "256")]);
+        let params = vec![
+            n,
+            seed as u32,
+            (seed >> 32) as u32,
+            (a as f32).to_bits(),
+            (b as f32).to_bits(),
+        ];
+        self.launch(key, params, vec![Buffer::Output], n)
+    }
+
+    /// Copies the view `src` of `from` into the view `dst` of the output.
+    fn copy(&mut self, ty: &'static str, dst: &Layout, from: Buffer, src: &Layout) -> Result<()> {
+        self.copy_to(ty, dst, Buffer::Output, from, src)
+    }
+
+    fn copy_to(&mut self, ty: &'static str, dst: &Layout, to: Buffer, from: Buffer, src: &Layout) -> Result<()> {
+        let key = KernelKey::new(
+            "map.wgsl",
+            &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")],
+        );
+        self.elementwise_to(key, dst, to, &[(from, src)], [0, 0])
+    }
+
+    fn binary(&mut self, op: &str, inputs: &[ViewMeta], t: &'static str, to: &'static str, out: &Layout) -> Result<()> {
+        let float = if t == "f32" { "1" } else { "0" };
+        let key = KernelKey::new(
+            "binary.wgsl",
+            &[("OP", op), ("T", t), ("TO", to), ("FLOAT", float), ("WG", "256")],
+        );
+        let views = [
+            (Buffer::Input(0), &inputs[0].layout),
+            (Buffer::Input(1), &inputs[1].layout),
+        ];
+        self.elementwise(key, out, &views, [0, 0])
+    }
+
+    fn elementwise(&mut self, key: KernelKey, out: &Layout, inputs: &[(Buffer, &Layout)], consts: [u32; 2]) -> Result<()> {
+        self.elementwise_to(key, out, Buffer::Output, inputs, consts)
+    }
+
+    /// An elementwise launch over the shape of `out`: inputs are broadcast to it, and adjacent
+    /// axes that every view walks contiguously are merged so that index math stays short.
+    fn elementwise_to(&mut self, key: KernelKey, out: &Layout, to: Buffer, inputs: &[(Buffer, &Layout)], consts: [u32; 2]) -> Result<()> {
+        let shape = out.shape();
+        let n = u32_len(shape.numel(), self.name)?;
+        let mut views = vec![(out.offset(), strides_u32(out.strides(), self.name)?)];
+        for (_, l) in inputs {
+            let b = l.broadcast_to(shape)?;
+            views.push((b.offset(), strides_u32(b.strides(), self.name)?));
+        }
+        let (dims, strides) = coalesce(shape.dims(), views.iter().map(|v| v.1.clone()).collect());
+        let mut params = vec![n, dims.len() as u32, consts[0], consts[1]];
+        params.extend(dims.iter().map(|&d| d as u32));
+        for ((offset, _), s) in views.iter().zip(&strides) {
+            push_view(&mut params, *offset, s);
+        }
+        let mut buffers: Vec<Buffer> = inputs.iter().map(|(b, _)| *b).collect();
+        buffers.push(to);
+        self.launch(key, params, buffers, n)
+    }
+
+    fn reduce(&mut self, op: ReduceOp, axes: &[usize], x: &ViewMeta, ty: &'static str) -> Result<()> {
+        let dims = x.layout.shape().dims();
+        let rank = dims.len();
+        let reduced: Vec<usize> = if axes.is_empty() {
+            (0..rank).collect()
+        } else {
+            axes.to_vec()
+        };
+        let kept: Vec<usize> = (0..rank).filter(|a| !reduced.contains(a)).collect();
+        let strides = strides_u32(x.layout.strides(), self.name)?;
+        let pick = |ax: &[usize], v: &[usize]| -> Vec<usize> { ax.iter().map(|&a| v[a]).collect() };
+        let (kd, ks) = (pick(&kept, dims), pick(&kept, &strides));
+        let (rd, rs) = (pick(&reduced, dims), pick(&reduced, &strides));
+        let (kd, ks) = coalesce(&kd, vec![ks]);
+        let (rd, rs) = coalesce(&rd, vec![rs]);
+        let n_out = u32_len(kd.iter().product(), self.name)?;
+        let len = u32_len(rd.iter().product(), self.name)?;
+        let correction = match op {
+            ReduceOp::Var { correction } => correction as u32,
+            _ => 0,
+        };
+        let mut params = vec![n_out, kd.len() as u32, rd.len() as u32, len, correction];
+        params.extend(kd.iter().chain(&rd).map(|&d| d as u32));
+        push_view(&mut params, x.layout.offset() as u32, &ks[0]);
+        push_view(&mut params, 0, &rs[0]);
+        let per_thread = len <= 64;
+        let (lowest, highest) = match ty {
+            "f32" => ("bitcast<f32>(0xff800000u)", "bitcast<f32>(0x7f800000u)"),
+            "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
+            _ => ("0u", "0xffffffffu"),
+        };
+        let to = if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            "i32"
+        } else {
+            ty
+        };
+        let key = KernelKey::new(
+            "reduce.wgsl",
+            &[
+                ("OP", op.name()),
+                ("T", ty),
+                ("TO", to),
+                ("LOWEST", lowest),
+                ("HIGHEST", highest),
+                ("PER_THREAD", if per_thread { "1" } else { "0" }),
+                ("WG", "256"),
+            ],
+        );
+        let bufs = vec![Buffer::Input(0), Buffer::Output];
+        if per_thread {
+            self.launch(key, params, bufs, n_out)
+        } else {
+            let g = grid(n_out as u64, self.name)?;
+            self.push(key, params, bufs, g);
+            Ok(())
+        }
+    }
+
+    fn rows(&mut self, op: &str, x: &ViewMeta, axis: usize, reverse: bool, ty: &'static str) -> Result<()> {
+        let dims = x.layout.shape().dims();
+        let kept: Vec<usize> = (0..dims.len()).filter(|&a| a != axis).collect();
+        let xs = strides_u32(x.layout.strides(), self.name)?;
+        let os: Vec<usize> = Shape::from(dims).contiguous_strides().iter().map(|&s| s as usize).collect();
+        let kd: Vec<usize> = kept.iter().map(|&a| dims[a]).collect();
+        let (kd, ks) = coalesce(&kd, vec![kept.iter().map(|&a| xs[a]).collect(), kept.iter().map(|&a| os[a]).collect()]);
+        let n_rows = u32_len(kd.iter().product(), self.name)?;
+        let len = dims[axis] as u32;
+        let mut params = vec![n_rows, kd.len() as u32, len, reverse as u32];
+        params.extend(kd.iter().map(|&d| d as u32));
+        push_view(&mut params, x.layout.offset() as u32, &ks[0]);
+        params.push(xs[axis] as u32);
+        push_view(&mut params, 0, &ks[1]);
+        params.push(os[axis] as u32);
+        let per_thread = op == "cumsum" || len <= 64;
+        let key = KernelKey::new(
+            "rows.wgsl",
+            &[
+                ("OP", op),
+                ("T", ty),
+                ("PER_THREAD", if per_thread { "1" } else { "0" }),
+                ("WG", "256"),
+            ],
+        );
+        let bufs = vec![Buffer::Input(0), Buffer::Output];
+        if per_thread {
+            self.launch(key, params, bufs, n_rows)
+        } else {
+            let g = grid(n_rows as u64, self.name)?;
+            self.push(key, params, bufs, g);
+            Ok(())
+        }
+    }
+
+    fn matmul(&mut self, a: &ViewMeta, b: &ViewMeta, out_shape: &Shape, ty: &'static str) -> Result<()> {
+        // NumPy promotion of rank-1 operands: [k] is [1, k] on the left and [k, 1] on the right.
+        let promote = |v: &ViewMeta, left: bool| -> Result<(Vec<usize>, Vec<usize>)> {
+            let d = v.layout.shape().dims().to_vec();
+            let s = strides_u32(v.layout.strides(), self.name)?;
+            Ok(if d.len() == 1 {
+                if left { (vec![1, d[0]], vec![0, s[0]]) } else { (vec![d[0], 1], vec![s[0], 0]) }
+            } else {
+                (d, s)
+            })
+        };
+        let (ad, as_) = promote(a, true)?;
+        let (bd, bs) = promote(b, false)?;
+        let (m, k, nn) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
+        let batch_rank = out_shape.rank().saturating_sub(2).max(ad.len() - 2).max(bd.len() - 2);
+        let batch: Vec<usize> = (0..batch_rank)
+            .map(|i| {
+                let pick = |d: &[usize]| {
+                    let nb = d.len() - 2;
+                    (i + nb >= batch_rank).then(|| d[i + nb - batch_rank]).unwrap_or(1)
+                };
+                pick(&ad).max(pick(&bd))
+            })
+            .collect();
+        let batch_strides = |d: &[usize], s: &[usize]| -> Vec<usize> {
+            let nb = d.len() - 2;
+            (0..batch_rank)
+                .map(|i| {
+                    if i + nb >= batch_rank {
+                        let j = i + nb - batch_rank;
+                        if d[j] == 1 { 0 } else { s[j] }
+                    } else {
+                        0
+                    }
+                })
+                .collect()
+        };
+        let (abs, bbs) = (batch_strides(&ad, &as_), batch_strides(&bd, &bs));
+        let (batch, bstr) = coalesce(&batch, vec![abs, bbs]);
+        let batches: usize = batch.iter().product();
+        let mut params = vec![m as u32, nn as u32, k as u32, 0, batches as u32, batch.len() as u32];
+        params.extend([a.layout.offset(), as_[as_.len() - 2], as_[as_.len() - 1]].map(|v| v as u32));
+        params.extend([b.layout.offset(), bs[bs.len() - 2], bs[bs.len() - 1]].map(|v| v as u32));
+        params.extend(batch.iter().map(|&d| d as u32));
+        push_view(&mut params, 0, &bstr[0]);
+        push_view(&mut params, 0, &bstr[1]);
+        self.gemm("matmul", [m, nn, k, batches], params, [Buffer::Input(0), Buffer::Input(1)], ty)
+    }
+
+    /// The three convolutions as implicit GEMMs: A is input 1 (weight, or dy for the weight
+    /// gradient), B is input 0; both are read as contiguous NCHW / OIHW.
+    fn conv(&mut self, mode: &str, inputs: &[ViewMeta], geo: ConvGeometry, mnk: [usize; 3], ty: &'static str) -> Result<()> {
+        let (abuf, aoff) = self.contiguous(1, &inputs[1], ty)?;
+        let (bbuf, boff) = self.contiguous(0, &inputs[0], ty)?;
+        let mut params = vec![mnk[0] as u32, mnk[1] as u32, mnk[2] as u32, 0, geo.1];
+        params.extend_from_slice(&geo.0);
+        params.extend([aoff, boff]);
+        let groups = geo.1 as usize;
+        self.gemm(mode, [mnk[0], mnk[1], mnk[2], groups], params, [abuf, bbuf], ty)
+    }
+
+    /// Launches gemm.wgsl; fills params[3] (row tiles) and picks the tile shape.
+    fn gemm(&mut self, mode: &str, mnkb: [usize; 4], mut params: Vec<u32>, ab: [Buffer; 2], ty: &'static str) -> Result<()> {
+        let [m, n, _, batches] = mnkb;
+        // (BM, BN, BK, TM, TN): large tiles where there is enough output to fill the GPU.
+        let (bm, bn, bk, tm, tn) = if m >= 128 && n >= 128 { (128, 128, 8, 8, 8) } else { (64, 64, 8, 4, 4) };
+        let tiles_m = m.div_ceil(bm);
+        let tiles_n = n.div_ceil(bn);
+        params[3] = tiles_m as u32;
+        let rows = tiles_m as u64 * batches as u64;
+        let (y, z) = if rows <= MAX_GRID as u64 { (rows, 1) } else { (MAX_GRID as u64, rows.div_ceil(MAX_GRID as u64)) };
+        if tiles_n > MAX_GRID as usize || z > MAX_GRID as u64 {
+            return Err(Error::unsupported(
+                self.name,
+                format!("output of {m} x {n} in {batches} batches needs more workgroups than a dispatch allows"),
+            ));
+        }
+        let wg = (bm / tm) * (bn / tn);
+        let s = |v: usize| v.to_string();
+        let key = KernelKey {
+            file: "gemm.wgsl",
+            defines: [
+                ("MODE", mode.to_string()),
+                ("T", ty.to_string()),
+                ("BM", s(bm)),
+                ("BN", s(bn)),
+                ("BK", s(bk)),
+                ("TM", s(tm)),
+                ("TN", s(tn)),
+                ("WG", s(wg)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        };
+        self.push(key, params, vec![ab[0], ab[1], Buffer::Output], [tiles_n as u32, y as u32, z as u32]);
+        Ok(())
+    }
+
+    fn pool(&mut self, mode: &str, inputs: &[ViewMeta], x: [usize; 4], y: [usize; 4], pp: &Pool2dParams, ty: &'static str) -> Result<()> {
+        let mut bufs = Vec::new();
+        let mut offsets = [0u32; 2];
+        for (i, input) in inputs.iter().enumerate() {
+            let (b, off) = self.contiguous(i, input, ty)?;
+            bufs.push(b);
+            offsets[i] = off;
+        }
+        // single-input backward modes read dy through binding 1 and its offset from params[17]
+        if inputs.len() == 1 && mode.ends_with("back") {
+            offsets = [0, offsets[0]];
+        }
+        bufs.push(Buffer::Output);
+        let forward = !mode.ends_with("back");
+        let numel = if forward { y.iter().product::<usize>() } else { x.iter().product() };
+        let n = u32_len(numel, self.name)?;
+        let mut params = vec![n];
+        params.extend(
+            [x[0], x[1], x[2], x[3], y[2], y[3], pp.kernel[0], pp.kernel[1], pp.stride[0], pp.stride[1], pp.padding[0], pp.padding[1], pp.dilation[0], pp.dilation[1], pp.count_include_pad as usize]
+                .map(|v| v as u32),
+        );
+        params.extend(offsets);
+        let key = KernelKey::new("pool.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]);
+        self.launch(key, params, bufs, n)
+    }
+}
+
+fn unreachable_op(name: &'static str) -> Result<(&'static str, u64, f64, f64)> {
+    Err(Error::invalid(name, "not a random op"))
+}
+
+fn dims4(v: &ViewMeta) -> [usize; 4] {
+    out_dims4(v.layout.shape())
+}
+
+fn out_dims4(s: &Shape) -> [usize; 4] {
+    let d = s.dims();
+    [0, 1, 2, 3].map(|i| d.get(i).copied().unwrap_or(1))
+}
+
+fn push_view(params: &mut Vec<u32>, offset: impl TryInto<u32>, strides: &[usize]) {
+    params.push(offset.try_into().unwrap_or(u32::MAX));
+    params.extend(strides.iter().map(|&s| s as u32));
+}
+
+/// The op's constant as the device bits of `dtype` (`as` semantics for integers).
+fn bits(v: f64, dtype: DType) -> u32 {
+    match dtype {
+        DType::I32 => (v as i32) as u32,
+        DType::U32 => v as u32,
+        DType::Bool => (v != 0.0) as u32,
+        _ => (v as f32).to_bits(),
+    }
+}
+
+fn u32_len(n: usize, op: &'static str) -> Result<u32> {
+    u32::try_from(n).map_err(|_| {
+        Error::unsupported(op, format!("{n} elements exceed the GPU kernels' 2^32 - 1 element limit"))
+    })
+}
+
+fn strides_u32(s: &[isize], op: &'static str) -> Result<Vec<usize>> {
+    s.iter()
+        .map(|&v| {
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v <= u32::MAX as usize)
+                .ok_or_else(|| Error::unsupported(op, format!("stride {v} is negative or too large for the GPU kernels")))
+        })
+        .collect()
+}
+
+/// A grid of `groups` workgroups, split over x, y (and z) so that none exceeds [`MAX_GRID`].
+pub fn grid(groups: u64, op: &'static str) -> Result<[u32; 3]> {
+    let max = MAX_GRID as u64;
+    let x = groups.clamp(1, max);
+    let rest = groups.div_ceil(x);
+    let y = rest.clamp(1, max);
+    let z = rest.div_ceil(y);
+    if z > max {
+        return Err(Error::unsupported(op, format!("{groups} workgroups exceed the dispatch limit")));
+    }
+    Ok([x as u32, y as u32, z as u32])
+}
+
+/// Drops size-1 axes and merges neighbours that every view walks contiguously (the outer stride
+/// equals inner stride times inner size), keeping at least one axis.
+pub fn coalesce(dims: &[usize], views: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut out_dims: Vec<usize> = Vec::new();
+    let mut out_strides: Vec<Vec<usize>> = vec![Vec::new(); views.len()];
+    for (axis, &d) in dims.iter().enumerate() {
+        if d == 1 {
+            continue;
+        }
+        let merge = out_dims.last().is_some_and(|_| {
+            views.iter().zip(&out_strides).all(|(v, o)| {
+                let prev = *o.last().unwrap_or(&0);
+                prev == v[axis] * d
+            })
+        });
+        if merge {
+            if let Some(last) = out_dims.last_mut() {
+                *last *= d;
+            }
+            for (v, o) in views.iter().zip(out_strides.iter_mut()) {
+                if let Some(last) = o.last_mut() {
+                    *last = v[axis];
+                }
+            }
+        } else {
+            out_dims.push(d);
+            for (v, o) in views.iter().zip(out_strides.iter_mut()) {
+                o.push(v[axis]);
+            }
+        }
+    }
+    if out_dims.is_empty() {
+        out_dims.push(1);
+        for o in &mut out_strides {
+            o.push(0);
+        }
+    }
+    (out_dims, out_strides)
+}
+
+/// Every kernel variant the planner can produce for `dtype` (f32, i32, u32 or bool), for
+/// validation and ahead-of-time compilation.
+pub fn variants() -> Vec<KernelKey> {
+    let mut keys = Vec::new();
+    let tys = ["f32", "i32", "u32"];
+    let unary = [
+        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "erf", "floor", "ceil", "round", "sign", "powf", "clamp",
+    ];
+    let int_unary = ["neg", "abs", "relu", "sign", "clamp", "floor", "ceil", "round"];
+    for ty in tys {
+        let float = if ty == "f32" { "1" } else { "0" };
+        for op in unary {
+            if ty != "f32" && !int_unary.contains(&op) || ty == "u32" && op == "neg" {
+                continue;
+            }
+            keys.push(KernelKey::new("map.wgsl", &[("OP", op), ("TI", ty), ("TO", ty), ("FLOAT", float), ("WG", "256")]));
+        }
+        keys.push(KernelKey::new("map.wgsl", &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")]));
+        for to in tys {
+            if to != ty {
+                keys.push(KernelKey::new("map.wgsl", &[("OP", "cast"), ("TI", ty), ("TO", to), ("TO_BOOL", "0"), ("WG", "256")]));
+            }
+        }
+        keys.push(KernelKey::new("map.wgsl", &[("OP", "cast"), ("TI", ty), ("TO", "u32"), ("TO_BOOL", "1"), ("WG", "256")]));
+        let bin = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Max, BinaryOp::Min];
+        for b in bin {
+            if ty != "f32" && b == BinaryOp::Pow {
+                continue;
+            }
+            keys.push(KernelKey::new("binary.wgsl", &[("OP", b.name()), ("T", ty), ("TO", ty), ("FLOAT", float), ("WG", "256")]));
+        }
+        for c in ["eq", "ne", "lt", "le", "gt", "ge"] {
+            keys.push(KernelKey::new("binary.wgsl", &[("OP", c), ("T", ty), ("TO", "u32"), ("FLOAT", float), ("WG", "256")]));
+        }
+        keys.push(KernelKey::new("binary.wgsl", &[("OP", "where"), ("T", ty), ("TO", ty), ("FLOAT", "0"), ("WG", "256")]));
+        for mode in ["full", "arange", "eye"] {
+            keys.push(KernelKey::new("fill.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]));
+        }
+        for idx in ["i32", "u32"] {
+            for mode in ["gather", "scatter_add", "one_hot"] {
+                keys.push(KernelKey::new("index.wgsl", &[("MODE", mode), ("T", ty), ("IDX", idx), ("WG", "256")]));
+            }
+        }
+    }
+    // reductions, rows, gemm and pooling come from planning real ops, so the keys match exactly
+    let f = |d: &[usize], dt: DType| ViewMeta::new(&Layout::contiguous(Shape::from(d)), dt);
+    let mut add = |op: Op, ins: Vec<ViewMeta>| {
+        let metas: Vec<_> = ins.iter().map(|v| (v.dtype, v.layout.shape().clone())).collect();
+        if let Ok((dt, s)) = op.infer(&metas)
+            && let Ok(p) = plan(&op, &ins, dt, &s)
+        {
+            keys.extend(p.dispatches.into_iter().map(|d| d.kernel));
+        }
+    };
+    let reduce_ops = [
+        ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Var { correction: 1 }, ReduceOp::ArgMax, ReduceOp::ArgMin,
+    ];
+    for dt in [DType::F32, DType::I32, DType::U32, DType::Bool] {
+        for r in reduce_ops {
+            for len in [8, 1000] {
+                add(Op::Reduce { op: r, axes: vec![1], keepdim: false }, vec![f(&[3, len], dt)]);
+            }
+        }
+        add(Op::Cumsum { axis: 0, reverse: false }, vec![f(&[5], dt)]);
+        add(Op::Matmul, vec![f(&[4, 5], dt), f(&[5, 6], dt)]);
+        add(Op::Matmul, vec![f(&[200, 5], dt), f(&[5, 300], dt)]);
+    }
+    for len in [8, 1000] {
+        add(Op::Softmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
+        add(Op::LogSoftmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
+    }
+    let c = Conv2dParams::default();
+    for big in [false, true] {
+        let (n, ch) = if big { (8, 128) } else { (1, 2) };
+        add(Op::Conv2d(c), vec![f(&[n, ch, 6, 6], DType::F32), f(&[ch, ch, 3, 3], DType::F32)]);
+        add(Op::ConvTranspose2d { params: c, output_padding: [0, 0] }, vec![f(&[n, ch, 4, 4], DType::F32), f(&[ch, ch, 3, 3], DType::F32)]);
+        add(Op::Conv2dBackwardWeight { params: c, kernel: [3, 3] }, vec![f(&[n, ch, 6, 6], DType::F32), f(&[n, ch, 4, 4], DType::F32)]);
+    }
+    let pp = Pool2dParams { kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1], count_include_pad: true };
+    add(Op::MaxPool2d(pp), vec![f(&[1, 1, 4, 4], DType::F32)]);
+    add(Op::AvgPool2d(pp), vec![f(&[1, 1, 4, 4], DType::F32)]);
+    add(Op::MaxPool2dBackward(pp), vec![f(&[1, 1, 4, 4], DType::F32), f(&[1, 1, 2, 2], DType::F32)]);
+    add(Op::AvgPool2dBackward { params: pp, input: Shape::from([1, 1, 4, 4]) }, vec![f(&[1, 1, 2, 2], DType::F32)]);
+    add(Op::AdaptiveAvgPool2d { output: [2, 2] }, vec![f(&[1, 1, 4, 4], DType::F32)]);
+    add(Op::AdaptiveAvgPool2dBackward { input: Shape::from([1, 1, 4, 4]) }, vec![f(&[1, 1, 2, 2], DType::F32)]);
+    add(Op::RandUniform { shape: Shape::from([3]), low: 0.0, high: 1.0, seed: 1, dtype: DType::F32 }, vec![]);
+    add(Op::RandNormal { shape: Shape::from([3]), mean: 0.0, std: 1.0, seed: 1, dtype: DType::F32 }, vec![]);
+    keys.sort();
+    keys.dedup();
+    keys
+}

@@ -1,0 +1,42 @@
+//! `kiln bench`: throughput figures (printed, never asserted).
+
+use crate::core::Device;
+use crate::core::Result;
+use crate::data::mnist::Mnist;
+use crate::train::{TrainConfig, Trainer};
+use std::time::Instant;
+
+/// Warm-up steps not counted (first-touch allocations, thread pools).
+const WARMUP: usize = 2;
+
+/// Training throughput.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchResult {
+    /// Mean wall time of one training step.
+    pub seconds_per_step: f64,
+    /// Training images per second.
+    pub images_per_sec: f64,
+}
+
+/// Times `steps` full training steps (forward, loss, backward, Adam) of the MNIST CNN on
+/// consecutive training batches of `batch_size`, after a short warm-up.
+pub fn train_mnist(data: &Mnist, device: &Device, batch_size: usize, steps: usize) -> Result<BenchResult> {
+    let cfg = TrainConfig { batch_size, ..TrainConfig::default() };
+    let mut trainer = Trainer::new(&cfg, device)?;
+    let n = data.train.len().max(1);
+    let batch = |s: usize| -> Vec<usize> { (0..batch_size).map(|i| (s * batch_size + i) % n).collect() };
+    for s in 0..WARMUP {
+        trainer.step(&data.train, &batch(s))?;
+    }
+    device.backend().synchronize()?;
+    let start = Instant::now();
+    for s in 0..steps {
+        trainer.step(&data.train, &batch(WARMUP + s))?;
+    }
+    device.backend().synchronize()?;
+    let secs = start.elapsed().as_secs_f64();
+    Ok(BenchResult {
+        seconds_per_step: secs / steps.max(1) as f64,
+        images_per_sec: (steps * batch_size) as f64 / secs.max(1e-9),
+    })
+}

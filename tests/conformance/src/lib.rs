@@ -1,0 +1,119 @@
+//! Helpers of the conformance suite: devices under test, random inputs, and the comparison of
+//! every op (forward and backward) against the CPU oracle.
+
+use kiln_core::{DType, Device, Result, Tensor, TensorData};
+use std::sync::OnceLock;
+
+/// The wgpu device, or `None` (with a printed notice) when this machine has no adapter.
+pub fn wgpu() -> Option<Device> {
+    static DEV: OnceLock<Option<Device>> = OnceLock::new();
+    DEV.get_or_init(|| match kiln_kernels::wgpu_device() {
+        Ok(d) => {
+            eprintln!("conformance: running on {}", d.name());
+            Some(d)
+        }
+        Err(e) => {
+            eprintln!("conformance: SKIPPED, no wgpu adapter: {e}");
+            None
+        }
+    })
+    .clone()
+}
+
+/// Deterministic values in `[lo, hi)` (a 64-bit LCG; never all zeros).
+pub fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
+}
+
+/// Random data of `shape` and `dtype` in `[lo, hi)`.
+pub fn data(shape: &[usize], dtype: DType, seed: u64, lo: f64, hi: f64) -> TensorData {
+    let n = shape.iter().product();
+    let v = values(n, seed, lo, hi);
+    let v = if dtype.is_float() { v } else { v.into_iter().map(f64::floor).collect() };
+    TensorData::from_f64_iter(v, dtype, shape.into())
+}
+
+/// Asserts `got` matches `want` elementwise within `atol + rtol * |want|` (NaNs must agree).
+pub fn assert_close(what: &str, want: &TensorData, got: &TensorData, rtol: f64, atol: f64) {
+    assert_eq!(want.shape(), got.shape(), "{what}: shapes differ");
+    assert_eq!(want.dtype(), got.dtype(), "{what}: dtypes differ");
+    let mut worst = (0.0f64, 0usize);
+    for (i, (a, b)) in want.iter_f64().zip(got.iter_f64()).enumerate() {
+        if a.is_nan() || b.is_nan() {
+            assert!(a.is_nan() && b.is_nan(), "{what}: element {i}: want {a}, got {b}");
+            continue;
+        }
+        if a == b {
+            continue;
+        }
+        let err = (a - b).abs() / (atol + rtol * a.abs());
+        if err > worst.0 {
+            worst = (err, i);
+        }
+    }
+    if worst.0 > 1.0 {
+        let i = worst.1;
+        let (a, b) = (want.to_f64_vec()[i], got.to_f64_vec()[i]);
+        panic!("{what}: element {i} of {}: want {a}, got {b} (tolerance {rtol} rel + {atol} abs)", want.shape());
+    }
+}
+
+/// Runs `f` on the CPU and on `dev` with the same inputs and compares the outputs; then, when
+/// `grad` is set and the output is float, compares the gradients of `sum(f(x) * w)` for every
+/// float input. `prep` turns each uploaded input into the view the op sees (e.g. a transpose).
+pub fn check(
+    what: &str,
+    dev: &Device,
+    inputs: &[TensorData],
+    prep: &dyn Fn(usize, Tensor) -> Result<Tensor>,
+    f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+    grad: bool,
+    tol: (f64, f64),
+) {
+    let run = |device: &Device| -> Result<(TensorData, Vec<Option<TensorData>>)> {
+        let xs: Vec<Tensor> = inputs
+            .iter()
+            .map(|d| {
+                let t = Tensor::from_data(d, device)?;
+                Ok(if grad && d.dtype().is_float() { t.require_grad() } else { t })
+            })
+            .collect::<Result<_>>()?;
+        let views: Vec<Tensor> = xs.iter().enumerate().map(|(i, t)| prep(i, t.clone())).collect::<Result<_>>()?;
+        let y = f(&views)?;
+        let out = y.to_data()?;
+        let mut grads = Vec::new();
+        if grad && y.dtype().is_float() {
+            let w = Tensor::from_data(&data(y.dims(), y.dtype(), 99, -1.0, 1.0), device)?;
+            let g = y.mul(&w)?.sum_all()?.backward()?;
+            for x in &xs {
+                grads.push(match g.get(x) {
+                    Some(t) => Some(t.to_data()?),
+                    None => None,
+                });
+            }
+        }
+        Ok((out, grads))
+    };
+    let cpu = Device::cpu();
+    let (want, want_g) = run(&cpu).unwrap_or_else(|e| panic!("{what} on cpu: {e}"));
+    let (got, got_g) = run(dev).unwrap_or_else(|e| panic!("{what} on {}: {e}", dev.name()));
+    assert_close(what, &want, &got, tol.0, tol.1);
+    for (i, (w, g)) in want_g.iter().zip(&got_g).enumerate() {
+        match (w, g) {
+            (Some(w), Some(g)) => assert_close(&format!("{what}: gradient of input {i}"), w, g, tol.0 * 4.0, tol.1 * 4.0),
+            (None, None) => {}
+            _ => panic!("{what}: gradient of input {i} exists on one device only"),
+        }
+    }
+}
+
+/// No view change.
+pub fn same(_: usize, t: Tensor) -> Result<Tensor> {
+    Ok(t)
+}
