@@ -226,7 +226,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             op: r,
             axes,
             keepdim: _,
-        } => p.reduce(*r, axes, &inputs[0], ty),
+        } => p.reduce(*r, axes, &inputs[0], wgsl_type(inputs[0].dtype, name)?, ty),
         Op::Cumsum { axis, reverse } => p.rows("cumsum", &inputs[0], *axis, *reverse, ty),
         Op::Softmax { axis } => p.rows("softmax", &inputs[0], *axis, false, ty),
         Op::LogSoftmax { axis } => p.rows("log_softmax", &inputs[0], *axis, false, ty),
@@ -546,7 +546,7 @@ impl Planner {
         self.launch(key, params, buffers, n)
     }
 
-    fn reduce(&mut self, op: ReduceOp, axes: &[usize], x: &ViewMeta, ty: &'static str) -> Result<()> {
+    fn reduce(&mut self, op: ReduceOp, axes: &[usize], x: &ViewMeta, ty: &'static str, to: &'static str) -> Result<()> {
         let dims = x.layout.shape().dims();
         let rank = dims.len();
         let reduced: Vec<usize> = if axes.is_empty() {
@@ -576,11 +576,6 @@ impl Planner {
             "f32" => ("bitcast<f32>(0xff800000u)", "bitcast<f32>(0x7f800000u)"),
             "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
             _ => ("0u", "0xffffffffu"),
-        };
-        let to = if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
-            "i32"
-        } else {
-            ty
         };
         let key = KernelKey::new(
             "reduce.wgsl",

@@ -1,84 +1,35 @@
-//! Training checkpoints: one safetensors file holding the model's tensors (`model.<name>`), the
-//! optimizer's tensors (`optim.<name>`) and, in the metadata, the optimizer's configuration and
-//! where training stands. Written atomically so a crash never leaves a half-written file.
+//! Training checkpoints: kiln-core's checkpoint file (model tensors, `optim.*` optimizer state)
+//! with where training stands in its metadata, written atomically so that a crash never leaves
+//! a half-written file.
 
-use crate::core::model::{decode_safetensors, encode_safetensors};
-use crate::core::optim::OptimizerState;
-use crate::core::{Device, Error, Result, Tensor};
+use crate::core::model::{load_checkpoint, save_checkpoint};
+use crate::core::nn::Module;
+use crate::core::optim::Optimizer;
+use crate::core::{Device, Error, Result};
 use crate::train::Progress;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-/// Metadata key of the checkpoint description.
-const META_KEY: &str = "kiln.checkpoint";
-/// Version of the checkpoint layout.
-const FORMAT: u32 = 1;
+/// Metadata key of the training progress (JSON).
+const KEY_PROGRESS: &str = "kiln_train_progress";
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Meta {
-    format: u32,
-    progress: Progress,
-    optimizer: String,
+/// Writes `model`, `optimizer` and `progress` to `path` atomically.
+pub fn save(path: &Path, model: &dyn Module, optimizer: &dyn Optimizer, progress: &Progress) -> Result<()> {
+    let json = serde_json::to_string(progress).map_err(|e| Error::format("checkpoint", e.to_string()))?;
+    let bytes = save_checkpoint(model, Some(optimizer), &BTreeMap::from([(KEY_PROGRESS.to_string(), json)]))?;
+    write_atomic(path, &bytes)
 }
 
-/// Everything needed to resume training.
-#[derive(Clone, Debug)]
-pub struct Checkpoint {
-    /// The model's parameters and buffers by name.
-    pub model: BTreeMap<String, Tensor>,
-    /// The optimizer's state.
-    pub optimizer: OptimizerState,
-    /// Where training stands.
-    pub progress: Progress,
-}
-
-impl Checkpoint {
-    /// Writes the checkpoint to `path` atomically (temporary file, fsync, rename).
-    pub fn write(&self, path: &Path) -> Result<()> {
-        let mut tensors = Vec::new();
-        for (prefix, map) in [("model", &self.model), ("optim", &self.optimizer.tensors)] {
-            for (name, t) in map {
-                tensors.push((format!("{prefix}.{name}"), t.to_data()?));
-            }
-        }
-        let meta = Meta {
-            format: FORMAT,
-            progress: self.progress.clone(),
-            optimizer: self.optimizer.config.clone(),
-        };
-        let json = serde_json::to_string(&meta).map_err(|e| Error::format("checkpoint", e.to_string()))?;
-        let bytes = encode_safetensors(&tensors, &BTreeMap::from([(META_KEY.to_string(), json)]))?;
-        write_atomic(path, &bytes)
-    }
-
-    /// Reads a checkpoint written by [`Checkpoint::write`], placing its tensors on `device`.
-    pub fn read(path: &Path, device: &Device) -> Result<Checkpoint> {
-        let op = format!("checkpoint {}", path.display());
-        let bytes = std::fs::read(path).map_err(|e| Error::io("checkpoint", format!("cannot read {}: {e}", path.display())))?;
-        let file = decode_safetensors(&bytes).map_err(|e| e.context(&op))?;
-        let json = file.metadata.get(META_KEY).ok_or_else(|| {
-            Error::format(op.clone(), format!("expected a kiln checkpoint (metadata key {META_KEY}), found none"))
-        })?;
-        let meta: Meta = serde_json::from_str(json).map_err(|e| Error::format(op.clone(), format!("bad {META_KEY}: {e}")))?;
-        if meta.format != FORMAT {
-            return Err(Error::format(op, format!("expected checkpoint format {FORMAT}, found {}", meta.format)));
-        }
-        let mut model = BTreeMap::new();
-        let mut optim = BTreeMap::new();
-        for (name, t) in file.to_device(device)? {
-            match name.split_once('.') {
-                Some(("model", rest)) => model.insert(rest.to_string(), t),
-                Some(("optim", rest)) => optim.insert(rest.to_string(), t),
-                _ => return Err(Error::format(op, format!("expected tensors named model.* or optim.*, found {name}"))),
-            };
-        }
-        Ok(Checkpoint {
-            model,
-            optimizer: OptimizerState { tensors: optim, config: meta.optimizer },
-            progress: meta.progress,
-        })
-    }
+/// Restores `model` and `optimizer` from a checkpoint written by [`save`], returning its progress.
+pub fn load(path: &Path, model: &mut dyn Module, optimizer: &mut dyn Optimizer, device: &Device) -> Result<Progress> {
+    let op = format!("checkpoint {}", path.display());
+    let bytes = std::fs::read(path).map_err(|e| Error::io("checkpoint", format!("cannot read {}: {e}", path.display())))?;
+    let meta = load_checkpoint(&bytes, model, Some(optimizer), device).map_err(|e| e.context(&op))?;
+    let json = meta.get(KEY_PROGRESS).ok_or_else(|| {
+        Error::format(op.clone(), format!("expected a kiln training checkpoint (metadata key {KEY_PROGRESS}), found none"))
+    })?;
+    serde_json::from_str(json).map_err(|e| Error::format(op, format!("bad {KEY_PROGRESS}: {e}")))
 }
 
 /// Writes `bytes` to `path` so that readers see the old file or the new one, never a mix:

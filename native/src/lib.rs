@@ -14,6 +14,10 @@
 
 pub use kiln_core as core;
 
+pub mod bench;
+pub mod checkpoint;
 pub mod data;
 pub mod device;
+pub mod models;
 pub mod serve;
+pub mod train;

@@ -2,7 +2,7 @@
 //! progress bar; per-epoch metrics as JSON lines; an atomic checkpoint after every epoch (and on
 //! Ctrl-C) from which `--resume` continues exactly.
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint;
 use crate::core::autodiff::no_grad;
 use crate::core::nn::{Forward, Init, Module, loss};
 use crate::core::optim::{Adam, Optimizer};
@@ -147,15 +147,8 @@ impl Trainer {
 
     /// A trainer restored from a checkpoint written by [`Trainer::save_checkpoint`].
     pub fn resume(path: &Path, cfg: &TrainConfig, device: &Device) -> Result<Trainer> {
-        let ckpt = Checkpoint::read(path, device)?;
         let mut t = Trainer::new(cfg, device)?;
-        t.model
-            .load_named(&ckpt.model)
-            .map_err(|e| e.context(path.display()))?;
-        t.optimizer
-            .load_state(&ckpt.optimizer)
-            .map_err(|e| e.context(path.display()))?;
-        t.progress = ckpt.progress;
+        t.progress = checkpoint::load(path, &mut t.model, &mut t.optimizer, device)?;
         for (d, n) in dropouts(&t.model).zip(&t.progress.dropout_steps) {
             d.set_steps(*n);
         }
@@ -165,12 +158,7 @@ impl Trainer {
     /// Writes weights, optimizer state and progress to `path` atomically.
     pub fn save_checkpoint(&mut self, path: &Path) -> Result<()> {
         self.progress.dropout_steps = dropouts(&self.model).map(|d| d.steps()).collect();
-        Checkpoint {
-            model: self.model.named_tensors().into_iter().collect(),
-            optimizer: self.optimizer.state(),
-            progress: self.progress.clone(),
-        }
-        .write(path)
+        checkpoint::save(path, &self.model, &self.optimizer, &self.progress)
     }
 
     /// One optimisation step on the images `idx` of `split`: `(summed loss, correct)`.
@@ -326,20 +314,18 @@ pub fn batch(split: &Split, idx: &[usize], device: &Device) -> Result<(Tensor, T
     Ok((x, y))
 }
 
+/// Index of the largest value (the first of equal ones; 0 for an empty slice).
+pub fn argmax(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |best, (i, &x)| if x > best.1 { (i, x) } else { best })
+        .0
+}
+
 /// Index of the largest of each row of `[N, C]` logits, read back to the host.
 pub fn argmax_rows(logits: &Tensor) -> Result<Vec<usize>> {
     let c = logits.dim(-1)?;
-    let v = logits.to_vec::<f32>()?;
-    Ok(v.chunks(c.max(1))
-        .map(|row| {
-            row.iter()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |best, (i, &x)| {
-                    if x > best.1 { (i, x) } else { best }
-                })
-                .0
-        })
-        .collect())
+    Ok(logits.to_vec::<f32>()?.chunks(c.max(1)).map(argmax).collect())
 }
 
 fn count_correct(logits: &Tensor, split: &Split, idx: &[usize]) -> Result<u64> {

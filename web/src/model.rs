@@ -7,7 +7,7 @@ use crate::tensor::Tensor;
 use crate::{js, ledger};
 use js_sys::{Array, Uint8Array};
 use kiln_core::Tensor as KTensor;
-use kiln_core::model::Model as KModel;
+use kiln_core::model::{Model as KModel, ValueInfo};
 use std::cell::RefCell;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -90,9 +90,9 @@ async fn source_bytes(source: &JsValue) -> JsResult<Vec<u8>> {
 }
 
 /// `[{name, shape, dtype}]` for a model's inputs or outputs.
-fn describe(specs: &[kiln_core::model::TensorSpec]) -> Array {
+fn describe<'a>(specs: impl IntoIterator<Item = &'a ValueInfo>) -> Array {
     specs
-        .iter()
+        .into_iter()
         .map(|s| -> JsValue {
             let shape: Array = s
                 .shape
@@ -116,8 +116,8 @@ impl Model {
         let device = Device::from_options(&options, "Model.load")?;
         let bytes = source_bytes(&source).await?;
         let model = KModel::load(&bytes, &device).js()?;
-        let params = model.parameters();
-        let bytes: u64 = params.iter().map(ledger::tensor_bytes).sum();
+        let params = model.tensors();
+        let bytes: u64 = params.values().map(ledger::tensor_bytes).sum();
         let weights = ledger::insert_weights(kind_of(&device).into(), params.len(), bytes);
         Ok(Model {
             inner: RefCell::new(Some(model)),
@@ -157,12 +157,7 @@ impl Model {
         let op = "Model.forward";
         self.with(op, |m| {
             let x = Tensor::from_js(input, op)?;
-            let outs = m.run(&[x]).js()?;
-            let first = outs
-                .into_iter()
-                .next()
-                .ok_or_else(|| invalid(op, "the model has no outputs"))?;
-            Ok(Tensor::wrap(first))
+            Ok(Tensor::wrap(m.forward(&x).js()?))
         })
     }
 

@@ -1,4 +1,4 @@
-//! Creating kiln's WebGPU device (kiln-kernels' wgpu backend on the browser's WebGPU).
+//! Creating kiln's WebGPU device: kiln-kernels' wgpu backend on the browser's WebGPU.
 
 use crate::js;
 use kiln_core::Device as KDevice;
@@ -9,5 +9,17 @@ pub async fn create() -> Result<KDevice, String> {
     if gpu.is_undefined() || gpu.is_null() {
         return Err("this browser has no navigator.gpu (WebGPU is off or unsupported)".into());
     }
-    Err("this build of kiln has no WebGPU backend yet".into())
+    backend().await
+}
+
+#[cfg(feature = "webgpu")]
+async fn backend() -> Result<KDevice, String> {
+    kiln_kernels::wgpu_device_async(kiln_kernels::WgpuOptions::default())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "webgpu"))]
+async fn backend() -> Result<KDevice, String> {
+    Err("this build of kiln-web has no WebGPU backend (built without the `webgpu` feature)".into())
 }

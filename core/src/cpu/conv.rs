@@ -10,7 +10,6 @@ use crate::backend::View;
 use crate::op::Conv2dParams;
 use crate::{DType, Error, Result, Shape};
 use alloc::vec;
-use alloc::vec::Vec;
 
 /// Column-matrix elements per chunk (32 MiB of f32).
 const COL_BUDGET: usize = 1 << 23;

@@ -1,5 +1,6 @@
 //! Creation, unary, binary, comparison, select and cast kernels.
 
+use crate::dtype::Element as _;
 use super::num::{Float, Num};
 use super::storage::{CpuElem, CpuStorage, Src};
 use super::strided::{map1, map2, map3};

@@ -1,0 +1,296 @@
+//! The `kiln` command: train, evaluate and run models natively, benchmark, and serve the demo page.
+
+use clap::{Args, Parser, Subcommand};
+use kiln::core::{Error, Result};
+use kiln::data::mnist::{self, Mnist};
+use kiln::train::{Outcome, TrainConfig, Trainer};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Parser)]
+#[command(name = "kiln", version, about = "kiln: train, evaluate and serve models natively")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model.
+    Train {
+        #[command(subcommand)]
+        task: TrainTask,
+    },
+    /// Evaluate a model file on the MNIST test set; the last line is `accuracy: 0.XXXX`.
+    Eval {
+        /// A kiln model file, or with --arch a bare safetensors state_dict (e.g. from PyTorch).
+        file: PathBuf,
+        /// Load the tensors by name into this built-in architecture instead of the file's graph.
+        #[arg(long, value_parser = [kiln::models::mnist::ARCH])]
+        arch: Option<String>,
+        #[command(flatten)]
+        common: DataArgs,
+    },
+    /// Classify a PNG digit (any size; grayscale or colour).
+    Predict {
+        /// A kiln model file (or a state_dict with --arch).
+        file: PathBuf,
+        /// The image.
+        image: PathBuf,
+        /// Load the tensors by name into this built-in architecture instead of the file's graph.
+        #[arg(long, value_parser = [kiln::models::mnist::ARCH])]
+        arch: Option<String>,
+        /// Print the digit, probabilities and logits as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Device to run on.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+    },
+    /// Measure throughput.
+    Bench {
+        #[command(subcommand)]
+        task: BenchTask,
+    },
+    /// Serve a directory over HTTP (for the demo page), printing its URL.
+    Serve {
+        /// Directory to serve.
+        #[arg(default_value = "www")]
+        dir: PathBuf,
+        /// Port (0 picks a free one).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: std::net::IpAddr,
+    },
+}
+
+#[derive(Args)]
+struct DataArgs {
+    /// MNIST directory (default: $KILN_MNIST_DIR, else shared/data/mnist in a parent directory).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Device: cpu, wgpu or cuda.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+#[derive(Subcommand)]
+enum TrainTask {
+    /// The classic MNIST CNN, Adam 1e-3.
+    Mnist(TrainArgs),
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    #[command(flatten)]
+    common: DataArgs,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 3)]
+    epochs: usize,
+    /// Images per step.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Seed of the weights, shuffles and dropout.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Train on the first N training images only.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Use dropout (0.25 and 0.5, as PyTorch's example).
+    #[arg(long)]
+    dropout: bool,
+    /// Where the trained model file is written.
+    #[arg(long, default_value = "model.safetensors")]
+    out: PathBuf,
+    /// Checkpoint written each epoch (default: OUT with `.ckpt.safetensors`).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Continue from this checkpoint.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Per-epoch metrics as JSON lines.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum BenchTask {
+    /// Training throughput of the MNIST CNN (images/s).
+    TrainMnist {
+        /// Device: cpu, wgpu or cuda.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Images per step.
+        #[arg(long, default_value_t = 64)]
+        batch_size: usize,
+        /// Timed steps (after 2 warm-up steps).
+        #[arg(long, default_value_t = 20)]
+        steps: usize,
+        /// MNIST directory.
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Train {
+            task: TrainTask::Mnist(args),
+        } => train_mnist(args),
+        Command::Eval { file, arch, common } => {
+            let device = kiln::device::select(&common.device)?;
+            let data = Mnist::load(&mnist::data_dir(common.data.as_deref())?)?;
+            let model = kiln::models::Classifier::load(&file, arch.as_deref(), &device)?;
+            let acc = model.accuracy(&data.test, None)?;
+            println!("model: {}", file.display());
+            println!("test images: {}", data.test.len());
+            println!("accuracy: {acc:.4}");
+            Ok(())
+        }
+        Command::Predict {
+            file,
+            image,
+            arch,
+            json,
+            device,
+        } => {
+            let device = kiln::device::select(&device)?;
+            let model = kiln::models::Classifier::load(&file, arch.as_deref(), &device)?;
+            let pixels = kiln::data::image::mnist_input_from_png(&image)?;
+            let p = model.predict(&pixels)?;
+            if json {
+                let v = serde_json::json!({
+                    "digit": p.digit, "probabilities": p.probabilities, "logits": p.logits,
+                });
+                println!("{v}");
+            } else {
+                for (d, pr) in p.probabilities.iter().enumerate() {
+                    println!("{d}: {pr:.4}");
+                }
+                println!("digit: {}", p.digit);
+            }
+            Ok(())
+        }
+        Command::Bench {
+            task:
+                BenchTask::TrainMnist {
+                    device,
+                    batch_size,
+                    steps,
+                    data,
+                },
+        } => {
+            let device = kiln::device::select(&device)?;
+            let data = Mnist::load(&mnist::data_dir(data.as_deref())?)?;
+            let r = kiln::bench::train_mnist(&data, &device, batch_size, steps)?;
+            println!(
+                "kiln train-mnist on {}: batch {batch_size}, {steps} steps, {:.3} s/step, {:.1} images/s",
+                device.name(),
+                r.seconds_per_step,
+                r.images_per_sec
+            );
+            Ok(())
+        }
+        Command::Serve { dir, port, host } => {
+            let server = kiln::serve::Server::bind(&dir, (host, port).into())?;
+            println!("serving {} at {}", dir.display(), server.url()?);
+            server.run()
+        }
+    }
+}
+
+fn train_mnist(a: TrainArgs) -> Result<()> {
+    let device = kiln::device::select(&a.common.device)?;
+    let dir = mnist::data_dir(a.common.data.as_deref())?;
+    let data = Mnist::load(&dir)?;
+    let cfg = TrainConfig {
+        epochs: a.epochs,
+        batch_size: a.batch_size,
+        lr: a.lr,
+        seed: a.seed,
+        limit: a.limit,
+        test_limit: None,
+        dropout: a.dropout,
+        checkpoint: a
+            .checkpoint
+            .clone()
+            .unwrap_or_else(|| a.out.with_extension("ckpt.safetensors")),
+        log: a.log.clone(),
+        progress: !a.quiet,
+        max_steps: None,
+    };
+    let mut trainer = match &a.resume {
+        Some(ckpt) => Trainer::resume(ckpt, &cfg, &device)?,
+        None => {
+            // A fresh run starts a fresh log.
+            if let Some(log) = &cfg.log {
+                remove_if_exists(log)?;
+            }
+            Trainer::new(&cfg, &device)?
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || {
+        eprintln!("\ninterrupted: finishing this step and writing a checkpoint");
+        flag.store(true, Ordering::SeqCst);
+    })
+    .map_err(|e| Error::io("train", format!("cannot install the Ctrl-C handler: {e}")))?;
+    eprintln!(
+        "training the MNIST CNN on {} ({} training images from {}), {} epochs, batch {}",
+        device.name(),
+        cfg.limit
+            .unwrap_or(data.train.len())
+            .min(data.train.len()),
+        dir.display(),
+        cfg.epochs,
+        cfg.batch_size
+    );
+    match trainer.run(&data, &cfg, &stop)? {
+        Outcome::Stopped => {
+            eprintln!(
+                "stopped; resume with --resume {}",
+                cfg.checkpoint.display()
+            );
+            Ok(())
+        }
+        Outcome::Finished => {
+            kiln::models::save_classifier(&mut trainer.model, &a.out)?;
+            if let Some(m) = trainer.history.last() {
+                println!("test accuracy: {:.4}", m.test_acc);
+            }
+            println!("model written to {}", a.out.display());
+            Ok(())
+        }
+    }
+}
+
+fn remove_if_exists(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
+            "train",
+            format!("cannot reset the log {}: {e}", path.display()),
+        )),
+        _ => Ok(()),
+    }
+}

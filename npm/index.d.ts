@@ -1,0 +1,264 @@
+// Type definitions for kiln-ml (hand-written; they describe the API of kiln's web/ crate).
+
+/** Element types. Aliases such as "float32" and "int32" are accepted wherever a DType is. */
+export type DType = "f32" | "f64" | "f16" | "i32" | "u32" | "bool";
+export type DTypeLike = DType | "float32" | "float64" | "float16" | "int32" | "uint32";
+
+/** The TypedArray `data()` returns for each dtype (f16 widens to Float32Array). */
+export interface DataTypeMap {
+  f32: Float32Array;
+  f64: Float64Array;
+  f16: Float32Array;
+  i32: Int32Array;
+  u32: Uint32Array;
+  bool: Uint8Array;
+}
+export type TypedArray =
+  | Float32Array
+  | Float64Array
+  | Int32Array
+  | Uint32Array
+  | Int16Array
+  | Uint16Array
+  | Int8Array
+  | Uint8Array
+  | Uint8ClampedArray;
+
+/** Nested arrays of numbers (or booleans), as `array()` returns them. */
+export type NestedArray = number | boolean | NestedArray[];
+
+/** A tensor argument where a plain number is broadcast as a scalar of the tensor's dtype. */
+export type TensorOrNumber = Tensor | number;
+
+export type DeviceLike = Device | "cpu" | "webgpu";
+
+export interface CreateOptions {
+  /** Default: the TypedArray's own type, else "f32" ("bool" for arrays of booleans). */
+  dtype?: DTypeLike;
+  /** Default: the CPU. "webgpu" needs `await Device.webgpu()` (or `Device.auto()`) first. */
+  device?: DeviceLike;
+}
+
+/** `[h, w]`, or one number for both. */
+export type Pair = number | [number, number];
+
+export interface Conv2dOptions {
+  stride?: Pair;
+  padding?: Pair;
+  dilation?: Pair;
+  groups?: number;
+}
+
+export interface Pool2dOptions {
+  kernel: Pair;
+  /** Default: the kernel size. */
+  stride?: Pair;
+  padding?: Pair;
+  dilation?: Pair;
+  /** Average pooling only: count padded zeros in the divisor (default true, as PyTorch). */
+  countIncludePad?: boolean;
+}
+
+/** Loads and instantiates kiln's WebAssembly module; call (and await) once before anything else. */
+export function init(
+  source?: string | URL | Response | BufferSource | WebAssembly.Module,
+): Promise<void>;
+export default init;
+
+/** The package version. */
+export function version(): string;
+
+export interface DeviceMemory {
+  /** Live tensors (a loaded model counts each weight). */
+  tensors: number;
+  /** Bytes their elements take. */
+  bytes: number;
+  /** What the backend itself holds (WebGPU buffers, reuse pool included), when it tracks it. */
+  allocatedBytes?: number;
+}
+export interface MemoryReport extends DeviceMemory {
+  devices: Partial<Record<"cpu" | "webgpu", DeviceMemory>>;
+}
+/** Live tensors and bytes, in total and per device: the way to find leaks. */
+export function memory(): MemoryReport;
+
+/** Where tensors live and ops run. */
+export class Device {
+  private constructor();
+  /** WebGPU when the browser has an adapter, else the CPU; `reason` says why. Never rejects. */
+  static auto(): Promise<Device>;
+  /** The GPU through WebGPU; rejects with the reason when there is none. */
+  static webgpu(): Promise<Device>;
+  /** kiln's CPU backend (always available). */
+  static cpu(): Device;
+  readonly kind: "webgpu" | "cpu";
+  /** The backend's own name ("cpu", or the GPU adapter's description). */
+  readonly name: string;
+  /** Why this device was chosen. */
+  readonly reason: string;
+  toString(): string;
+  /** Frees the JS handle (the device itself stays usable through other handles). */
+  free(): void;
+}
+
+/**
+ * An n-dimensional array on a device. Ops return new tensors; reads are async.
+ * Call `dispose()` when done (a FinalizationRegistry frees forgotten tensors eventually).
+ */
+export class Tensor {
+  private constructor();
+
+  /** From a TypedArray, a (nested) array or a number. `shape` defaults to the nesting. */
+  static from(data: TypedArray | NestedArray, shape?: number[] | null, options?: CreateOptions): Tensor;
+  static zeros(shape: number[], options?: CreateOptions): Tensor;
+  static ones(shape: number[], options?: CreateOptions): Tensor;
+  static full(shape: number[], value: number, options?: CreateOptions): Tensor;
+  /** `start, start + step, ...` up to but excluding `end`. */
+  static arange(start: number, end: number, step?: number, options?: CreateOptions): Tensor;
+  static eye(n: number, options?: CreateOptions): Tensor;
+  /** Uniform in [low, high) (default [0, 1)), the same for the same seed on every device. */
+  static randUniform(
+    shape: number[],
+    options?: CreateOptions & { low?: number; high?: number; seed?: number },
+  ): Tensor;
+  /** Normal (default mean 0, std 1), the same for the same seed on every device. */
+  static randNormal(
+    shape: number[],
+    options?: CreateOptions & { mean?: number; std?: number; seed?: number },
+  ): Tensor;
+  /** Joins along an existing axis (default 0). */
+  static concat(tensors: Tensor[], axis?: number): Tensor;
+  /** Joins along a new axis (default 0). */
+  static stack(tensors: Tensor[], axis?: number): Tensor;
+
+  readonly shape: number[];
+  readonly dtype: DType;
+  readonly rank: number;
+  /** Number of elements. */
+  readonly size: number;
+  readonly device: Device;
+  /** True after `dispose()`. */
+  readonly disposed: boolean;
+
+  /** The values, row-major, as a TypedArray (see DataTypeMap). */
+  data(): Promise<DataTypeMap[DType]>;
+  /** The values as nested arrays (a number for rank 0). */
+  array(): Promise<NestedArray>;
+  /** A copy on another device. */
+  to(device: DeviceLike): Promise<Tensor>;
+  /** Frees the data now; later use throws; disposing twice is harmless. */
+  dispose(): void;
+  /** A second handle on the same data (dispose each). */
+  clone(): Tensor;
+  toString(): string;
+
+  // elementwise
+  add(other: TensorOrNumber): Tensor;
+  sub(other: TensorOrNumber): Tensor;
+  mul(other: TensorOrNumber): Tensor;
+  div(other: TensorOrNumber): Tensor;
+  pow(other: TensorOrNumber): Tensor;
+  maximum(other: TensorOrNumber): Tensor;
+  minimum(other: TensorOrNumber): Tensor;
+  /** Comparisons return bool tensors. */
+  eq(other: TensorOrNumber): Tensor;
+  ne(other: TensorOrNumber): Tensor;
+  lt(other: TensorOrNumber): Tensor;
+  le(other: TensorOrNumber): Tensor;
+  gt(other: TensorOrNumber): Tensor;
+  ge(other: TensorOrNumber): Tensor;
+  neg(): Tensor;
+  abs(): Tensor;
+  exp(): Tensor;
+  log(): Tensor;
+  sqrt(): Tensor;
+  rsqrt(): Tensor;
+  recip(): Tensor;
+  sin(): Tensor;
+  cos(): Tensor;
+  tanh(): Tensor;
+  sigmoid(): Tensor;
+  relu(): Tensor;
+  gelu(): Tensor;
+  erf(): Tensor;
+  floor(): Tensor;
+  ceil(): Tensor;
+  round(): Tensor;
+  sign(): Tensor;
+  clamp(min: number, max: number): Tensor;
+  /** With this bool tensor as the condition: `a` where true, else `b`. */
+  where(a: TensorOrNumber, b: TensorOrNumber): Tensor;
+  cast(dtype: DTypeLike): Tensor;
+
+  // reductions (axes: one axis, several, or all when omitted; negative counts from the end)
+  sum(axes?: number | number[] | null, keepdim?: boolean): Tensor;
+  mean(axes?: number | number[] | null, keepdim?: boolean): Tensor;
+  max(axes?: number | number[] | null, keepdim?: boolean): Tensor;
+  min(axes?: number | number[] | null, keepdim?: boolean): Tensor;
+  prod(axes?: number | number[] | null, keepdim?: boolean): Tensor;
+  /** Variance with `correction` (default 1, unbiased). */
+  var(axes?: number | number[] | null, correction?: number, keepdim?: boolean): Tensor;
+  /** i32 indices; axis defaults to -1. */
+  argmax(axis?: number, keepdim?: boolean): Tensor;
+  argmin(axis?: number, keepdim?: boolean): Tensor;
+  softmax(axis?: number): Tensor;
+  logSoftmax(axis?: number): Tensor;
+  cumsum(axis?: number): Tensor;
+
+  /** Matrix product with NumPy semantics (batched, broadcast). */
+  matmul(other: Tensor): Tensor;
+
+  // views and data movement
+  /** One dimension may be -1. */
+  reshape(shape: number[]): Tensor;
+  permute(dims: number[]): Tensor;
+  /** Swaps two axes (default the last two). */
+  transpose(a?: number, b?: number): Tensor;
+  /** Per leading axis: `[start, end]`, `[start, end, step]` or null for the whole axis. */
+  slice(ranges: Array<[number, number] | [number, number, number] | null>): Tensor;
+  flatten(start?: number, end?: number): Tensor;
+  squeeze(axis: number): Tensor;
+  unsqueeze(axis: number): Tensor;
+  expand(shape: number[]): Tensor;
+  /** `[before, after]` per leading axis. */
+  pad(pads: Array<[number, number]>, value?: number): Tensor;
+  oneHot(classes: number, dtype?: DTypeLike): Tensor;
+  indexSelect(axis: number, index: Tensor): Tensor;
+
+  // convolution and pooling (NCHW)
+  /** Weight OIHW, optional bias of O. */
+  conv2d(weight: Tensor, bias?: Tensor | null, options?: Conv2dOptions): Tensor;
+  maxPool2d(options: Pool2dOptions): Tensor;
+  avgPool2d(options: Pool2dOptions): Tensor;
+  adaptiveAvgPool2d(output: Pair): Tensor;
+
+  /** Frees the JS wrapper and its data (same as dispose). */
+  free(): void;
+}
+
+export interface TensorInfo {
+  name: string;
+  /** null marks a free dimension (such as the batch). */
+  shape: Array<number | null>;
+  dtype: DType;
+}
+
+/** A trained kiln model (the safetensors file `kiln train` writes: weights + graph). */
+export class Model {
+  private constructor();
+  /** From a URL, a Response or bytes, onto `options.device` (default: the CPU). */
+  static load(
+    source: string | URL | Response | ArrayBuffer | ArrayBufferView,
+    options?: { device?: DeviceLike },
+  ): Promise<Model>;
+  readonly inputs: TensorInfo[];
+  readonly outputs: TensorInfo[];
+  readonly device: Device;
+  /** Inputs in `inputs` order (or by name); outputs in `outputs` order. Dispose them when done. */
+  run(inputs: Tensor[] | Record<string, Tensor>): Tensor[];
+  /** One input, the first output. */
+  forward(input: Tensor): Tensor;
+  /** Frees the weights now. */
+  dispose(): void;
+  free(): void;
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the npm package kiln-ml (npm/) from web/ and assembles the draw-a-digit page in www/,
+# installing what is missing first: wasm-pack, wasm-bindgen-cli (pinned to web's wasm-bindgen),
+# npm tools in tests/web (binaryen's wasm-opt, playwright-core, vite), and Debian's Chromium for
+# the browser tests.
+#   scripts/build-web.sh           release build (wasm-opt -Oz), size check, page in www/
+#   KILN_WEB_DEV=1 scripts/build-web.sh   unoptimised, faster to build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+source scripts/lib/ensure.sh
+
+step() { printf '\n--- %s\n' "$*"; }
+
+step "toolchain"
+ensure_rust_targets
+ensure_cargo_bin wasm-pack 0.15.1 wasm-pack --locked
+ensure_cargo_bin wasm-bindgen 0.2.130 wasm-bindgen-cli --locked
+if [ ! -x tests/web/node_modules/.bin/wasm-opt ] || [ ! -d tests/web/node_modules/playwright-core ]; then
+  (cd tests/web && npm install --no-audit --no-fund)
+fi
+# npm's binaryen first on PATH: Debian's wasm-opt is too old for wasm-bindgen's output.
+export PATH="$ROOT/tests/web/node_modules/.bin:$PATH"
+command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
+  || ensure_apt chromium chromium-driver
+
+step "wasm: web/ -> npm/dist"
+profile=--release
+[ -n "${KILN_WEB_DEV:-}" ] && profile=--dev
+rm -rf npm/dist
+wasm-pack build web $profile --mode no-install --target web --no-pack \
+  --out-dir ../npm/dist --out-name kiln_web
+rm -f npm/dist/.gitignore npm/dist/*.d.ts npm/dist/kiln_web_bg.wasm.d.ts
+wasm=npm/dist/kiln_web_bg.wasm
+if [ -z "${KILN_WEB_DEV:-}" ]; then
+  before=$(stat -c %s "$wasm")
+  wasm-opt -Oz --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
+    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+    "$wasm" -o "$wasm.opt"
+  mv "$wasm.opt" "$wasm"
+  echo "wasm-opt -Oz: $before -> $(stat -c %s "$wasm") bytes"
+  node npm/check-size.mjs
+fi
+
+step "npm pack"
+rm -f npm/kiln-ml-*.tgz
+(cd npm && npm pack --silent >/dev/null)
+tarball=$(ls "$ROOT"/npm/kiln-ml-*.tgz)
+echo "$tarball"
+
+step "page: demos/mnist -> www/"
+mkdir -p www/models www/vendor
+cp demos/mnist/index.html demos/mnist/app.js demos/mnist/digit.js demos/mnist/style.css www/
+rm -rf www/vendor/kiln-ml
+mkdir -p www/vendor/kiln-ml
+tar -xzf "$tarball" -C www/vendor/kiln-ml --strip-components=1
+[ -f www/models/mnist.safetensors ] || echo "note: www/models/mnist.safetensors is missing; run: kiln train mnist --out www/models/mnist.safetensors --log www/models/mnist-train.jsonl"
+echo "www/ is ready: serve it with 'kiln serve www'"

@@ -1,0 +1,230 @@
+// The built npm package (npm/, from scripts/build-web.sh) in Node on the CPU backend, checked
+// against plain-JS reference computations on seeded random data.
+//   node --test tests/web/node/
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import init, { Device, Tensor, Model, memory, version } from "../../../npm/index.js";
+
+await init();
+
+/** Deterministic uniform values in [-1, 1) (mulberry32). */
+function rand(n, seed) {
+  const out = new Float32Array(n);
+  let a = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    out[i] = (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1;
+  }
+  return out;
+}
+
+function close(actual, expected, tol = 1e-5) {
+  assert.equal(actual.length, expected.length, "length");
+  for (let i = 0; i < expected.length; i++) {
+    const err = Math.abs(actual[i] - expected[i]);
+    assert.ok(err <= tol * (1 + Math.abs(expected[i])), `element ${i}: ${actual[i]} vs ${expected[i]}`);
+  }
+}
+
+test("version and package agree", () => {
+  const pkg = JSON.parse(readFileSync(new URL("../../../npm/package.json", import.meta.url)));
+  assert.equal(version(), pkg.version);
+});
+
+test("Device.auto falls back to the CPU in Node and says why", async () => {
+  const d = await Device.auto();
+  assert.equal(d.kind, "cpu");
+  assert.match(d.reason, /WebGPU unavailable: .*navigator\.gpu/);
+  await assert.rejects(Device.webgpu(), /navigator\.gpu/);
+  assert.equal(Device.cpu().kind, "cpu");
+});
+
+test("tensors from typed arrays and nested arrays round-trip", async () => {
+  const v = rand(6, 1);
+  const a = Tensor.from(v, [2, 3]);
+  assert.deepEqual(a.shape, [2, 3]);
+  assert.equal(a.dtype, "f32");
+  assert.equal(a.size, 6);
+  const back = await a.data();
+  assert.ok(back instanceof Float32Array);
+  assert.deepEqual(Array.from(back), Array.from(v));
+  const nested = await a.array();
+  assert.deepEqual(nested, [Array.from(v.slice(0, 3)), Array.from(v.slice(3))]);
+
+  const i = Tensor.from(new Int32Array([3, -7, 11]));
+  assert.equal(i.dtype, "i32");
+  assert.deepEqual(Array.from(await i.data()), [3, -7, 11]);
+  const b = Tensor.from([[true, false]]);
+  assert.equal(b.dtype, "bool");
+  assert.deepEqual(await b.array(), [[true, false]]);
+  const c = Tensor.from([1.5, 2.5], null, { dtype: "float64" });
+  assert.equal(c.dtype, "f64");
+  assert.ok((await c.data()) instanceof Float64Array);
+  const s = Tensor.from(4.25);
+  assert.deepEqual(s.shape, []);
+  assert.equal(await s.array(), 4.25);
+  for (const t of [a, i, b, c, s]) t.dispose();
+});
+
+test("matmul on odd shapes matches a JS reference", async () => {
+  const [m, k, n] = [3, 5, 7];
+  const av = rand(m * k, 2);
+  const bv = rand(k * n, 3);
+  const want = new Float32Array(m * n);
+  for (let i = 0; i < m; i++)
+    for (let j = 0; j < n; j++) {
+      let s = 0;
+      for (let p = 0; p < k; p++) s += av[i * k + p] * bv[p * n + j];
+      want[i * n + j] = s;
+    }
+  const a = Tensor.from(av, [m, k]);
+  const b = Tensor.from(bv, [k, n]);
+  const c = a.matmul(b);
+  assert.deepEqual(c.shape, [m, n]);
+  close(await c.data(), want, 1e-5);
+  [a, b, c].forEach((t) => t.dispose());
+});
+
+test("elementwise, broadcasting, scalars, reductions, softmax and argmax", async () => {
+  const xv = rand(12, 4);
+  const rv = rand(4, 5);
+  const x = Tensor.from(xv, [3, 4]);
+  const r = Tensor.from(rv, [4]);
+  close(await x.add(r).data(), xv.map((v, i) => v + rv[i % 4]));
+  close(await x.mul(2).sub(1).data(), xv.map((v) => v * 2 - 1));
+  close(await x.exp().data(), xv.map(Math.exp), 1e-5);
+  close(await x.relu().data(), xv.map((v) => Math.max(v, 0)));
+  close(await x.sum(1).data(), [0, 1, 2].map((i) => xv.slice(i * 4, i * 4 + 4).reduce((s, v) => s + v, 0)));
+  close(await x.mean().data(), [xv.reduce((s, v) => s + v, 0) / 12]);
+  const sm = await x.softmax(-1).data();
+  for (let i = 0; i < 3; i++) {
+    const row = Array.from(xv.slice(i * 4, i * 4 + 4));
+    const mx = Math.max(...row);
+    const e = row.map((v) => Math.exp(v - mx));
+    const z = e.reduce((s, v) => s + v, 0);
+    close(sm.slice(i * 4, i * 4 + 4), e.map((v) => v / z), 1e-5);
+  }
+  const am = x.argmax(-1);
+  assert.equal(am.dtype, "i32");
+  const wantArg = [0, 1, 2].map((i) => {
+    const row = Array.from(xv.slice(i * 4, i * 4 + 4));
+    return row.indexOf(Math.max(...row));
+  });
+  assert.deepEqual(Array.from(await am.data()), wantArg);
+  const gt = x.gt(0);
+  assert.equal(gt.dtype, "bool");
+  assert.deepEqual(Array.from(await gt.data()), Array.from(xv, (v) => (v > 0 ? 1 : 0)));
+});
+
+test("reshape, permute, transpose and slice", async () => {
+  const xv = rand(24, 6);
+  const x = Tensor.from(xv, [2, 3, 4]);
+  const p = x.permute([2, 0, 1]);
+  assert.deepEqual(p.shape, [4, 2, 3]);
+  const pd = await p.data();
+  for (let a = 0; a < 2; a++)
+    for (let b = 0; b < 3; b++)
+      for (let c = 0; c < 4; c++) assert.equal(pd[c * 6 + a * 3 + b], xv[a * 12 + b * 4 + c]);
+  assert.deepEqual(x.reshape([-1, 4]).shape, [6, 4]);
+  assert.deepEqual(x.transpose().shape, [2, 4, 3]);
+  const s = x.slice([null, [1, 3], [0, 4, 2]]);
+  assert.deepEqual(s.shape, [2, 2, 2]);
+  const sd = await s.data();
+  let i = 0;
+  for (let a = 0; a < 2; a++)
+    for (let b = 1; b < 3; b++)
+      for (let c = 0; c < 4; c += 2) assert.equal(sd[i++], xv[a * 12 + b * 4 + c]);
+});
+
+test("conv2d and pooling match a JS reference", async () => {
+  const [N, C, H, W, O, K] = [1, 2, 5, 6, 3, 3];
+  const xv = rand(N * C * H * W, 7);
+  const wv = rand(O * C * K * K, 8);
+  const bv = rand(O, 9);
+  const x = Tensor.from(xv, [N, C, H, W]);
+  const y = x.conv2d(Tensor.from(wv, [O, C, K, K]), Tensor.from(bv, [O]), { padding: 1 });
+  assert.deepEqual(y.shape, [N, O, H, W]);
+  const want = [];
+  for (let o = 0; o < O; o++)
+    for (let i = 0; i < H; i++)
+      for (let j = 0; j < W; j++) {
+        let s = bv[o];
+        for (let c = 0; c < C; c++)
+          for (let u = 0; u < K; u++)
+            for (let v = 0; v < K; v++) {
+              const [yy, xx] = [i + u - 1, j + v - 1];
+              if (yy >= 0 && yy < H && xx >= 0 && xx < W) s += xv[(c * H + yy) * W + xx] * wv[((o * C + c) * K + u) * K + v];
+            }
+        want.push(s);
+      }
+  close(await y.data(), want, 1e-4);
+  const mp = x.maxPool2d({ kernel: 2 });
+  assert.deepEqual(mp.shape, [1, 2, 2, 3]);
+  const mpd = await mp.data();
+  for (let c = 0; c < C; c++)
+    for (let i = 0; i < 2; i++)
+      for (let j = 0; j < 3; j++) {
+        const at = (u, v) => xv[(c * H + 2 * i + u) * W + 2 * j + v];
+        assert.equal(mpd[(c * 2 + i) * 3 + j], Math.max(at(0, 0), at(0, 1), at(1, 0), at(1, 1)));
+      }
+});
+
+test("errors are JS Errors carrying kiln's message", () => {
+  const a = Tensor.from(rand(6, 10), [2, 3]);
+  const b = Tensor.from(rand(8, 11), [4, 2]);
+  assert.throws(
+    () => a.matmul(b),
+    (e) => e instanceof Error && e.name === "KilnError" && e.kind === "shape" && /matmul/.test(e.message) && /3/.test(e.message) && /4/.test(e.message),
+  );
+  assert.throws(() => Tensor.from(new Float32Array(5), [2, 3]), /5 values given for shape \[2, 3\]/);
+  assert.throws(() => Tensor.from([[1, 2], [3]]), /rectangular/);
+  assert.throws(() => Tensor.zeros([2], { dtype: "int8" }), /dtype must be one of/);
+  assert.throws(() => a.add("x"), /expected a Tensor, got string/);
+  a.dispose();
+  assert.equal(a.disposed, true);
+  assert.throws(() => a.relu(), /disposed/);
+  a.dispose(); // twice is harmless
+});
+
+test("memory() counts live tensors and bytes, and dispose returns them", () => {
+  const base = memory();
+  const t = Tensor.zeros([10, 10]);
+  const u = Tensor.ones([3], { dtype: "f64" });
+  const m = memory();
+  assert.equal(m.tensors, base.tensors + 2);
+  assert.equal(m.bytes, base.bytes + 400 + 24);
+  assert.equal(m.devices.cpu.tensors, (base.devices.cpu?.tensors ?? 0) + 2);
+  t.dispose();
+  u.dispose();
+  assert.deepEqual(memory(), base);
+});
+
+test("Model.load rejects bad input with a readable error", async () => {
+  await assert.rejects(Model.load(new Uint8Array([1, 2, 3])), (e) => e.name === "KilnError" && /Model::load/.test(e.message));
+  await assert.rejects(Model.load(42), /source must be a URL/);
+});
+
+test("a trained model file runs and classifies real MNIST test digits", async (t) => {
+  const path = new URL("../../../www/models/mnist.safetensors", import.meta.url);
+  let bytes;
+  try {
+    bytes = readFileSync(path);
+  } catch {
+    t.skip("www/models/mnist.safetensors not built yet");
+    return;
+  }
+  const { testImages } = await import("../mnist.mjs");
+  const { images, labels } = testImages(100);
+  const model = await Model.load(bytes, { device: Device.cpu() });
+  assert.equal(model.inputs.length, 1);
+  assert.deepEqual(model.inputs[0].shape.slice(1), [1, 28, 28]);
+  const x = Tensor.from(images.map((v) => (v / 255 - 0.1307) / 0.3081), [100, 1, 28, 28]);
+  const pred = await model.forward(x).argmax(-1).data();
+  const correct = labels.filter((l, i) => pred[i] === l).length;
+  assert.ok(correct >= 95, `${correct}/100 correct`);
+  model.dispose();
+});

@@ -1,0 +1,83 @@
+// The packed npm tarball in a fresh Vite project: `npm install ./kiln-ml-*.tgz`, `vite build`,
+// then headless Chromium (playwright-core, Debian's chromium) opens the built page and checks
+// that kiln ran in it (a matmul and a softmax computed on the device Device.auto() chose).
+//   node tests/web/vite/run.mjs   (after scripts/build-web.sh made npm/kiln-ml-*.tgz)
+import { chromium } from "playwright-core";
+import { execFileSync } from "node:child_process";
+import { createServer } from "node:http";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, extname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const tarball = readdirSync(join(ROOT, "npm")).find((f) => /^kiln-ml-.*\.tgz$/.test(f));
+if (!tarball) throw new Error("no npm/kiln-ml-*.tgz: run scripts/build-web.sh first");
+const viteVersion = JSON.parse(readFileSync(join(ROOT, "tests/web/node_modules/vite/package.json"), "utf8")).version;
+
+const app = mkdtempSync(join(tmpdir(), "kiln-vite-"));
+writeFileSync(join(app, "package.json"), JSON.stringify({ name: "kiln-vite-check", private: true, type: "module" }));
+writeFileSync(
+  join(app, "index.html"),
+  `<!doctype html><html><body><pre id="out">running</pre><script type="module" src="/main.js"></script></body></html>`,
+);
+writeFileSync(
+  join(app, "main.js"),
+  `import init, { Device, Tensor, memory, version } from "kiln-ml";
+const out = document.getElementById("out");
+try {
+  await init();
+  const device = await Device.auto();
+  const a = Tensor.from([[1, 2], [3, 4]], null, { device });
+  const p = a.matmul(a);
+  const s = p.softmax(-1);
+  out.textContent = JSON.stringify({ kind: device.kind, reason: device.reason, version: version(),
+    product: await p.array(), softmax: Array.from(await s.data()), live: memory().tensors });
+} catch (e) {
+  out.textContent = "error: " + e.message;
+}
+`,
+);
+const npm = (args) => execFileSync("npm", args, { cwd: app, stdio: ["ignore", "inherit", "inherit"] });
+npm(["install", "--no-audit", "--no-fund", "--prefer-offline", join(ROOT, "npm", tarball), `vite@${viteVersion}`]);
+execFileSync(join(app, "node_modules/.bin/vite"), ["build"], { cwd: app, stdio: "inherit" });
+
+const dist = join(app, "dist");
+const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".css": "text/css" };
+const server = createServer((req, res) => {
+  let file = join(dist, new URL(req.url, "http://x").pathname);
+  if (file.endsWith("/")) file = join(file, "index.html");
+  if (!file.startsWith(dist) || !existsSync(file) || !statSync(file).isFile()) return res.writeHead(404).end();
+  res.writeHead(200, { "content-type": types[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
+});
+await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--enable-unsafe-webgpu"],
+});
+let ok = false;
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+  await page.goto(`http://127.0.0.1:${server.address().port}/`);
+  await page.waitForFunction(() => document.getElementById("out").textContent !== "running", null, { timeout: 60_000 });
+  const text = await page.textContent("#out");
+  console.log(`vite page says: ${text}`);
+  const r = JSON.parse(text);
+  const e0 = Math.exp(7 - 10), e1 = Math.exp(15 - 22);
+  ok =
+    JSON.stringify(r.product) === "[[7,10],[15,22]]" &&
+    Math.abs(r.softmax[0] - e0 / (1 + e0)) < 1e-6 &&
+    Math.abs(r.softmax[2] - e1 / (1 + e1)) < 1e-6 &&
+    errors.length === 0;
+  if (errors.length) console.log(`console errors: ${errors.join(" | ")}`);
+} catch (e) {
+  console.log(`FAIL: ${e.message}`);
+} finally {
+  await browser.close();
+  server.close();
+}
+console.log(ok ? "ok   kiln-ml from the packed tarball runs in a fresh Vite project" : "FAIL kiln-ml in a fresh Vite project");
+process.exit(ok ? 0 : 1);
