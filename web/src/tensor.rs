@@ -331,6 +331,8 @@ unary_exports! {
 }
 
 macro_rules! binary_exports {
+    (@call BinaryOp $a:ident $b:ident $op:ident) => { $a.binary(BinaryOp::$op, $b) };
+    (@call CmpOp $a:ident $b:ident $op:ident) => { $a.compare(CmpOp::$op, $b) };
     ($($js:literal $name:ident => $kind:ident :: $op:ident),* $(,)?) => {
         #[wasm_bindgen]
         impl Tensor {
@@ -343,8 +345,6 @@ macro_rules! binary_exports {
             )*
         }
     };
-    (@call BinaryOp $a:ident $b:ident $op:ident) => { $a.binary(BinaryOp::$op, $b) };
-    (@call CmpOp $a:ident $b:ident $op:ident) => { $a.compare(CmpOp::$op, $b) };
 }
 binary_exports! {
     "add" add => BinaryOp::Add, "sub" sub => BinaryOp::Sub, "mul" mul => BinaryOp::Mul,

@@ -185,12 +185,26 @@ pub(super) fn input_grads(
                 full.narrow(2, 0, x.dims()[2])?.narrow(3, 0, x.dims()[3])
             })?;
             let gw = on(wants(1), || {
+                // With output_padding >= stride, conv2d over g yields more positions than x
+                // has; those taps met no input, so x is padded with zeros to match.
+                let mut extra = [0; 2];
+                for (i, e) in extra.iter_mut().enumerate() {
+                    let span = p.dilation[i] * (w.dims()[2 + i] - 1) + 1;
+                    let conv_out =
+                        (g.dims()[2 + i] + 2 * p.padding[i]).saturating_sub(span) / p.stride[i] + 1;
+                    *e = conv_out.saturating_sub(x.dims()[2 + i]);
+                }
+                let x = if extra == [0, 0] {
+                    x.clone()
+                } else {
+                    x.pad(&[(0, 0), (0, 0), (0, extra[0]), (0, extra[1])], 0.0)?
+                };
                 Tensor::apply(
                     Op::Conv2dBackwardWeight {
                         params: *p,
                         kernel: [w.dims()[2], w.dims()[3]],
                     },
-                    &[g, x],
+                    &[g, &x],
                 )
             })?;
             vec![gx, gw]

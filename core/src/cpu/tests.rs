@@ -1,1 +1,393 @@
-//! Focused tests of the trickier CPU kernels against naive loops.
+//! Focused tests of the trickier CPU kernels against naive loops on random data.
+
+use crate::op::{Conv2dParams, Pool2dParams};
+use crate::{DType, Device, ErrorKind, Result, Tensor};
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// splitmix64 uniform values in [-1, 1).
+fn rand(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect()
+}
+
+fn t(v: &[f64], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(v, shape, &Device::cpu()).unwrap()
+}
+
+fn close(got: &[f64], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "element {i}: got {g}, want {w}"
+        );
+    }
+}
+
+fn idx4(d: [usize; 4], a: usize, b: usize, c: usize, e: usize) -> usize {
+    ((a * d[1] + b) * d[2] + c) * d[3] + e
+}
+
+/// Input coordinate of output position `o`, tap `k`, or `None` in the padding.
+fn src(o: usize, k: usize, p: &Conv2dParams, ax: usize, size: usize) -> Option<usize> {
+    let v = (o * p.stride[ax] + k * p.dilation[ax]) as isize - p.padding[ax] as isize;
+    (v >= 0 && v < size as isize).then_some(v as usize)
+}
+
+fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
+    vec![
+        ([2, 3, 7, 6], [4, 3, 3, 2], Conv2dParams::default()),
+        (
+            [3, 4, 9, 8],
+            [6, 2, 3, 3],
+            Conv2dParams {
+                stride: [2, 1],
+                padding: [1, 2],
+                dilation: [1, 2],
+                groups: 2,
+            },
+        ),
+        (
+            [1, 6, 5, 5],
+            [3, 2, 2, 3],
+            Conv2dParams {
+                stride: [1, 3],
+                padding: [0, 1],
+                dilation: [2, 1],
+                groups: 3,
+            },
+        ),
+    ]
+}
+
+#[test]
+fn conv2d_and_its_gradients_match_naive_loops() -> Result<()> {
+    for (case, (xd, wd, p)) in conv_cases().into_iter().enumerate() {
+        let x = rand(xd.iter().product(), 1 + case as u64);
+        let w = rand(wd.iter().product(), 100 + case as u64);
+        let y = t(&x, &xd).conv2d(&t(&w, &wd), None, p)?;
+        let yd: [usize; 4] = y.dims().try_into().unwrap();
+        let (cg, og) = (wd[1], wd[0] / p.groups);
+        let mut want = vec![0.0; yd.iter().product()];
+        let g = rand(want.len(), 200 + case as u64);
+        let mut dx = vec![0.0; x.len()];
+        let mut dw = vec![0.0; w.len()];
+        for n in 0..yd[0] {
+            for o in 0..yd[1] {
+                let grp = o / og;
+                for oy in 0..yd[2] {
+                    for ox in 0..yd[3] {
+                        let oi = idx4(yd, n, o, oy, ox);
+                        for c in 0..cg {
+                            let ci = grp * cg + c;
+                            for ki in 0..wd[2] {
+                                for kj in 0..wd[3] {
+                                    let (Some(iy), Some(ix)) =
+                                        (src(oy, ki, &p, 0, xd[2]), src(ox, kj, &p, 1, xd[3]))
+                                    else {
+                                        continue;
+                                    };
+                                    let (xi, wi) = (idx4(xd, n, ci, iy, ix), idx4(wd, o, c, ki, kj));
+                                    want[oi] += x[xi] * w[wi];
+                                    dx[xi] += g[oi] * w[wi];
+                                    dw[wi] += g[oi] * x[xi];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        close(&y.to_vec::<f64>()?, &want, 1e-12);
+        // conv_transpose2d is the gradient wrt the input; output padding recovers lost rows.
+        let op = [
+            (xd[2] + 2 * p.padding[0] - p.dilation[0] * (wd[2] - 1) - 1) % p.stride[0],
+            (xd[3] + 2 * p.padding[1] - p.dilation[1] * (wd[3] - 1) - 1) % p.stride[1],
+        ];
+        let gx = t(&g, &yd).conv_transpose2d(&t(&w, &wd), None, p, op)?;
+        assert_eq!(gx.dims(), &xd);
+        close(&gx.to_vec::<f64>()?, &dx, 1e-12);
+        let gw = Tensor::apply(
+            crate::Op::Conv2dBackwardWeight {
+                params: p,
+                kernel: [wd[2], wd[3]],
+            },
+            &[&t(&x, &xd), &t(&g, &yd)],
+        )?;
+        close(&gw.to_vec::<f64>()?, &dw, 1e-12);
+        // f32 and a permuted (non-contiguous) input take the same path.
+        let xf = t(&x, &[xd[0], xd[2], xd[3], xd[1]]).cast(DType::F32)?;
+        let _ = xf.permute(&[0, 3, 1, 2])?;
+        let yf = t(&x, &xd)
+            .cast(DType::F32)?
+            .conv2d(&t(&w, &wd).cast(DType::F32)?, None, p)?;
+        close(&yf.cast(DType::F64)?.to_vec::<f64>()?, &want, 1e-5);
+    }
+    Ok(())
+}
+
+#[test]
+fn conv2d_reads_permuted_input() -> Result<()> {
+    let (xd, wd) = ([2, 5, 6, 3], [4, 3, 3, 3]); // stored NHWC, used as NCHW
+    let x = t(&rand(180, 7), &xd).permute(&[0, 3, 1, 2])?;
+    let w = t(&rand(108, 8), &wd);
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let a = x.conv2d(&w, None, p)?.to_vec::<f64>()?;
+    let b = x.contiguous()?.conv2d(&w, None, p)?.to_vec::<f64>()?;
+    close(&a, &b, 0.0);
+    Ok(())
+}
+
+fn pool_params(k: [usize; 2], s: [usize; 2], p: [usize; 2], d: [usize; 2], cip: bool) -> Pool2dParams {
+    Pool2dParams {
+        kernel: k,
+        stride: s,
+        padding: p,
+        dilation: d,
+        count_include_pad: cip,
+    }
+}
+
+#[test]
+fn pools_and_gradients_match_naive_loops() -> Result<()> {
+    let xd = [2, 3, 7, 8];
+    let mut x = rand(xd.iter().product(), 11);
+    x[5] = x[4]; // a tie: the gradient must go to the first maximum
+    for (pi, p) in [
+        pool_params([2, 2], [2, 2], [0, 0], [1, 1], true),
+        pool_params([3, 2], [2, 1], [1, 1], [1, 2], false),
+        pool_params([3, 3], [1, 2], [1, 0], [1, 1], true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let xt = t(&x, &xd);
+        let mx = xt.max_pool2d(p)?;
+        let yd: [usize; 4] = mx.dims().try_into().unwrap();
+        let g = rand(yd.iter().product(), 50 + pi as u64);
+        let (mut want_max, mut want_avg) = (vec![0.0; g.len()], vec![0.0; g.len()]);
+        let (mut gmax, mut gavg) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+        let cp = Conv2dParams {
+            stride: p.stride,
+            padding: p.padding,
+            dilation: p.dilation,
+            groups: 1,
+        };
+        for n in 0..xd[0] {
+            for c in 0..xd[1] {
+                for oy in 0..yd[2] {
+                    for ox in 0..yd[3] {
+                        let oi = idx4(yd, n, c, oy, ox);
+                        let (mut best, mut at, mut sum, mut cnt) = (f64::NEG_INFINITY, None, 0.0, 0);
+                        for ki in 0..p.kernel[0] {
+                            for kj in 0..p.kernel[1] {
+                                let (Some(iy), Some(ix)) =
+                                    (src(oy, ki, &cp, 0, xd[2]), src(ox, kj, &cp, 1, xd[3]))
+                                else {
+                                    continue;
+                                };
+                                let xi = idx4(xd, n, c, iy, ix);
+                                if x[xi] > best {
+                                    (best, at) = (x[xi], Some(xi));
+                                }
+                                sum += x[xi];
+                                cnt += 1;
+                            }
+                        }
+                        let div = if p.count_include_pad {
+                            p.kernel[0] * p.kernel[1]
+                        } else {
+                            cnt
+                        } as f64;
+                        want_max[oi] = best;
+                        want_avg[oi] = sum / div;
+                        gmax[at.unwrap()] += g[oi];
+                        for ki in 0..p.kernel[0] {
+                            for kj in 0..p.kernel[1] {
+                                if let (Some(iy), Some(ix)) =
+                                    (src(oy, ki, &cp, 0, xd[2]), src(ox, kj, &cp, 1, xd[3]))
+                                {
+                                    gavg[idx4(xd, n, c, iy, ix)] += g[oi] / div;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        close(&mx.to_vec::<f64>()?, &want_max, 0.0);
+        let gt = t(&g, &yd);
+        let gm = Tensor::apply(crate::Op::MaxPool2dBackward(p), &[&xt, &gt])?;
+        close(&gm.to_vec::<f64>()?, &gmax, 1e-12);
+        if p.dilation == [1, 1] {
+            close(&xt.avg_pool2d(p)?.to_vec::<f64>()?, &want_avg, 1e-12);
+            let ga = Tensor::apply(
+                crate::Op::AvgPool2dBackward {
+                    params: p,
+                    input: xt.shape().clone(),
+                },
+                &[&gt],
+            )?;
+            close(&ga.to_vec::<f64>()?, &gavg, 1e-12);
+        }
+    }
+    // A wrong grad_out shape is an error, not a panic.
+    let p = pool_params([2, 2], [2, 2], [0, 0], [1, 1], true);
+    let bad = Tensor::apply(
+        crate::Op::MaxPool2dBackward(p),
+        &[&t(&x, &xd), &t(&[0.5; 6], &[1, 1, 2, 3])],
+    );
+    assert_eq!(bad.unwrap_err().kind(), ErrorKind::Shape);
+    Ok(())
+}
+
+#[test]
+fn adaptive_avg_pool_uses_pytorch_windows() -> Result<()> {
+    let xd = [1, 2, 7, 5];
+    let x = rand(70, 3);
+    let out = [3, 4];
+    let y = t(&x, &xd).adaptive_avg_pool2d(out)?;
+    let g = rand(24, 4);
+    let mut want = vec![0.0; 24];
+    let mut gx = vec![0.0; 70];
+    for c in 0..2 {
+        for i in 0..3 {
+            let (y0, y1) = (i * 7 / 3, ((i + 1) * 7).div_ceil(3));
+            for j in 0..4 {
+                let (x0, x1) = (j * 5 / 4, ((j + 1) * 5).div_ceil(4));
+                let cnt = ((y1 - y0) * (x1 - x0)) as f64;
+                let oi = (c * 3 + i) * 4 + j;
+                for yy in y0..y1 {
+                    for xx in x0..x1 {
+                        want[oi] += x[(c * 7 + yy) * 5 + xx] / cnt;
+                        gx[(c * 7 + yy) * 5 + xx] += g[oi] / cnt;
+                    }
+                }
+            }
+        }
+    }
+    close(&y.to_vec::<f64>()?, &want, 1e-12);
+    let gt = Tensor::apply(
+        crate::Op::AdaptiveAvgPool2dBackward {
+            input: crate::Shape::from(xd),
+        },
+        &[&t(&g, &[1, 2, 3, 4])],
+    )?;
+    close(&gt.to_vec::<f64>()?, &gx, 1e-12);
+    Ok(())
+}
+
+#[test]
+fn gather_scatter_and_errors() -> Result<()> {
+    let dev = Device::cpu();
+    let x = t(&rand(12, 5), &[3, 4]);
+    let idx = Tensor::from_vec(vec![3i32, 0, 1, 1, 2, 0], [3, 2], &dev)?;
+    let g = x.gather(1, &idx)?.to_vec::<f64>()?;
+    let xv = x.to_vec::<f64>()?;
+    let want: Vec<f64> = (0..6).map(|i| xv[(i / 2) * 4 + [3, 0, 1, 1, 2, 0][i]]).collect();
+    close(&g, &want, 0.0);
+    // scatter_add with repeated indices accumulates; src may be larger than index.
+    let src = t(&rand(9, 6), &[3, 3]);
+    let s = x.scatter_add(1, &idx, &src)?.to_vec::<f64>()?;
+    let sv = src.to_vec::<f64>()?;
+    let mut want = xv.clone();
+    for r in 0..3 {
+        for c in 0..2 {
+            want[r * 4 + [3, 0, 1, 1, 2, 0][r * 2 + c] as usize] += sv[r * 3 + c];
+        }
+    }
+    close(&s, &want, 1e-15);
+    let bad = Tensor::from_vec(vec![0i32, 4], [1, 2], &dev)?;
+    let e = x.gather(1, &bad).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Index);
+    assert!(e.to_string().contains("index 4"), "{e}");
+    let neg = Tensor::from_vec(vec![-1i32], [1], &dev)?;
+    assert!(x.index_select(0, &neg).unwrap_err().to_string().contains("-1"));
+    assert!(neg.one_hot(3, DType::F32).is_err());
+    Ok(())
+}
+
+#[test]
+fn matmul_broadcasts_batches_and_promotes_vectors() -> Result<()> {
+    let (a, b) = (rand(2 * 3 * 4, 21), rand(3 * 4 * 5, 22));
+    // a: [2, 1, 3, 4] (transposed storage), b: [3, 4, 5] -> [2, 3, 3, 5]
+    let at = t(&a, &[2, 1, 4, 3]).transpose(-1, -2)?;
+    let y = at.matmul(&t(&b, &[3, 4, 5]))?;
+    assert_eq!(y.dims(), &[2, 3, 3, 5]);
+    let yv = y.to_vec::<f64>()?;
+    for i in 0..2 {
+        for j in 0..3 {
+            for m in 0..3 {
+                for n in 0..5 {
+                    let want: f64 = (0..4).map(|k| a[(i * 4 + k) * 3 + m] * b[(j * 4 + k) * 5 + n]).sum();
+                    let got = yv[((i * 3 + j) * 3 + m) * 5 + n];
+                    assert!((got - want).abs() < 1e-12);
+                }
+            }
+        }
+    }
+    let v = t(&b[..4], &[4]);
+    assert_eq!(t(&b[..20], &[5, 4]).matmul(&v)?.dims(), &[5]);
+    assert_eq!(v.matmul(&v)?.dims(), &[] as &[usize]);
+    let ints = Tensor::from_vec(vec![1i32, 2, 3, 4], [2, 2], &Device::cpu())?;
+    assert_eq!(ints.matmul(&ints)?.to_vec::<i32>()?, vec![7, 10, 15, 22]);
+    Ok(())
+}
+
+#[test]
+fn reductions_over_inner_axes_of_strided_views() -> Result<()> {
+    let x = rand(2 * 3 * 4 * 5, 31);
+    let v = t(&x, &[2, 3, 4, 5]).permute(&[3, 1, 0, 2])?; // [5, 3, 2, 4]
+    let s = v.sum(&[1, 3], true)?;
+    assert_eq!(s.dims(), &[5, 1, 2, 1]);
+    let got = s.to_vec::<f64>()?;
+    for a in 0..5 {
+        for c in 0..2 {
+            let want: f64 = (0..3)
+                .flat_map(|b| (0..4).map(move |d| (b, d)))
+                .map(|(b, d)| x[((c * 3 + b) * 4 + d) * 5 + a])
+                .sum();
+            assert!((got[a * 2 + c] - want).abs() < 1e-12);
+        }
+    }
+    let am = Tensor::from_vec(vec![1.0f32, 3.0, 3.0, f32::NAN, 0.0, 2.0], [2, 3], &Device::cpu())?;
+    assert_eq!(am.argmax(1, false)?.to_vec::<i32>()?, vec![1, 0]);
+    assert!(am.max(&[1], false)?.to_vec::<f32>()?[1].is_nan());
+    Ok(())
+}
+
+#[test]
+fn elementwise_semantics() -> Result<()> {
+    let dev = Device::cpu();
+    let r = Tensor::from_vec(vec![0.5f32, 1.5, 2.5, -0.5, -2.5], [5], &dev)?;
+    assert_eq!(r.round()?.to_vec::<f32>()?, vec![0.0, 2.0, 2.0, -0.0, -2.0]);
+    let a = Tensor::from_vec(vec![7i32, -7, 5, i32::MIN], [4], &dev)?;
+    let b = Tensor::from_vec(vec![2i32, 2, 0, -1], [4], &dev)?;
+    assert_eq!(a.div(&b)?.to_vec::<i32>()?, vec![3, -3, 0, i32::MIN]);
+    let f = Tensor::from_vec(vec![1.0f32, f32::NAN], [2], &dev)?;
+    let m = f.maximum(&Tensor::from_vec(vec![f32::NAN, 0.0f32], [2], &dev)?)?;
+    assert!(m.to_vec::<f32>()?.iter().all(|v| v.is_nan()));
+    let c = Tensor::from_vec(vec![-1.5f32, 3.9e9, f32::NAN, 0.2], [4], &dev)?;
+    assert_eq!(c.cast(DType::I32)?.to_vec::<i32>()?, vec![-1, i32::MAX, 0, 0]);
+    assert_eq!(c.cast(DType::Bool)?.to_vec::<bool>()?, vec![true, true, true, true]);
+    let h = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3], &dev)?.cast(DType::F16)?;
+    assert_eq!(h.exp()?.dtype(), DType::F16);
+    let hs = h.sum_all()?.cast(DType::F32)?.to_vec::<f32>()?;
+    assert_eq!(hs, vec![6.0]);
+    let g = Tensor::from_vec(vec![1.0f64], [1], &dev)?.gelu()?.to_vec::<f64>()?[0];
+    assert!((g - 0.841_344_746_068_542_9).abs() < 1e-15);
+    Ok(())
+}

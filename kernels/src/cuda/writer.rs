@@ -7,7 +7,7 @@
 use super::names::Names;
 use super::{CudaModule, Dialect, Kernel, Options, Param, ParamKind};
 use kiln_core::{Error, Result};
-use naga::valid::{FunctionInfo, GlobalUse, ModuleInfo};
+use naga::valid::{FunctionInfo, ModuleInfo};
 use naga::{
     AddressSpace, ArraySize, AtomicFunction, Barrier, BinaryOperator, Block, BuiltIn,
     Expression, Function, GlobalVariable, Handle, Literal, MathFunction, Module,
@@ -1201,7 +1201,6 @@ impl<'a> Writer<'a> {
             other => return Err(self.unsupported(format!("the literal {other:?}"))),
         })
     }
-}
 }
 
 fn float_literal(v: f64, suffix: &str) -> String {
