@@ -294,13 +294,23 @@ fn binary_broadcast() {
         for (j, (sa, sb, perm)) in shapes.iter().enumerate() {
             eprintln!("binary {name} {sa:?} {sb:?}");
             let seed = 100 + 10 * i as u64 + j as u64;
-            let mut a = Input::new(sa, seed, ga);
-            if *perm {
-                a = a.permuted();
-            }
-            let b = Input::new(sb, seed + 1000, gb);
-            check_grad(|xs| f(&xs[0], &xs[1]), &[a.clone(), b.clone()]);
-            check_grad(|xs| f(&xs[1], &xs[0]), &[a, b]);
+            let input = |shape: &[usize], seed, values_from| {
+                let x = Input::new(shape, seed, values_from);
+                if *perm && shape.len() >= 2 {
+                    x.permuted()
+                } else {
+                    x
+                }
+            };
+            // Each shape pair in both operand positions.
+            check_grad(
+                |xs| f(&xs[0], &xs[1]),
+                &[input(sa, seed, ga), input(sb, seed + 1000, gb)],
+            );
+            check_grad(
+                |xs| f(&xs[0], &xs[1]),
+                &[input(sb, seed + 2000, ga), input(sa, seed + 3000, gb)],
+            );
         }
     }
 }

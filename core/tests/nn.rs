@@ -262,7 +262,7 @@ fn conv_transpose_is_the_adjoint_of_conv() {
         .bias(false)
         .build(&mut init)
         .unwrap();
-    let mut tconv = Conv2dConfig::new(5, 3, 3)
+    let tconv = Conv2dConfig::new(5, 3, 3)
         .stride(2)
         .padding(1)
         .bias(false)
@@ -375,7 +375,7 @@ fn batchnorm_trains_running_stats_like_pytorch() {
 
 #[test]
 fn layernorm_and_embedding_match_reference() {
-    let mut ln = LayerNorm::new(&mut f64_init(0), &[4]).unwrap();
+    let ln = LayerNorm::new(&mut f64_init(0), &[4]).unwrap();
     ln.weight.set(randn(&[4], 3));
     ln.bias.set(randn(&[4], 4));
     let x = randn(&[3, 2, 4], 5);
@@ -499,7 +499,7 @@ fn load_named_replaces_by_name_and_lists_every_problem() {
 }
 
 fn net_with_seed(seed: u64) -> Net {
-    let mut n = net();
+    let n = net();
     let mut init = Init::new(&dev(), seed);
     n.visit(&mut |_, p| {
         let t = p.tensor();

@@ -7,7 +7,7 @@ use kiln_core::nn::{Module, Param};
 use kiln_core::optim::{
     Adam, Constant, Cosine, Optimizer, Schedule, Sgd, StepDecay, Warmup, clip_grad_norm,
 };
-use kiln_core::{DType, Device, Tensor};
+use kiln_core::{Device, Tensor};
 use std::collections::BTreeMap;
 
 fn dev() -> Device {

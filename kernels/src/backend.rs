@@ -385,6 +385,8 @@ struct MapState {
 struct Pending {
     staging: wgpu::Buffer,
     state: Arc<Mutex<MapState>>,
+    /// Polled natively; browsers drive mapping from their event loop.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     device: wgpu::Device,
 }
 

@@ -264,9 +264,9 @@ fn adaptive_avg_pool_uses_pytorch_windows() -> Result<()> {
     let mut want = vec![0.0; 24];
     let mut gx = vec![0.0; 70];
     for c in 0..2 {
-        for i in 0..3 {
+        for i in 0..3usize {
             let (y0, y1) = (i * 7 / 3, ((i + 1) * 7).div_ceil(3));
-            for j in 0..4 {
+            for j in 0..4usize {
                 let (x0, x1) = (j * 5 / 4, ((j + 1) * 5).div_ceil(4));
                 let cnt = ((y1 - y0) * (x1 - x0)) as f64;
                 let oi = (c * 3 + i) * 4 + j;
