@@ -4,7 +4,8 @@
 # npm tools in tests/web (binaryen's wasm-opt, playwright-core, vite), and Debian's Chromium for
 # the browser tests.
 #   scripts/build-web.sh           release build (wasm-opt -Oz), size check, page in www/
-#   KILN_WEB_DEV=1 scripts/build-web.sh   unoptimised, faster to build
+#   KILN_WEB_DEV=1 scripts/build-web.sh        unoptimised, faster to build
+#   KILN_WEB_CPU_ONLY=1 scripts/build-web.sh   without the WebGPU backend (smaller, faster to build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,8 +29,10 @@ step "wasm: web/ -> npm/dist"
 profile=--release
 [ -n "${KILN_WEB_DEV:-}" ] && profile=--dev
 rm -rf npm/dist
+features=()
+[ -n "${KILN_WEB_CPU_ONLY:-}" ] && features=(-- --no-default-features)
 wasm-pack build web $profile --mode no-install --target web --no-pack \
-  --out-dir ../npm/dist --out-name kiln_web
+  --out-dir ../npm/dist --out-name kiln_web "${features[@]}"
 rm -f npm/dist/.gitignore npm/dist/*.d.ts npm/dist/kiln_web_bg.wasm.d.ts
 wasm=npm/dist/kiln_web_bg.wasm
 if [ -z "${KILN_WEB_DEV:-}" ]; then

@@ -3,19 +3,19 @@
 # the draw-a-digit page, and serve www/ on localhost.
 #
 #   scripts/demo.sh                       train on the CPU (defaults below), build, serve
-#   scripts/demo.sh --epochs 3            more epochs (>= 99% test accuracy)
+#   scripts/demo.sh --epochs 3            more epochs (98.82% measured)
 #   scripts/demo.sh --device wgpu         train on another device
 #   scripts/demo.sh --skip-train          keep www/models/mnist.safetensors as it is
 #   scripts/demo.sh --port 8000           serve elsewhere
 #   scripts/demo.sh --no-serve            train and build only
 #
-# Defaults: 1 epoch over the 60,000 training images (batch 64, Adam 1e-3), which reaches about
-# 98.7% test accuracy and takes a few minutes on a 2-core CPU.
+# Defaults: 2 epochs over the 60,000 training images (batch 64, Adam 1e-3): 98.79% test accuracy
+# (seed 0), about 6 minutes on 2 free cores (~345 images/s measured with 2 threads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-EPOCHS=1
+EPOCHS=2
 DEVICE=cpu
 PORT=8080
 LIMIT=

@@ -620,7 +620,7 @@ fn slices_with_steps() {
 #[test]
 fn concat_stack_split() {
     check_grad(
-        |xs| Tensor::concat(&xs.to_vec(), 1),
+        |xs| Tensor::concat(xs, 1),
         &[
             Input::new(&[2, 3, 4], 520, any),
             Input::new(&[2, 1, 4], 521, any),
@@ -628,7 +628,7 @@ fn concat_stack_split() {
         ],
     );
     check_grad(
-        |xs| Tensor::stack(&xs.to_vec(), 0),
+        |xs| Tensor::stack(xs, 0),
         &[Input::new(&[3, 2], 523, any), Input::new(&[3, 2], 524, any)],
     );
     check_grad(
@@ -747,7 +747,8 @@ fn conv2d_configs() {
 #[test]
 fn conv_transpose2d_configs() {
     // (input, weight (Cin, Cout/groups, kh, kw), params, output_padding)
-    let cases: Vec<([usize; 4], [usize; 4], Conv2dParams, [usize; 2])> = vec![
+    type Case = ([usize; 4], [usize; 4], Conv2dParams, [usize; 2]);
+    let cases: Vec<Case> = vec![
         ([2, 3, 4, 5], [3, 2, 3, 3], conv(1, 0, 1, 1), [0, 0]),
         ([1, 2, 4, 3], [2, 3, 3, 2], conv(2, 1, 1, 1), [1, 0]),
         ([2, 4, 3, 4], [4, 2, 2, 3], conv(2, 1, 2, 2), [1, 1]),
@@ -798,7 +799,7 @@ fn max_pool2d() {
     for (i, p) in cases.into_iter().enumerate() {
         eprintln!("max_pool2d {p:?}");
         let x = distinct(&[2, 3, 7, 6], 800 + i as u64);
-        check_grad(|t| t[0].max_pool2d(p), &[x.clone()]);
+        check_grad(|t| t[0].max_pool2d(p), std::slice::from_ref(&x));
         check_grad(|t| t[0].max_pool2d(p), &[x.permuted()]);
     }
 }
@@ -859,6 +860,35 @@ fn pooling_gradients_are_differentiable() {
         },
         &[Input::new(&[1, 2, 3, 2], 881, any)],
     );
+}
+
+#[test]
+fn conv2d_weight_gradient_is_differentiable() {
+    // Double backward of Conv2dBackwardWeight wrt the input and the output gradient.
+    for (i, (xs, gs, p)) in [
+        ([2, 4, 7, 6], [2, 6, 4, 4], conv(2, 1, 1, 2)),
+        ([1, 3, 8, 7], [1, 2, 4, 5], conv(1, 0, 2, 1)),
+        ([1, 2, 8, 7], [1, 3, 3, 3], conv(2, 0, 1, 1)), // stride leaves a remainder
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check_grad(
+            |t| {
+                Tensor::apply(
+                    Op::Conv2dBackwardWeight {
+                        params: p,
+                        kernel: [3, 2],
+                    },
+                    &[&t[0], &t[1]],
+                )
+            },
+            &[
+                Input::new(&xs, 890 + i as u64, any),
+                Input::new(&gs, 895 + i as u64, any).permuted(),
+            ],
+        );
+    }
 }
 
 #[test]
@@ -1021,6 +1051,19 @@ fn backward_under_tracing_returns_plain_gradients() {
         "gradients computed under tracing keep no history"
     );
     assert_eq!(read(gx), read(&x.exp().unwrap()));
+}
+
+#[test]
+fn no_grad_inside_tracing_still_cuts_the_gradient() {
+    // Under tracing every op keeps its node, but one made under no_grad must stay a constant.
+    let x = Input::new(&[3], 961, any).tensor().require_grad();
+    let g = tracing(|| {
+        let k = no_grad(|| x.mul_scalar(2.0)).unwrap();
+        assert!(k.node().is_some() && !k.requires_grad());
+        x.mul(&k).unwrap().backward().unwrap()
+    });
+    let want: Vec<f64> = read(&x).iter().map(|v| 2.0 * v).collect();
+    assert_eq!(read(g.get(&x).unwrap()), want);
 }
 
 #[test]

@@ -288,9 +288,9 @@ impl Cnn {
                 .unwrap(),
             drop: Dropout::new(0.5, 1).unwrap(),
             head: Sequential::new()
-                .add(Linear::new(&mut init, 24, 8).unwrap())
-                .add(ReLU)
-                .add(Linear::new(&mut init, 8, 5).unwrap()),
+                .with(Linear::new(&mut init, 24, 8).unwrap())
+                .with(ReLU)
+                .with(Linear::new(&mut init, 8, 5).unwrap()),
         }
     }
 }
@@ -429,9 +429,9 @@ fn torch_state_dict_loads_by_name() {
             .build(&mut init)
             .unwrap(),
         head: Sequential::new()
-            .add(Linear::new(&mut init, 24, 8).unwrap())
-            .add(ReLU)
-            .add(Linear::new(&mut init, 8, 5).unwrap()),
+            .with(Linear::new(&mut init, 24, 8).unwrap())
+            .with(ReLU)
+            .with(Linear::new(&mut init, 8, 5).unwrap()),
     };
     let tensors = load_safetensors(&state).unwrap().to_device(&dev()).unwrap();
     net.load_named(&tensors).unwrap();
@@ -458,7 +458,7 @@ fn torch_state_dict_loads_by_name() {
             .bias(false)
             .build(&mut init)
             .unwrap(),
-        head: Sequential::new().add(Linear::new(&mut init, 24, 5).unwrap()),
+        head: Sequential::new().with(Linear::new(&mut init, 24, 5).unwrap()),
     };
     let msg = wrong.load_named(&tensors).unwrap_err().to_string();
     for needle in [

@@ -66,9 +66,9 @@ fn net() -> Net {
     let stem = block(true);
     let blocks = vec![block(false), block(true)];
     let head = Sequential::new()
-        .add(Flatten::new())
-        .add(ReLU)
-        .add(Linear::new(&mut init, 2 * 5 * 5, 3).unwrap());
+        .with(Flatten::new())
+        .with(ReLU)
+        .with(Linear::new(&mut init, 2 * 5 * 5, 3).unwrap());
     let scale = Param::new(Tensor::ones([1], DType::F32, &dev()).unwrap());
     Net {
         stem,
@@ -435,10 +435,10 @@ fn dropout_is_seeded_scaled_and_off_in_eval() {
 fn sequential_and_softmax_forward() {
     let mut init = f64_init(8);
     let net = Sequential::new()
-        .add(Linear::new(&mut init, 5, 4).unwrap())
-        .add(ReLU)
-        .add(Linear::new(&mut init, 4, 3).unwrap())
-        .add(Softmax::new(-1));
+        .with(Linear::new(&mut init, 5, 4).unwrap())
+        .with(ReLU)
+        .with(Linear::new(&mut init, 4, 3).unwrap())
+        .with(Softmax::new(-1));
     let x = randn(&[6, 5], 1);
     let y = vals(&net.forward(&x).unwrap());
     for row in y.chunks(3) {
@@ -584,17 +584,17 @@ fn losses_match_naive_f64() {
 fn gradients_reach_every_parameter() {
     let mut init = Init::new(&dev(), 5);
     let mut net = Sequential::new()
-        .add(
+        .with(
             Conv2dConfig::new(1, 3, 3)
                 .padding(1)
                 .build(&mut init)
                 .unwrap(),
         )
-        .add(BatchNorm2d::new(&mut init, 3).unwrap())
-        .add(ReLU)
-        .add(MaxPool2d::new(2))
-        .add(Flatten::new())
-        .add(Linear::new(&mut init, 3 * 3 * 3, 4).unwrap());
+        .with(BatchNorm2d::new(&mut init, 3).unwrap())
+        .with(ReLU)
+        .with(MaxPool2d::new(2))
+        .with(Flatten::new())
+        .with(Linear::new(&mut init, 3 * 3 * 3, 4).unwrap());
     net.set_training(true);
     let x = Tensor::rand_normal([5, 1, 6, 7], 0.0, 1.0, 2, DType::F32, &dev()).unwrap();
     let targets = Tensor::from_vec(vec![0i32, 1, 2, 3, 1], [5], &dev()).unwrap();

@@ -28,7 +28,11 @@ fn main() -> Result<()> {
         let b = Tensor::rand_uniform([n, n], -1.0, 1.0, 2, DType::F32, &dev)?;
         let iters = if n >= 8192 { 3 } else { 10 };
         let s = time(&dev, iters, || a.matmul(&b))?;
-        println!("matmul f32 {n}x{n}x{n}: {:.2} TFLOP/s ({:.3} ms)", 2.0 * (n as f64).powi(3) / s / 1e12, s * 1e3);
+        println!(
+            "matmul f32 {n}x{n}x{n}: {:.2} TFLOP/s ({:.3} ms)",
+            2.0 * (n as f64).powi(3) / s / 1e12,
+            s * 1e3
+        );
     }
     let n = 1 << 26;
     let x = Tensor::rand_uniform([n], -1.0, 1.0, 3, DType::F32, &dev)?;
@@ -42,7 +46,11 @@ fn main() -> Result<()> {
     println!("sum over rows [16384, 4096] f32: {sum:.1} GB/s");
     let copy = raw_copy_gbps(&info, 4 * n as u64)?;
     println!("device-to-device copy: {copy:.1} GB/s");
-    println!("ratios to copy: add {:.2}x, sum {:.2}x", add / copy, sum / copy);
+    println!(
+        "ratios to copy: add {:.2}x, sum {:.2}x",
+        add / copy,
+        sum / copy
+    );
     Ok(())
 }
 
@@ -56,7 +64,11 @@ fn raw_copy_gbps(info: &wgpu::AdapterInfo, bytes: u64) -> Result<f64> {
     }))
     .map_err(|e| err(e.to_string()))?;
     if adapter.get_info().name != info.name {
-        eprintln!("note: copy measured on {} (backend uses {})", adapter.get_info().name, info.name);
+        eprintln!(
+            "note: copy measured on {} (backend uses {})",
+            adapter.get_info().name,
+            info.name
+        );
     }
     let (device, queue) = kiln_core::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         required_limits: adapter.limits(),
@@ -64,8 +76,18 @@ fn raw_copy_gbps(info: &wgpu::AdapterInfo, bytes: u64) -> Result<f64> {
     }))
     .map_err(|e| err(e.to_string()))?;
     let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-    let a = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage, mapped_at_creation: false });
-    let b = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage, mapped_at_creation: false });
+    let a = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: bytes,
+        usage,
+        mapped_at_creation: false,
+    });
+    let b = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: bytes,
+        usage,
+        mapped_at_creation: false,
+    });
     let run = |iters: usize| -> Result<f64> {
         let start = Instant::now();
         let mut enc = device.create_command_encoder(&Default::default());
@@ -73,7 +95,9 @@ fn raw_copy_gbps(info: &wgpu::AdapterInfo, bytes: u64) -> Result<f64> {
             enc.copy_buffer_to_buffer(&a, 0, &b, 0, bytes);
         }
         queue.submit([enc.finish()]);
-        device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| err(e.to_string()))?;
+        device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| err(e.to_string()))?;
         Ok(start.elapsed().as_secs_f64())
     };
     run(1)?;

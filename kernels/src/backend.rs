@@ -152,7 +152,10 @@ impl WgpuBackend {
     fn check(&self, op: &str) -> Result<()> {
         let err = self.inner.error.lock().ok().and_then(|mut e| e.take());
         match err {
-            Some(e) => Err(Error::device(op.to_string(), format!("the GPU rejected the work: {e}"))),
+            Some(e) => Err(Error::device(
+                op.to_string(),
+                format!("the GPU rejected the work: {e}"),
+            )),
             None => Ok(()),
         }
     }
@@ -167,7 +170,9 @@ impl WgpuBackend {
         if size > max {
             return Err(Error::device(
                 op.to_string(),
-                format!("a tensor of {bytes} bytes does not fit this device's largest storage buffer ({max} bytes)"),
+                format!(
+                    "a tensor of {bytes} bytes does not fit this device's largest storage buffer ({max} bytes)"
+                ),
             ));
         }
         let reused = self
@@ -183,7 +188,9 @@ impl WgpuBackend {
                 self.inner.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("kiln tensor"),
                     size,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
                 })
             }
@@ -195,7 +202,13 @@ impl WgpuBackend {
     }
 
     fn pipeline(&self, key: &KernelKey) -> Result<wgpu::ComputePipeline> {
-        if let Some(p) = self.inner.pipelines.lock().ok().and_then(|c| c.get(key).cloned()) {
+        if let Some(p) = self
+            .inner
+            .pipelines
+            .lock()
+            .ok()
+            .and_then(|c| c.get(key).cloned())
+        {
             return Ok(p);
         }
         let label = key.label();
@@ -232,7 +245,8 @@ impl WgpuBackend {
             return Ok(out);
         }
         let device = &self.inner.device;
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(name) });
+        let mut encoder =
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(name) });
         let mut groups = Vec::with_capacity(plan.dispatches.len());
         for d in &plan.dispatches {
             let pipeline = self.pipeline(&d.kernel)?;
@@ -245,14 +259,32 @@ impl WgpuBackend {
                 contents: bytemuck::cast_slice(&words),
                 usage: wgpu::BufferUsages::STORAGE,
             });
-            let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() }];
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: params.as_entire_binding(),
+            }];
             for (i, b) in d.buffers.iter().enumerate() {
                 let buf = match *b {
-                    Buffer::Input(k) => *inputs.get(k).ok_or_else(|| Error::invalid(name.to_string(), format!("plan binds input {k} of {}", inputs.len())))?,
+                    Buffer::Input(k) => *inputs.get(k).ok_or_else(|| {
+                        Error::invalid(
+                            name.to_string(),
+                            format!("plan binds input {k} of {}", inputs.len()),
+                        )
+                    })?,
                     Buffer::Output => &out.buffer,
-                    Buffer::Scratch(k) => &scratch.get(k).ok_or_else(|| Error::invalid(name.to_string(), format!("plan binds scratch {k}")))?.buffer,
+                    Buffer::Scratch(k) => {
+                        &scratch
+                            .get(k)
+                            .ok_or_else(|| {
+                                Error::invalid(name.to_string(), format!("plan binds scratch {k}"))
+                            })?
+                            .buffer
+                    }
                 };
-                entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: buf.as_entire_binding() });
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: buf.as_entire_binding(),
+                });
             }
             let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
@@ -262,7 +294,10 @@ impl WgpuBackend {
             groups.push((pipeline, group, d.workgroups));
         }
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(name), timestamp_writes: None });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(name),
+                timestamp_writes: None,
+            });
             for (pipeline, group, [x, y, z]) in &groups {
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, group, &[]);
@@ -275,23 +310,39 @@ impl WgpuBackend {
     }
 
     fn buffer_of<'a>(&self, v: &View<'a>, op: &str) -> Result<&'a wgpu::Buffer> {
-        v.storage.downcast::<GpuBuffer>().map(|b| &b.buffer).ok_or_else(|| {
-            Error::device(op.to_string(), format!("an input tensor ({}) is not on {}", v.dtype, self.name()))
-        })
+        v.storage
+            .downcast::<GpuBuffer>()
+            .map(|b| &b.buffer)
+            .ok_or_else(|| {
+                Error::device(
+                    op.to_string(),
+                    format!("an input tensor ({}) is not on {}", v.dtype, self.name()),
+                )
+            })
     }
 }
 
 impl Backend for WgpuBackend {
     fn name(&self) -> String {
-        format!("wgpu: {} ({:?})", self.inner.info.name, self.inner.info.backend)
+        format!(
+            "wgpu: {} ({:?})",
+            self.inner.info.name, self.inner.info.backend
+        )
     }
 
     fn upload(&self, data: &TensorData) -> Result<Storage> {
         let bytes: Vec<u8> = match data.dtype() {
             DType::F32 | DType::I32 | DType::U32 => data.as_bytes().to_vec(),
-            DType::Bool => data.as_bytes().iter().flat_map(|&b| u32::from(b != 0).to_le_bytes()).collect(),
+            DType::Bool => data
+                .as_bytes()
+                .iter()
+                .flat_map(|&b| u32::from(b != 0).to_le_bytes())
+                .collect(),
             other => {
-                return Err(Error::unsupported("upload", format!("{other} tensors are not supported on {}", self.name())));
+                return Err(Error::unsupported(
+                    "upload",
+                    format!("{other} tensors are not supported on {}", self.name()),
+                ));
             }
         };
         let buf = self.alloc(bytes.len() as u64, "upload")?;
@@ -302,11 +353,20 @@ impl Backend for WgpuBackend {
         Ok(Storage::new(buf))
     }
 
-    fn execute(&self, op: &Op, inputs: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<Storage> {
+    fn execute(
+        &self,
+        op: &Op,
+        inputs: &[View<'_>],
+        out_dtype: DType,
+        out_shape: &Shape,
+    ) -> Result<Storage> {
         let name = op.name();
         let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
         let plan = plan::plan(op, &metas, out_dtype, out_shape)?;
-        let bufs = inputs.iter().map(|v| self.buffer_of(v, name)).collect::<Result<Vec<_>>>()?;
+        let bufs = inputs
+            .iter()
+            .map(|v| self.buffer_of(v, name))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Storage::new(self.run(name, &plan, &bufs)?))
     }
 
@@ -334,7 +394,12 @@ impl Backend for WgpuBackend {
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             });
-            let mut encoder = self.inner.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read") });
+            let mut encoder =
+                self.inner
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("read"),
+                    });
             encoder.copy_buffer_to_buffer(from, offset, &staging, 0, bytes);
             self.inner.queue.submit([encoder.finish()]);
             let state: Arc<Mutex<MapState>> = Arc::default();
@@ -348,13 +413,25 @@ impl Backend for WgpuBackend {
                 }
             });
             self.check("read")?;
-            Ok(Some(Pending { staging, state, device: self.inner.device.clone() }))
+            Ok(Some(Pending {
+                staging,
+                state,
+                device: self.inner.device.clone(),
+            }))
         };
         let (dtype, shape) = (input.dtype, input.layout.shape().clone());
         match start() {
             Err(e) => Box::pin(std::future::ready(Err(e))),
-            Ok(None) => Box::pin(std::future::ready(TensorData::from_bytes(Vec::new(), dtype, shape))),
-            Ok(Some(p)) => Box::pin(ReadBack { pending: p, dtype, shape }),
+            Ok(None) => Box::pin(std::future::ready(TensorData::from_bytes(
+                Vec::new(),
+                dtype,
+                shape,
+            ))),
+            Ok(Some(p)) => Box::pin(ReadBack {
+                pending: p,
+                dtype,
+                shape,
+            }),
         }
     }
 
@@ -419,19 +496,34 @@ impl Future for ReadBack {
             }
         };
         if let Err(e) = done {
-            return Poll::Ready(Err(Error::device("read", format!("mapping the readback buffer failed: {e}"))));
+            return Poll::Ready(Err(Error::device(
+                "read",
+                format!("mapping the readback buffer failed: {e}"),
+            )));
         }
         let bytes = {
             let view = match this.pending.staging.get_mapped_range(..) {
                 Ok(v) => v,
-                Err(e) => return Poll::Ready(Err(Error::device("read", format!("the readback buffer is not readable: {e}")))),
+                Err(e) => {
+                    return Poll::Ready(Err(Error::device(
+                        "read",
+                        format!("the readback buffer is not readable: {e}"),
+                    )));
+                }
             };
             match this.dtype {
-                DType::Bool => view.chunks_exact(4).map(|c| u8::from(c != [0, 0, 0, 0])).collect(),
+                DType::Bool => view
+                    .chunks_exact(4)
+                    .map(|c| u8::from(c != [0, 0, 0, 0]))
+                    .collect(),
                 _ => view.to_vec(),
             }
         };
         this.pending.staging.unmap();
-        Poll::Ready(TensorData::from_bytes(bytes, this.dtype, this.shape.clone()))
+        Poll::Ready(TensorData::from_bytes(
+            bytes,
+            this.dtype,
+            this.shape.clone(),
+        ))
     }
 }

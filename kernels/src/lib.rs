@@ -32,7 +32,9 @@ pub use backend::{WgpuBackend, WgpuOptions};
 /// [`wgpu_device_async`]). Fails with a clear error when no adapter exists.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn wgpu_device() -> kiln_core::Result<kiln_core::Device> {
-    Ok(kiln_core::Device::new(WgpuBackend::new_blocking(WgpuOptions::default())?))
+    Ok(kiln_core::Device::new(WgpuBackend::new_blocking(
+        WgpuOptions::default(),
+    )?))
 }
 
 /// A kiln [`kiln_core::Device`] on the GPU chosen by `options`, without blocking.

@@ -59,11 +59,9 @@ impl KernelKey {
     }
     /// The preprocessed WGSL source of this variant (entry point `main`).
     pub fn wgsl(&self) -> Result<String> {
-        let src = crate::kernels::source(self.file).ok_or_else(|| {
-            Error::invalid("wgsl", format!("no kernel file named {}", self.file))
-        })?;
-        preprocess(src, &self.defines, &crate::kernels::source)
-            .map_err(|e| e.context(self.label()))
+        let src = crate::kernels::source(self.file)
+            .ok_or_else(|| Error::invalid("wgsl", format!("no kernel file named {}", self.file)))?;
+        preprocess(src, &self.defines, &crate::kernels::source).map_err(|e| e.context(self.label()))
     }
     /// A short readable name (`"map.wgsl OP=exp T=f32"`) for labels and messages.
     pub fn label(&self) -> String {
@@ -143,7 +141,9 @@ pub fn wgsl_type(dtype: DType, op: &str) -> Result<&'static str> {
         DType::U32 | DType::Bool => Ok("u32"),
         DType::F16 | DType::F64 => Err(Error::unsupported(
             op.to_string(),
-            format!("{dtype} tensors are not supported by the GPU kernels (f32, i32, u32, bool are)"),
+            format!(
+                "{dtype} tensors are not supported by the GPU kernels (f32, i32, u32, bool are)"
+            ),
         )),
     }
 }
@@ -189,9 +189,20 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             let float = if out_dtype.is_float() { "1" } else { "0" };
             let key = KernelKey::new(
                 "map.wgsl",
-                &[("OP", u.name()), ("TI", ty), ("TO", ty), ("FLOAT", float), ("WG", "256")],
+                &[
+                    ("OP", u.name()),
+                    ("TI", ty),
+                    ("TO", ty),
+                    ("FLOAT", float),
+                    ("WG", "256"),
+                ],
             );
-            p.elementwise(key, &out, &[(Buffer::Input(0), &inputs[0].layout)], [c0, c1])
+            p.elementwise(
+                key,
+                &out,
+                &[(Buffer::Input(0), &inputs[0].layout)],
+                [c0, c1],
+            )
         }
         Op::Cast { dtype } => {
             let ti = wgsl_type(inputs[0].dtype, name)?;
@@ -202,7 +213,13 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             };
             let key = KernelKey::new(
                 "map.wgsl",
-                &[("OP", op), ("TI", ti), ("TO", ty), ("TO_BOOL", to_bool), ("WG", "256")],
+                &[
+                    ("OP", op),
+                    ("TI", ti),
+                    ("TO", ty),
+                    ("TO_BOOL", to_bool),
+                    ("WG", "256"),
+                ],
             );
             p.elementwise(key, &out, &[(Buffer::Input(0), &inputs[0].layout)], [0, 0])
         }
@@ -215,7 +232,13 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
         Op::Where => {
             let key = KernelKey::new(
                 "binary.wgsl",
-                &[("OP", "where"), ("T", ty), ("TO", ty), ("FLOAT", "0"), ("WG", "256")],
+                &[
+                    ("OP", "where"),
+                    ("T", ty),
+                    ("TO", ty),
+                    ("FLOAT", "0"),
+                    ("WG", "256"),
+                ],
             );
             let views: Vec<_> = (0..3)
                 .map(|i| (Buffer::Input(i), &inputs[i].layout))
@@ -304,7 +327,12 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
                     ("WG", "256"),
                 ],
             );
-            p.launch(key, params, vec![Buffer::Input(0), Buffer::Input(1), Buffer::Output], n)
+            p.launch(
+                key,
+                params,
+                vec![Buffer::Input(0), Buffer::Input(1), Buffer::Output],
+                n,
+            )
         }
         Op::ScatterAdd { axis } => {
             let rank = out_shape.rank();
@@ -324,7 +352,12 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
                     ("WG", "256"),
                 ],
             );
-            let bufs = vec![Buffer::Input(0), Buffer::Input(1), Buffer::Input(2), Buffer::Output];
+            let bufs = vec![
+                Buffer::Input(0),
+                Buffer::Input(1),
+                Buffer::Input(2),
+                Buffer::Output,
+            ];
             p.launch(key, params, bufs, n)
         }
         Op::OneHot { classes, .. } => {
@@ -334,7 +367,12 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
                 "index.wgsl",
                 &[("MODE", "one_hot"), ("T", ty), ("IDX", idt), ("WG", "256")],
             );
-            p.launch(key, vec![n, *classes as u32, offset], vec![buf, Buffer::Output], n)
+            p.launch(
+                key,
+                vec![n, *classes as u32, offset],
+                vec![buf, Buffer::Output],
+                n,
+            )
         }
         Op::Conv2d(c) => {
             // conv2d terms: x (N, C, H, W), weight (O, C/g, KH, KW), y (N, O, OH, OW)
@@ -358,7 +396,10 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             let (x, dy) = (dims4(&inputs[0]), dims4(&inputs[1]));
             let geo = ConvGeometry::new(x, [dy[1], kernel[0], kernel[1]], [dy[2], dy[3]], c);
             let m = dy[1] / c.groups;
-            let (k, cols) = (dy[0] * dy[2] * dy[3], (x[1] / c.groups) * kernel[0] * kernel[1]);
+            let (k, cols) = (
+                dy[0] * dy[2] * dy[3],
+                (x[1] / c.groups) * kernel[0] * kernel[1],
+            );
             p.conv("conv_wgrad", inputs, geo, [m, cols, k], ty)
         }
         Op::MaxPool2d(pp) => {
@@ -433,7 +474,13 @@ fn adaptive_params() -> Pool2dParams {
 }
 
 impl Planner {
-    fn push(&mut self, kernel: KernelKey, params: Vec<u32>, buffers: Vec<Buffer>, workgroups: [u32; 3]) {
+    fn push(
+        &mut self,
+        kernel: KernelKey,
+        params: Vec<u32>,
+        buffers: Vec<Buffer>,
+        workgroups: [u32; 3],
+    ) {
         self.plan.dispatches.push(Dispatch {
             kernel,
             params,
@@ -443,7 +490,13 @@ impl Planner {
     }
 
     /// A 1-D launch of `threads` invocations in workgroups of [`WG`].
-    fn launch(&mut self, key: KernelKey, params: Vec<u32>, buffers: Vec<Buffer>, threads: u32) -> Result<()> {
+    fn launch(
+        &mut self,
+        key: KernelKey,
+        params: Vec<u32>,
+        buffers: Vec<Buffer>,
+        threads: u32,
+    ) -> Result<()> {
         let grid = grid(threads.div_ceil(WG) as u64, self.name)?;
         self.push(key, params, buffers, grid);
         Ok(())
@@ -458,7 +511,12 @@ impl Planner {
 
     /// Input `i` as a contiguous buffer and the element offset where it starts, copying it into
     /// scratch first when its view is strided.
-    fn contiguous(&mut self, i: usize, input: &ViewMeta, ty: &'static str) -> Result<(Buffer, u32)> {
+    fn contiguous(
+        &mut self,
+        i: usize,
+        input: &ViewMeta,
+        ty: &'static str,
+    ) -> Result<(Buffer, u32)> {
         if input.layout.is_contiguous() {
             return Ok((Buffer::Input(i), input.layout.offset() as u32));
         }
@@ -481,7 +539,9 @@ impl Planner {
             Op::RandUniform {
                 low, high, seed, ..
             } => ("uniform", *seed, *low, *high),
-            Op::RandNormal { mean, std, seed, .. } => ("normal", *seed, *mean, *std),
+            Op::RandNormal {
+                mean, std, seed, ..
+            } => ("normal", *seed, *mean, *std),
             _ => unreachable_op(self.name)?,
         };
         let key = KernelKey::new("random.wgsl", &[("MODE", mode), ("WG", "256")]);
@@ -500,7 +560,14 @@ impl Planner {
         self.copy_to(ty, dst, Buffer::Output, from, src)
     }
 
-    fn copy_to(&mut self, ty: &'static str, dst: &Layout, to: Buffer, from: Buffer, src: &Layout) -> Result<()> {
+    fn copy_to(
+        &mut self,
+        ty: &'static str,
+        dst: &Layout,
+        to: Buffer,
+        from: Buffer,
+        src: &Layout,
+    ) -> Result<()> {
         let key = KernelKey::new(
             "map.wgsl",
             &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")],
@@ -508,11 +575,24 @@ impl Planner {
         self.elementwise_to(key, dst, to, &[(from, src)], [0, 0])
     }
 
-    fn binary(&mut self, op: &str, inputs: &[ViewMeta], t: &'static str, to: &'static str, out: &Layout) -> Result<()> {
+    fn binary(
+        &mut self,
+        op: &str,
+        inputs: &[ViewMeta],
+        t: &'static str,
+        to: &'static str,
+        out: &Layout,
+    ) -> Result<()> {
         let float = if t == "f32" { "1" } else { "0" };
         let key = KernelKey::new(
             "binary.wgsl",
-            &[("OP", op), ("T", t), ("TO", to), ("FLOAT", float), ("WG", "256")],
+            &[
+                ("OP", op),
+                ("T", t),
+                ("TO", to),
+                ("FLOAT", float),
+                ("WG", "256"),
+            ],
         );
         let views = [
             (Buffer::Input(0), &inputs[0].layout),
@@ -521,13 +601,26 @@ impl Planner {
         self.elementwise(key, out, &views, [0, 0])
     }
 
-    fn elementwise(&mut self, key: KernelKey, out: &Layout, inputs: &[(Buffer, &Layout)], consts: [u32; 2]) -> Result<()> {
+    fn elementwise(
+        &mut self,
+        key: KernelKey,
+        out: &Layout,
+        inputs: &[(Buffer, &Layout)],
+        consts: [u32; 2],
+    ) -> Result<()> {
         self.elementwise_to(key, out, Buffer::Output, inputs, consts)
     }
 
     /// An elementwise launch over the shape of `out`: inputs are broadcast to it, and adjacent
     /// axes that every view walks contiguously are merged so that index math stays short.
-    fn elementwise_to(&mut self, key: KernelKey, out: &Layout, to: Buffer, inputs: &[(Buffer, &Layout)], consts: [u32; 2]) -> Result<()> {
+    fn elementwise_to(
+        &mut self,
+        key: KernelKey,
+        out: &Layout,
+        to: Buffer,
+        inputs: &[(Buffer, &Layout)],
+        consts: [u32; 2],
+    ) -> Result<()> {
         let shape = out.shape();
         let n = u32_len(shape.numel(), self.name)?;
         let mut views = vec![(out.offset(), strides_u32(out.strides(), self.name)?)];
@@ -546,7 +639,14 @@ impl Planner {
         self.launch(key, params, buffers, n)
     }
 
-    fn reduce(&mut self, op: ReduceOp, axes: &[usize], x: &ViewMeta, ty: &'static str, to: &'static str) -> Result<()> {
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        axes: &[usize],
+        x: &ViewMeta,
+        ty: &'static str,
+        to: &'static str,
+    ) -> Result<()> {
         let dims = x.layout.shape().dims();
         let rank = dims.len();
         let reduced: Vec<usize> = if axes.is_empty() {
@@ -599,13 +699,30 @@ impl Planner {
         }
     }
 
-    fn rows(&mut self, op: &str, x: &ViewMeta, axis: usize, reverse: bool, ty: &'static str) -> Result<()> {
+    fn rows(
+        &mut self,
+        op: &str,
+        x: &ViewMeta,
+        axis: usize,
+        reverse: bool,
+        ty: &'static str,
+    ) -> Result<()> {
         let dims = x.layout.shape().dims();
         let kept: Vec<usize> = (0..dims.len()).filter(|&a| a != axis).collect();
         let xs = strides_u32(x.layout.strides(), self.name)?;
-        let os: Vec<usize> = Shape::from(dims).contiguous_strides().iter().map(|&s| s as usize).collect();
+        let os: Vec<usize> = Shape::from(dims)
+            .contiguous_strides()
+            .iter()
+            .map(|&s| s as usize)
+            .collect();
         let kd: Vec<usize> = kept.iter().map(|&a| dims[a]).collect();
-        let (kd, ks) = coalesce(&kd, vec![kept.iter().map(|&a| xs[a]).collect(), kept.iter().map(|&a| os[a]).collect()]);
+        let (kd, ks) = coalesce(
+            &kd,
+            vec![
+                kept.iter().map(|&a| xs[a]).collect(),
+                kept.iter().map(|&a| os[a]).collect(),
+            ],
+        );
         let n_rows = u32_len(kd.iter().product(), self.name)?;
         let len = dims[axis] as u32;
         let mut params = vec![n_rows, kd.len() as u32, len, reverse as u32];
@@ -634,13 +751,23 @@ impl Planner {
         }
     }
 
-    fn matmul(&mut self, a: &ViewMeta, b: &ViewMeta, out_shape: &Shape, ty: &'static str) -> Result<()> {
+    fn matmul(
+        &mut self,
+        a: &ViewMeta,
+        b: &ViewMeta,
+        out_shape: &Shape,
+        ty: &'static str,
+    ) -> Result<()> {
         // NumPy promotion of rank-1 operands: [k] is [1, k] on the left and [k, 1] on the right.
         let promote = |v: &ViewMeta, left: bool| -> Result<(Vec<usize>, Vec<usize>)> {
             let d = v.layout.shape().dims().to_vec();
             let s = strides_u32(v.layout.strides(), self.name)?;
             Ok(if d.len() == 1 {
-                if left { (vec![1, d[0]], vec![0, s[0]]) } else { (vec![d[0], 1], vec![s[0], 0]) }
+                if left {
+                    (vec![1, d[0]], vec![0, s[0]])
+                } else {
+                    (vec![d[0], 1], vec![s[0], 0])
+                }
             } else {
                 (d, s)
             })
@@ -648,12 +775,18 @@ impl Planner {
         let (ad, as_) = promote(a, true)?;
         let (bd, bs) = promote(b, false)?;
         let (m, k, nn) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
-        let batch_rank = out_shape.rank().saturating_sub(2).max(ad.len() - 2).max(bd.len() - 2);
+        let batch_rank = out_shape
+            .rank()
+            .saturating_sub(2)
+            .max(ad.len() - 2)
+            .max(bd.len() - 2);
         let batch: Vec<usize> = (0..batch_rank)
             .map(|i| {
                 let pick = |d: &[usize]| {
                     let nb = d.len() - 2;
-                    (i + nb >= batch_rank).then(|| d[i + nb - batch_rank]).unwrap_or(1)
+                    (i + nb >= batch_rank)
+                        .then(|| d[i + nb - batch_rank])
+                        .unwrap_or(1)
                 };
                 pick(&ad).max(pick(&bd))
             })
@@ -674,41 +807,85 @@ impl Planner {
         let (abs, bbs) = (batch_strides(&ad, &as_), batch_strides(&bd, &bs));
         let (batch, bstr) = coalesce(&batch, vec![abs, bbs]);
         let batches: usize = batch.iter().product();
-        let mut params = vec![m as u32, nn as u32, k as u32, 0, batches as u32, batch.len() as u32];
-        params.extend([a.layout.offset(), as_[as_.len() - 2], as_[as_.len() - 1]].map(|v| v as u32));
+        let mut params = vec![
+            m as u32,
+            nn as u32,
+            k as u32,
+            0,
+            batches as u32,
+            batch.len() as u32,
+        ];
+        params
+            .extend([a.layout.offset(), as_[as_.len() - 2], as_[as_.len() - 1]].map(|v| v as u32));
         params.extend([b.layout.offset(), bs[bs.len() - 2], bs[bs.len() - 1]].map(|v| v as u32));
         params.extend(batch.iter().map(|&d| d as u32));
         push_view(&mut params, 0, &bstr[0]);
         push_view(&mut params, 0, &bstr[1]);
-        self.gemm("matmul", [m, nn, k, batches], params, [Buffer::Input(0), Buffer::Input(1)], ty)
+        self.gemm(
+            "matmul",
+            [m, nn, k, batches],
+            params,
+            [Buffer::Input(0), Buffer::Input(1)],
+            ty,
+        )
     }
 
     /// The three convolutions as implicit GEMMs: A is input 1 (weight, or dy for the weight
     /// gradient), B is input 0; both are read as contiguous NCHW / OIHW.
-    fn conv(&mut self, mode: &str, inputs: &[ViewMeta], geo: ConvGeometry, mnk: [usize; 3], ty: &'static str) -> Result<()> {
+    fn conv(
+        &mut self,
+        mode: &str,
+        inputs: &[ViewMeta],
+        geo: ConvGeometry,
+        mnk: [usize; 3],
+        ty: &'static str,
+    ) -> Result<()> {
         let (abuf, aoff) = self.contiguous(1, &inputs[1], ty)?;
         let (bbuf, boff) = self.contiguous(0, &inputs[0], ty)?;
         let mut params = vec![mnk[0] as u32, mnk[1] as u32, mnk[2] as u32, 0, geo.1];
         params.extend_from_slice(&geo.0);
         params.extend([aoff, boff]);
         let groups = geo.1 as usize;
-        self.gemm(mode, [mnk[0], mnk[1], mnk[2], groups], params, [abuf, bbuf], ty)
+        self.gemm(
+            mode,
+            [mnk[0], mnk[1], mnk[2], groups],
+            params,
+            [abuf, bbuf],
+            ty,
+        )
     }
 
     /// Launches gemm.wgsl; fills params[3] (row tiles) and picks the tile shape.
-    fn gemm(&mut self, mode: &str, mnkb: [usize; 4], mut params: Vec<u32>, ab: [Buffer; 2], ty: &'static str) -> Result<()> {
+    fn gemm(
+        &mut self,
+        mode: &str,
+        mnkb: [usize; 4],
+        mut params: Vec<u32>,
+        ab: [Buffer; 2],
+        ty: &'static str,
+    ) -> Result<()> {
         let [m, n, _, batches] = mnkb;
         // (BM, BN, BK, TM, TN): large tiles where there is enough output to fill the GPU.
-        let (bm, bn, bk, tm, tn) = if m >= 128 && n >= 128 { (128, 128, 8, 8, 8) } else { (64, 64, 8, 4, 4) };
+        let (bm, bn, bk, tm, tn) = if m >= 128 && n >= 128 {
+            (128, 128, 8, 8, 8)
+        } else {
+            (64, 64, 8, 4, 4)
+        };
         let tiles_m = m.div_ceil(bm);
         let tiles_n = n.div_ceil(bn);
         params[3] = tiles_m as u32;
         let rows = tiles_m as u64 * batches as u64;
-        let (y, z) = if rows <= MAX_GRID as u64 { (rows, 1) } else { (MAX_GRID as u64, rows.div_ceil(MAX_GRID as u64)) };
+        let (y, z) = if rows <= MAX_GRID as u64 {
+            (rows, 1)
+        } else {
+            (MAX_GRID as u64, rows.div_ceil(MAX_GRID as u64))
+        };
         if tiles_n > MAX_GRID as usize || z > MAX_GRID as u64 {
             return Err(Error::unsupported(
                 self.name,
-                format!("output of {m} x {n} in {batches} batches needs more workgroups than a dispatch allows"),
+                format!(
+                    "output of {m} x {n} in {batches} batches needs more workgroups than a dispatch allows"
+                ),
             ));
         }
         let wg = (bm / tm) * (bn / tn);
@@ -729,11 +906,24 @@ impl Planner {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         };
-        self.push(key, params, vec![ab[0], ab[1], Buffer::Output], [tiles_n as u32, y as u32, z as u32]);
+        self.push(
+            key,
+            params,
+            vec![ab[0], ab[1], Buffer::Output],
+            [tiles_n as u32, y as u32, z as u32],
+        );
         Ok(())
     }
 
-    fn pool(&mut self, mode: &str, inputs: &[ViewMeta], x: [usize; 4], y: [usize; 4], pp: &Pool2dParams, ty: &'static str) -> Result<()> {
+    fn pool(
+        &mut self,
+        mode: &str,
+        inputs: &[ViewMeta],
+        x: [usize; 4],
+        y: [usize; 4],
+        pp: &Pool2dParams,
+        ty: &'static str,
+    ) -> Result<()> {
         let mut bufs = Vec::new();
         let mut offsets = [0u32; 2];
         for (i, input) in inputs.iter().enumerate() {
@@ -747,12 +937,32 @@ impl Planner {
         }
         bufs.push(Buffer::Output);
         let forward = !mode.ends_with("back");
-        let numel = if forward { y.iter().product::<usize>() } else { x.iter().product() };
+        let numel = if forward {
+            y.iter().product::<usize>()
+        } else {
+            x.iter().product()
+        };
         let n = u32_len(numel, self.name)?;
         let mut params = vec![n];
         params.extend(
-            [x[0], x[1], x[2], x[3], y[2], y[3], pp.kernel[0], pp.kernel[1], pp.stride[0], pp.stride[1], pp.padding[0], pp.padding[1], pp.dilation[0], pp.dilation[1], pp.count_include_pad as usize]
-                .map(|v| v as u32),
+            [
+                x[0],
+                x[1],
+                x[2],
+                x[3],
+                y[2],
+                y[3],
+                pp.kernel[0],
+                pp.kernel[1],
+                pp.stride[0],
+                pp.stride[1],
+                pp.padding[0],
+                pp.padding[1],
+                pp.dilation[0],
+                pp.dilation[1],
+                pp.count_include_pad as usize,
+            ]
+            .map(|v| v as u32),
         );
         params.extend(offsets);
         let key = KernelKey::new("pool.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]);
@@ -790,7 +1000,10 @@ fn bits(v: f64, dtype: DType) -> u32 {
 
 fn u32_len(n: usize, op: &'static str) -> Result<u32> {
     u32::try_from(n).map_err(|_| {
-        Error::unsupported(op, format!("{n} elements exceed the GPU kernels' 2^32 - 1 element limit"))
+        Error::unsupported(
+            op,
+            format!("{n} elements exceed the GPU kernels' 2^32 - 1 element limit"),
+        )
     })
 }
 
@@ -800,7 +1013,12 @@ fn strides_u32(s: &[isize], op: &'static str) -> Result<Vec<usize>> {
             usize::try_from(v)
                 .ok()
                 .filter(|&v| v <= u32::MAX as usize)
-                .ok_or_else(|| Error::unsupported(op, format!("stride {v} is negative or too large for the GPU kernels")))
+                .ok_or_else(|| {
+                    Error::unsupported(
+                        op,
+                        format!("stride {v} is negative or too large for the GPU kernels"),
+                    )
+                })
         })
         .collect()
 }
@@ -813,7 +1031,10 @@ pub fn grid(groups: u64, op: &'static str) -> Result<[u32; 3]> {
     let y = rest.clamp(1, max);
     let z = rest.div_ceil(y);
     if z > max {
-        return Err(Error::unsupported(op, format!("{groups} workgroups exceed the dispatch limit")));
+        return Err(Error::unsupported(
+            op,
+            format!("{groups} workgroups exceed the dispatch limit"),
+        ));
     }
     Ok([x as u32, y as u32, z as u32])
 }
@@ -864,48 +1085,125 @@ pub fn variants() -> Vec<KernelKey> {
     let mut keys = Vec::new();
     let tys = ["f32", "i32", "u32"];
     let unary = [
-        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "erf", "floor", "ceil", "round", "sign", "powf", "clamp",
+        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "sin", "cos", "tanh", "sigmoid",
+        "relu", "gelu", "erf", "floor", "ceil", "round", "sign", "powf", "clamp",
     ];
-    let int_unary = ["neg", "abs", "relu", "sign", "clamp", "floor", "ceil", "round"];
+    let int_unary = [
+        "neg", "abs", "relu", "sign", "clamp", "floor", "ceil", "round",
+    ];
     for ty in tys {
         let float = if ty == "f32" { "1" } else { "0" };
         for op in unary {
             if ty != "f32" && !int_unary.contains(&op) || ty == "u32" && op == "neg" {
                 continue;
             }
-            keys.push(KernelKey::new("map.wgsl", &[("OP", op), ("TI", ty), ("TO", ty), ("FLOAT", float), ("WG", "256")]));
+            keys.push(KernelKey::new(
+                "map.wgsl",
+                &[
+                    ("OP", op),
+                    ("TI", ty),
+                    ("TO", ty),
+                    ("FLOAT", float),
+                    ("WG", "256"),
+                ],
+            ));
         }
-        keys.push(KernelKey::new("map.wgsl", &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")]));
+        keys.push(KernelKey::new(
+            "map.wgsl",
+            &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")],
+        ));
         for to in tys {
             if to != ty {
-                keys.push(KernelKey::new("map.wgsl", &[("OP", "cast"), ("TI", ty), ("TO", to), ("TO_BOOL", "0"), ("WG", "256")]));
+                keys.push(KernelKey::new(
+                    "map.wgsl",
+                    &[
+                        ("OP", "cast"),
+                        ("TI", ty),
+                        ("TO", to),
+                        ("TO_BOOL", "0"),
+                        ("WG", "256"),
+                    ],
+                ));
             }
         }
-        keys.push(KernelKey::new("map.wgsl", &[("OP", "cast"), ("TI", ty), ("TO", "u32"), ("TO_BOOL", "1"), ("WG", "256")]));
-        let bin = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Max, BinaryOp::Min];
+        keys.push(KernelKey::new(
+            "map.wgsl",
+            &[
+                ("OP", "cast"),
+                ("TI", ty),
+                ("TO", "u32"),
+                ("TO_BOOL", "1"),
+                ("WG", "256"),
+            ],
+        ));
+        let bin = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Pow,
+            BinaryOp::Max,
+            BinaryOp::Min,
+        ];
         for b in bin {
             if ty != "f32" && b == BinaryOp::Pow {
                 continue;
             }
-            keys.push(KernelKey::new("binary.wgsl", &[("OP", b.name()), ("T", ty), ("TO", ty), ("FLOAT", float), ("WG", "256")]));
+            keys.push(KernelKey::new(
+                "binary.wgsl",
+                &[
+                    ("OP", b.name()),
+                    ("T", ty),
+                    ("TO", ty),
+                    ("FLOAT", float),
+                    ("WG", "256"),
+                ],
+            ));
         }
         for c in ["eq", "ne", "lt", "le", "gt", "ge"] {
-            keys.push(KernelKey::new("binary.wgsl", &[("OP", c), ("T", ty), ("TO", "u32"), ("FLOAT", float), ("WG", "256")]));
+            keys.push(KernelKey::new(
+                "binary.wgsl",
+                &[
+                    ("OP", c),
+                    ("T", ty),
+                    ("TO", "u32"),
+                    ("FLOAT", float),
+                    ("WG", "256"),
+                ],
+            ));
         }
-        keys.push(KernelKey::new("binary.wgsl", &[("OP", "where"), ("T", ty), ("TO", ty), ("FLOAT", "0"), ("WG", "256")]));
+        keys.push(KernelKey::new(
+            "binary.wgsl",
+            &[
+                ("OP", "where"),
+                ("T", ty),
+                ("TO", ty),
+                ("FLOAT", "0"),
+                ("WG", "256"),
+            ],
+        ));
         for mode in ["full", "arange", "eye"] {
-            keys.push(KernelKey::new("fill.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]));
+            keys.push(KernelKey::new(
+                "fill.wgsl",
+                &[("MODE", mode), ("T", ty), ("WG", "256")],
+            ));
         }
         for idx in ["i32", "u32"] {
             for mode in ["gather", "scatter_add", "one_hot"] {
-                keys.push(KernelKey::new("index.wgsl", &[("MODE", mode), ("T", ty), ("IDX", idx), ("WG", "256")]));
+                keys.push(KernelKey::new(
+                    "index.wgsl",
+                    &[("MODE", mode), ("T", ty), ("IDX", idx), ("WG", "256")],
+                ));
             }
         }
     }
     // reductions, rows, gemm and pooling come from planning real ops, so the keys match exactly
     let f = |d: &[usize], dt: DType| ViewMeta::new(&Layout::contiguous(Shape::from(d)), dt);
     let mut add = |op: Op, ins: Vec<ViewMeta>| {
-        let metas: Vec<_> = ins.iter().map(|v| (v.dtype, v.layout.shape().clone())).collect();
+        let metas: Vec<_> = ins
+            .iter()
+            .map(|v| (v.dtype, v.layout.shape().clone()))
+            .collect();
         if let Ok((dt, s)) = op.infer(&metas)
             && let Ok(p) = plan(&op, &ins, dt, &s)
         {
@@ -913,15 +1211,35 @@ pub fn variants() -> Vec<KernelKey> {
         }
     };
     let reduce_ops = [
-        ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Var { correction: 1 }, ReduceOp::ArgMax, ReduceOp::ArgMin,
+        ReduceOp::Sum,
+        ReduceOp::Mean,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Prod,
+        ReduceOp::Var { correction: 1 },
+        ReduceOp::ArgMax,
+        ReduceOp::ArgMin,
     ];
     for dt in [DType::F32, DType::I32, DType::U32, DType::Bool] {
         for r in reduce_ops {
             for len in [8, 1000] {
-                add(Op::Reduce { op: r, axes: vec![1], keepdim: false }, vec![f(&[3, len], dt)]);
+                add(
+                    Op::Reduce {
+                        op: r,
+                        axes: vec![1],
+                        keepdim: false,
+                    },
+                    vec![f(&[3, len], dt)],
+                );
             }
         }
-        add(Op::Cumsum { axis: 0, reverse: false }, vec![f(&[5], dt)]);
+        add(
+            Op::Cumsum {
+                axis: 0,
+                reverse: false,
+            },
+            vec![f(&[5], dt)],
+        );
         add(Op::Matmul, vec![f(&[4, 5], dt), f(&[5, 6], dt)]);
         add(Op::Matmul, vec![f(&[200, 5], dt), f(&[5, 300], dt)]);
     }
@@ -932,19 +1250,81 @@ pub fn variants() -> Vec<KernelKey> {
     let c = Conv2dParams::default();
     for big in [false, true] {
         let (n, ch) = if big { (8, 128) } else { (1, 2) };
-        add(Op::Conv2d(c), vec![f(&[n, ch, 6, 6], DType::F32), f(&[ch, ch, 3, 3], DType::F32)]);
-        add(Op::ConvTranspose2d { params: c, output_padding: [0, 0] }, vec![f(&[n, ch, 4, 4], DType::F32), f(&[ch, ch, 3, 3], DType::F32)]);
-        add(Op::Conv2dBackwardWeight { params: c, kernel: [3, 3] }, vec![f(&[n, ch, 6, 6], DType::F32), f(&[n, ch, 4, 4], DType::F32)]);
+        add(
+            Op::Conv2d(c),
+            vec![
+                f(&[n, ch, 6, 6], DType::F32),
+                f(&[ch, ch, 3, 3], DType::F32),
+            ],
+        );
+        add(
+            Op::ConvTranspose2d {
+                params: c,
+                output_padding: [0, 0],
+            },
+            vec![
+                f(&[n, ch, 4, 4], DType::F32),
+                f(&[ch, ch, 3, 3], DType::F32),
+            ],
+        );
+        add(
+            Op::Conv2dBackwardWeight {
+                params: c,
+                kernel: [3, 3],
+            },
+            vec![f(&[n, ch, 6, 6], DType::F32), f(&[n, ch, 4, 4], DType::F32)],
+        );
     }
-    let pp = Pool2dParams { kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1], count_include_pad: true };
+    let pp = Pool2dParams {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        dilation: [1, 1],
+        count_include_pad: true,
+    };
     add(Op::MaxPool2d(pp), vec![f(&[1, 1, 4, 4], DType::F32)]);
     add(Op::AvgPool2d(pp), vec![f(&[1, 1, 4, 4], DType::F32)]);
-    add(Op::MaxPool2dBackward(pp), vec![f(&[1, 1, 4, 4], DType::F32), f(&[1, 1, 2, 2], DType::F32)]);
-    add(Op::AvgPool2dBackward { params: pp, input: Shape::from([1, 1, 4, 4]) }, vec![f(&[1, 1, 2, 2], DType::F32)]);
-    add(Op::AdaptiveAvgPool2d { output: [2, 2] }, vec![f(&[1, 1, 4, 4], DType::F32)]);
-    add(Op::AdaptiveAvgPool2dBackward { input: Shape::from([1, 1, 4, 4]) }, vec![f(&[1, 1, 2, 2], DType::F32)]);
-    add(Op::RandUniform { shape: Shape::from([3]), low: 0.0, high: 1.0, seed: 1, dtype: DType::F32 }, vec![]);
-    add(Op::RandNormal { shape: Shape::from([3]), mean: 0.0, std: 1.0, seed: 1, dtype: DType::F32 }, vec![]);
+    add(
+        Op::MaxPool2dBackward(pp),
+        vec![f(&[1, 1, 4, 4], DType::F32), f(&[1, 1, 2, 2], DType::F32)],
+    );
+    add(
+        Op::AvgPool2dBackward {
+            params: pp,
+            input: Shape::from([1, 1, 4, 4]),
+        },
+        vec![f(&[1, 1, 2, 2], DType::F32)],
+    );
+    add(
+        Op::AdaptiveAvgPool2d { output: [2, 2] },
+        vec![f(&[1, 1, 4, 4], DType::F32)],
+    );
+    add(
+        Op::AdaptiveAvgPool2dBackward {
+            input: Shape::from([1, 1, 4, 4]),
+        },
+        vec![f(&[1, 1, 2, 2], DType::F32)],
+    );
+    add(
+        Op::RandUniform {
+            shape: Shape::from([3]),
+            low: 0.0,
+            high: 1.0,
+            seed: 1,
+            dtype: DType::F32,
+        },
+        vec![],
+    );
+    add(
+        Op::RandNormal {
+            shape: Shape::from([3]),
+            mean: 0.0,
+            std: 1.0,
+            seed: 1,
+            dtype: DType::F32,
+        },
+        vec![],
+    );
     keys.sort();
     keys.dedup();
     keys

@@ -57,7 +57,8 @@ fn expand(
     out: &mut String,
     depth: usize,
 ) -> Result<()> {
-    let err = |line: usize, m: String| Error::invalid("wgsl preprocess", format!("line {line}: {m}"));
+    let err =
+        |line: usize, m: String| Error::invalid("wgsl preprocess", format!("line {line}: {m}"));
     if depth > 8 {
         return Err(err(0, "#include nested more than 8 deep".into()));
     }
@@ -69,18 +70,28 @@ fn expand(
         if let Some(cond) = t.strip_prefix("#if ") {
             let parent = live(&stack);
             let v = parent && eval(cond, defines).map_err(|m| err(n, m))?;
-            stack.push(Frame { active: v, taken: v, parent });
+            stack.push(Frame {
+                active: v,
+                taken: v,
+                parent,
+            });
         } else if let Some(cond) = t.strip_prefix("#elif ") {
-            let f = stack.last_mut().ok_or_else(|| err(n, "#elif without #if".into()))?;
+            let f = stack
+                .last_mut()
+                .ok_or_else(|| err(n, "#elif without #if".into()))?;
             let v = f.parent && !f.taken && eval(cond, defines).map_err(|m| err(n, m))?;
             f.active = v;
             f.taken |= v;
         } else if t.starts_with("#else") {
-            let f = stack.last_mut().ok_or_else(|| err(n, "#else without #if".into()))?;
+            let f = stack
+                .last_mut()
+                .ok_or_else(|| err(n, "#else without #if".into()))?;
             f.active = f.parent && !f.taken;
             f.taken = true;
         } else if t.starts_with("#endif") {
-            stack.pop().ok_or_else(|| err(n, "#endif without #if".into()))?;
+            stack
+                .pop()
+                .ok_or_else(|| err(n, "#endif without #if".into()))?;
         } else if !live(&stack) {
             continue;
         } else if let Some(name) = t.strip_prefix("#include ") {
@@ -137,7 +148,9 @@ fn substitute(line: &str, defines: &Defines, out: &mut String) -> core::result::
         let after = &rest[start + 2..];
         let end = after.find("}}").ok_or("unclosed {{")?;
         let name = after[..end].trim();
-        let v = defines.get(name).ok_or_else(|| format!("{{{{{name}}}}} is not defined"))?;
+        let v = defines
+            .get(name)
+            .ok_or_else(|| format!("{{{{{name}}}}} is not defined"))?;
         out.push_str(v);
         rest = &after[end + 2..];
     }
@@ -150,7 +163,9 @@ mod tests {
     use super::*;
 
     fn defs(kv: &[(&str, &str)]) -> Defines {
-        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -168,7 +183,12 @@ mod tests {
     fn and_not_and_include() {
         let d = defs(&[("A", "1"), ("B", "x")]);
         let inc = |n: &str| (n == "inc.wgsl").then_some("inc {{B}}\n");
-        let out = preprocess("#if A && !C && B != y\n#include \"inc.wgsl\"\n#endif\n", &d, &inc).unwrap();
+        let out = preprocess(
+            "#if A && !C && B != y\n#include \"inc.wgsl\"\n#endif\n",
+            &d,
+            &inc,
+        )
+        .unwrap();
         assert_eq!(out, "inc x\n");
     }
 

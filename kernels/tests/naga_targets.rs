@@ -12,7 +12,10 @@ fn every_kernel_variant_compiles_for_every_target() {
     let files: std::collections::BTreeSet<_> = keys.iter().map(|k| k.file).collect();
     for (file, _) in kiln_kernels::kernels::FILES {
         let include_only = ["common.wgsl", "math.wgsl"].contains(file);
-        assert!(include_only || files.contains(file), "no variant of {file} enumerated");
+        assert!(
+            include_only || files.contains(file),
+            "no variant of {file} enumerated"
+        );
     }
     let mut failures = Vec::new();
     for key in &keys {
@@ -20,7 +23,13 @@ fn every_kernel_variant_compiles_for_every_target() {
             failures.push(format!("{}: {e}", key.label()));
         }
     }
-    assert!(failures.is_empty(), "{} of {} variants failed:\n{}", failures.len(), keys.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} variants failed:\n{}",
+        failures.len(),
+        keys.len(),
+        failures.join("\n")
+    );
 }
 
 fn compile(key: &kiln_kernels::plan::KernelKey) -> Result<(), String> {
@@ -34,13 +43,23 @@ fn compile(key: &kiln_kernels::plan::KernelKey) -> Result<(), String> {
         &module,
         &info,
         &spv::Options::default(),
-        Some(&spv::PipelineOptions { shader_stage: stage, entry_point: "main".into() }),
+        Some(&spv::PipelineOptions {
+            shader_stage: stage,
+            entry_point: "main".into(),
+        }),
     )
     .map_err(|e| format!("spir-v: {e}"))?;
-    msl::write_string(&module, &info, &msl::Options::default(), &msl::PipelineOptions::default())
-        .map_err(|e| format!("msl: {e}"))?;
+    msl::write_string(
+        &module,
+        &info,
+        &msl::Options::default(),
+        &msl::PipelineOptions::default(),
+    )
+    .map_err(|e| format!("msl: {e}"))?;
     let mut out = String::new();
-    let pipeline = hlsl::PipelineOptions { entry_point: Some((stage, "main".into())) };
+    let pipeline = hlsl::PipelineOptions {
+        entry_point: Some((stage, "main".into())),
+    };
     hlsl::Writer::new(&mut out, &hlsl::Options::default(), &pipeline)
         .write(&module, &info, None)
         .map_err(|e| format!("hlsl: {e}"))?;

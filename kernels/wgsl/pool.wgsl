@@ -26,7 +26,10 @@ fn pool() -> Pool {
         params[15] != 0u);
 }
 
-const NEG_INF: f32 = bitcast<f32>(0xff800000u);
+// -inf (WGSL has no literal for it, and naga does not fold bitcast in a const).
+fn neg_inf() -> f32 {
+    return bitcast<f32>(0xff800000u);
+}
 
 // Start (inclusive) and end (exclusive) of adaptive window i of `outs` over `size` inputs.
 fn adaptive_start(i: u32, size: u32, outs: u32) -> u32 {
@@ -38,7 +41,7 @@ fn adaptive_end(i: u32, size: u32, outs: u32) -> u32 {
 
 // Flat index (within the plane) of the first maximum of window (oy, ox); plane starts at `base`.
 fn window_argmax(p: Pool, base: u32, oy: u32, ox: u32) -> u32 {
-    var best = NEG_INF;
+    var best = neg_inf();
     var at = 0xffffffffu;
     for (var ky = 0u; ky < p.kh; ky++) {
         let iy = i32(oy * p.sh + ky * p.dh) - i32(p.ph);

@@ -48,13 +48,16 @@ struct Stat {
     s: f32,
 }
 
-const NEG_INF: f32 = bitcast<f32>(0xff800000u);
+// -inf (WGSL has no literal for it, and naga does not fold bitcast in a const).
+fn neg_inf() -> f32 {
+    return bitcast<f32>(0xff800000u);
+}
 
 fn merge(a: Stat, b: Stat) -> Stat {
-    if (a.m == NEG_INF) {
+    if (a.m == neg_inf()) {
         return b;
     }
-    if (b.m == NEG_INF) {
+    if (b.m == neg_inf()) {
         return a;
     }
     let m = max(a.m, b.m);
@@ -82,7 +85,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let len = params[2];
-    var st = Stat(NEG_INF, 0.0);
+    var st = Stat(neg_inf(), 0.0);
     for (var j = 0u; j < len; j++) {
         st = push(st, x[x_at(row, j)]);
     }
@@ -100,7 +103,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let g = group_index(wid, nwg);
     let row = min(g, params[0] - 1u);
     let len = params[2];
-    var st = Stat(NEG_INF, 0.0);
+    var st = Stat(neg_inf(), 0.0);
     for (var j = lid; j < len; j += WG) {
         st = push(st, x[x_at(row, j)]);
     }

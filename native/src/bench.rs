@@ -20,11 +20,20 @@ pub struct BenchResult {
 
 /// Times `steps` full training steps (forward, loss, backward, Adam) of the MNIST CNN on
 /// consecutive training batches of `batch_size`, after a short warm-up.
-pub fn train_mnist(data: &Mnist, device: &Device, batch_size: usize, steps: usize) -> Result<BenchResult> {
-    let cfg = TrainConfig { batch_size, ..TrainConfig::default() };
+pub fn train_mnist(
+    data: &Mnist,
+    device: &Device,
+    batch_size: usize,
+    steps: usize,
+) -> Result<BenchResult> {
+    let cfg = TrainConfig {
+        batch_size,
+        ..TrainConfig::default()
+    };
     let mut trainer = Trainer::new(&cfg, device)?;
     let n = data.train.len().max(1);
-    let batch = |s: usize| -> Vec<usize> { (0..batch_size).map(|i| (s * batch_size + i) % n).collect() };
+    let batch =
+        |s: usize| -> Vec<usize> { (0..batch_size).map(|i| (s * batch_size + i) % n).collect() };
     for s in 0..WARMUP {
         trainer.step(&data.train, &batch(s))?;
     }

@@ -15,19 +15,41 @@ use std::path::Path;
 const KEY_PROGRESS: &str = "kiln_train_progress";
 
 /// Writes `model`, `optimizer` and `progress` to `path` atomically.
-pub fn save(path: &Path, model: &dyn Module, optimizer: &dyn Optimizer, progress: &Progress) -> Result<()> {
-    let json = serde_json::to_string(progress).map_err(|e| Error::format("checkpoint", e.to_string()))?;
-    let bytes = save_checkpoint(model, Some(optimizer), &BTreeMap::from([(KEY_PROGRESS.to_string(), json)]))?;
+pub fn save(
+    path: &Path,
+    model: &dyn Module,
+    optimizer: &dyn Optimizer,
+    progress: &Progress,
+) -> Result<()> {
+    let json =
+        serde_json::to_string(progress).map_err(|e| Error::format("checkpoint", e.to_string()))?;
+    let bytes = save_checkpoint(
+        model,
+        Some(optimizer),
+        &BTreeMap::from([(KEY_PROGRESS.to_string(), json)]),
+    )?;
     write_atomic(path, &bytes)
 }
 
 /// Restores `model` and `optimizer` from a checkpoint written by [`save`], returning its progress.
-pub fn load(path: &Path, model: &mut dyn Module, optimizer: &mut dyn Optimizer, device: &Device) -> Result<Progress> {
+pub fn load(
+    path: &Path,
+    model: &mut dyn Module,
+    optimizer: &mut dyn Optimizer,
+    device: &Device,
+) -> Result<Progress> {
     let op = format!("checkpoint {}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| Error::io("checkpoint", format!("cannot read {}: {e}", path.display())))?;
-    let meta = load_checkpoint(&bytes, model, Some(optimizer), device).map_err(|e| e.context(&op))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::io("checkpoint", format!("cannot read {}: {e}", path.display())))?;
+    let meta =
+        load_checkpoint(&bytes, model, Some(optimizer), device).map_err(|e| e.context(&op))?;
     let json = meta.get(KEY_PROGRESS).ok_or_else(|| {
-        Error::format(op.clone(), format!("expected a kiln training checkpoint (metadata key {KEY_PROGRESS}), found none"))
+        Error::format(
+            op.clone(),
+            format!(
+                "expected a kiln training checkpoint (metadata key {KEY_PROGRESS}), found none"
+            ),
+        )
     })?;
     serde_json::from_str(json).map_err(|e| Error::format(op, format!("bad {KEY_PROGRESS}: {e}")))
 }
@@ -35,10 +57,18 @@ pub fn load(path: &Path, model: &mut dyn Module, optimizer: &mut dyn Optimizer, 
 /// Writes `bytes` to `path` so that readers see the old file or the new one, never a mix:
 /// a temporary file in the same directory, fsync, rename over `path`, fsync the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let err = |what: &str, e: std::io::Error| Error::io("write", format!("{what} {}: {e}", path.display()));
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let err = |what: &str, e: std::io::Error| {
+        Error::io("write", format!("{what} {}: {e}", path.display()))
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| err("cannot create the directory of", e))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;

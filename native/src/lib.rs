@@ -21,3 +21,5 @@ pub mod device;
 pub mod models;
 pub mod serve;
 pub mod train;
+#[cfg(feature = "cuda")]
+pub mod cuda;

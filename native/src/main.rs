@@ -10,7 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "kiln: train, evaluate and serve models natively")]
+#[command(
+    name = "kiln",
+    version,
+    about = "kiln: train, evaluate and serve models natively"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -259,23 +263,31 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
     eprintln!(
         "training the MNIST CNN on {} ({} training images from {}), {} epochs, batch {}",
         device.name(),
-        cfg.limit
-            .unwrap_or(data.train.len())
-            .min(data.train.len()),
+        cfg.limit.unwrap_or(data.train.len()).min(data.train.len()),
         dir.display(),
         cfg.epochs,
         cfg.batch_size
     );
     match trainer.run(&data, &cfg, &stop)? {
         Outcome::Stopped => {
-            eprintln!(
-                "stopped; resume with --resume {}",
-                cfg.checkpoint.display()
-            );
+            eprintln!("stopped; resume with --resume {}", cfg.checkpoint.display());
             Ok(())
         }
         Outcome::Finished => {
-            kiln::models::save_classifier(&mut trainer.model, &a.out)?;
+            let mut meta = std::collections::BTreeMap::from([
+                (
+                    "train_command".to_string(),
+                    std::iter::once("kiln".to_string())
+                        .chain(std::env::args().skip(1))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                ("epochs".to_string(), cfg.epochs.to_string()),
+            ]);
+            if let Some(m) = trainer.history.last() {
+                meta.insert("test_accuracy".to_string(), format!("{:.4}", m.test_acc));
+            }
+            kiln::models::save_classifier(&mut trainer.model, &a.out, &meta)?;
             if let Some(m) = trainer.history.last() {
                 println!("test accuracy: {:.4}", m.test_acc);
             }

@@ -130,7 +130,11 @@ fn handle(stream: TcpStream, root: &Path) -> std::io::Result<()> {
 fn respond(method: &str, target: &str, root: &Path) -> (&'static str, &'static str, Vec<u8>) {
     let text = "text/plain; charset=utf-8";
     if method != "GET" && method != "HEAD" {
-        return ("405 Method Not Allowed", text, b"only GET and HEAD\n".to_vec());
+        return (
+            "405 Method Not Allowed",
+            text,
+            b"only GET and HEAD\n".to_vec(),
+        );
     }
     let Some(path) = resolve(root, target) else {
         return ("403 Forbidden", text, b"forbidden path\n".to_vec());

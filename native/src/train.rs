@@ -297,15 +297,12 @@ pub fn batch(split: &Split, idx: &[usize], device: &Device) -> Result<(Tensor, T
     let mut pixels = Vec::with_capacity(idx.len() * size);
     let mut labels = Vec::with_capacity(idx.len());
     for &i in idx {
-        let (img, label) = split
-            .image(i)
-            .zip(split.labels.get(i))
-            .ok_or_else(|| {
-                Error::index(
-                    "batch",
-                    format!("image {i} of a split of {} images", split.len()),
-                )
-            })?;
+        let (img, label) = split.image(i).zip(split.labels.get(i)).ok_or_else(|| {
+            Error::index(
+                "batch",
+                format!("image {i} of a split of {} images", split.len()),
+            )
+        })?;
         pixels.extend(img.iter().map(|&p| normalize(p as f32)));
         labels.push(*label as i32);
     }
@@ -318,14 +315,20 @@ pub fn batch(split: &Split, idx: &[usize], device: &Device) -> Result<(Tensor, T
 pub fn argmax(row: &[f32]) -> usize {
     row.iter()
         .enumerate()
-        .fold((0, f32::NEG_INFINITY), |best, (i, &x)| if x > best.1 { (i, x) } else { best })
+        .fold((0, f32::NEG_INFINITY), |best, (i, &x)| {
+            if x > best.1 { (i, x) } else { best }
+        })
         .0
 }
 
 /// Index of the largest of each row of `[N, C]` logits, read back to the host.
 pub fn argmax_rows(logits: &Tensor) -> Result<Vec<usize>> {
     let c = logits.dim(-1)?;
-    Ok(logits.to_vec::<f32>()?.chunks(c.max(1)).map(argmax).collect())
+    Ok(logits
+        .to_vec::<f32>()?
+        .chunks(c.max(1))
+        .map(argmax)
+        .collect())
 }
 
 fn count_correct(logits: &Tensor, split: &Split, idx: &[usize]) -> Result<u64> {

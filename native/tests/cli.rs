@@ -1,27 +1,36 @@
 //! The `kiln` command end to end: train a small model, evaluate it (model file and bare
 //! state_dict), predict a PNG, and report bad input as errors.
 
+use kiln::core::Device;
 use kiln::core::model::save_safetensors;
 use kiln::core::nn::{Init, Module};
-use kiln::core::Device;
 use kiln::data::mnist::{self, Mnist};
 use kiln::models::{Classifier, MnistCnn};
 use std::path::Path;
 use std::process::{Command, Output};
 
 fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn stdout(o: &Output) -> String {
-    assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 
 fn accuracy_line(o: &Output) -> f64 {
     let out = stdout(o);
     let last = out.lines().last().unwrap();
-    let v = last.strip_prefix("accuracy: ").unwrap_or_else(|| panic!("last line: {last}"));
+    let v = last
+        .strip_prefix("accuracy: ")
+        .unwrap_or_else(|| panic!("last line: {last}"));
     assert_eq!(v.len(), 6, "{last}");
     v.parse().unwrap()
 }
@@ -48,7 +57,10 @@ fn train_eval_predict() {
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
     let (model, log) = (p("m.safetensors"), p("log.jsonl"));
-    let o = kiln(&["train", "mnist", "--limit", "640", "--epochs", "1", "--quiet", "--out", &model, "--log", &log]);
+    let o = kiln(&[
+        "train", "mnist", "--limit", "640", "--epochs", "1", "--quiet", "--out", &model, "--log",
+        &log,
+    ]);
     let out = stdout(&o);
     assert!(out.contains("test accuracy: 0."), "{out}");
     assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1);
@@ -65,30 +77,73 @@ fn train_eval_predict() {
     };
     let mut cnn = MnistCnn::new(&mut Init::new(&dev, 0)).unwrap();
     let names: Vec<String> = cnn.named_tensors().into_iter().map(|(n, _)| n).collect();
-    let state: Vec<_> = names.iter().map(|n| (n.clone(), trained.tensors()[n].clone())).collect();
-    std::fs::write(p("state.safetensors"), save_safetensors(&state, &Default::default()).unwrap()).unwrap();
-    let arch_acc = accuracy_line(&kiln(&["eval", &p("state.safetensors"), "--arch", "mnist-cnn"]));
+    let state: Vec<_> = names
+        .iter()
+        .map(|n| (n.clone(), trained.tensors()[n].clone()))
+        .collect();
+    std::fs::write(
+        p("state.safetensors"),
+        save_safetensors(&state, &Default::default()).unwrap(),
+    )
+    .unwrap();
+    let arch_acc = accuracy_line(&kiln(&[
+        "eval",
+        &p("state.safetensors"),
+        "--arch",
+        "mnist-cnn",
+    ]));
     assert_eq!(graph_acc, arch_acc);
-    cnn.load_named(&trained.tensors().iter().filter(|(n, _)| names.contains(n)).map(|(n, t)| (n.clone(), t.clone())).collect()).unwrap();
+    cnn.load_named(
+        &trained
+            .tensors()
+            .iter()
+            .filter(|(n, _)| names.contains(n))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect(),
+    )
+    .unwrap();
 
     // Predict a PNG: the JSON agrees with the library on the same preprocessed input.
     let data = Mnist::load(&mnist::data_dir(None).unwrap()).unwrap();
     let png = p("digit.png");
     write_png(&data, 3, Path::new(&png));
-    let json: serde_json::Value = serde_json::from_str(stdout(&kiln(&["predict", &model, &png, "--json"])).trim()).unwrap();
-    let probs: Vec<f64> = json["probabilities"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let json: serde_json::Value =
+        serde_json::from_str(stdout(&kiln(&["predict", &model, &png, "--json"])).trim()).unwrap();
+    let probs: Vec<f64> = json["probabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
     assert_eq!(probs.len(), 10);
     assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-4);
     let pixels = kiln::data::image::mnist_input_from_png(Path::new(&png)).unwrap();
     // The 2x upscale then area downscale returns the original pixels.
-    let orig: Vec<f32> = data.test.image(3).unwrap().iter().map(|&v| v as f32).collect();
+    let orig: Vec<f32> = data
+        .test
+        .image(3)
+        .unwrap()
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
     assert_eq!(pixels, orig);
-    let lib = Classifier::load(Path::new(&model), None, &dev).unwrap().predict(&pixels).unwrap();
+    let lib = Classifier::load(Path::new(&model), None, &dev)
+        .unwrap()
+        .predict(&pixels)
+        .unwrap();
     assert_eq!(json["digit"].as_u64().unwrap() as usize, lib.digit);
-    let logits: Vec<f32> = json["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let logits: Vec<f32> = json["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
     assert_eq!(logits, lib.logits);
     let text = stdout(&kiln(&["predict", &model, &png]));
-    assert_eq!(text.lines().last().unwrap(), format!("digit: {}", lib.digit));
+    assert_eq!(
+        text.lines().last().unwrap(),
+        format!("digit: {}", lib.digit)
+    );
 }
 
 #[test]
@@ -99,14 +154,23 @@ fn bad_input_is_reported_not_panicked() {
     let cases: [(&[&str], &str); 4] = [
         (&["eval", junk.to_str().unwrap()], "junk.safetensors"),
         (&["train", "mnist", "--device", "tpu"], "expected one of"),
-        (&["train", "mnist", "--data", dir.path().to_str().unwrap()], "never downloaded"),
-        (&["predict", junk.to_str().unwrap(), junk.to_str().unwrap()], "junk.safetensors"),
+        (
+            &["train", "mnist", "--data", dir.path().to_str().unwrap()],
+            "never downloaded",
+        ),
+        (
+            &["predict", junk.to_str().unwrap(), junk.to_str().unwrap()],
+            "junk.safetensors",
+        ),
     ];
     for (args, needle) in cases {
         let o = kiln(args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{args:?}");
-        assert!(err.starts_with("error: ") && err.contains(needle), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(needle),
+            "{args:?}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
 }

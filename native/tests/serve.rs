@@ -6,7 +6,11 @@ use std::net::TcpStream;
 
 fn get(addr: std::net::SocketAddr, target: &str) -> (String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).unwrap();
     let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
@@ -36,22 +40,40 @@ fn serves_files_with_their_mime_types_and_refuses_escapes() {
     }
     let server = Server::bind(&root, "127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = server.local_addr().unwrap();
-    assert_eq!(server.url().unwrap(), format!("http://127.0.0.1:{}/", addr.port()));
+    assert_eq!(
+        server.url().unwrap(),
+        format!("http://127.0.0.1:{}/", addr.port())
+    );
     std::thread::spawn(move || server.run());
 
     for (i, (name, mime)) in files.iter().enumerate() {
         let (head, body) = get(addr, &format!("/{name}?v=1"));
         assert!(head.starts_with("HTTP/1.1 200"), "{name}: {head}");
-        assert!(head.contains(&format!("Content-Type: {mime}")), "{name}: {head}");
+        assert!(
+            head.contains(&format!("Content-Type: {mime}")),
+            "{name}: {head}"
+        );
         assert_eq!(body, format!("body {i} of {name}").into_bytes());
     }
     let (head, body) = get(addr, "/");
-    assert!(head.contains("text/html") && body.starts_with(b"body 0"), "{head}");
+    assert!(
+        head.contains("text/html") && body.starts_with(b"body 0"),
+        "{head}"
+    );
     assert!(get(addr, "/nope.js").0.starts_with("HTTP/1.1 404"));
-    for evil in ["/../secret.txt", "/models/../../secret.txt", "/%2e%2e/secret.txt", "/..%2fsecret.txt", "/..\\secret.txt"] {
+    for evil in [
+        "/../secret.txt",
+        "/models/../../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/..%2fsecret.txt",
+        "/..\\secret.txt",
+    ] {
         let (head, body) = get(addr, evil);
         assert!(head.starts_with("HTTP/1.1 403"), "{evil}: {head}");
-        assert!(!String::from_utf8_lossy(&body).contains("outside"), "{evil}");
+        assert!(
+            !String::from_utf8_lossy(&body).contains("outside"),
+            "{evil}"
+        );
     }
 }
 

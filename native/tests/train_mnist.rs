@@ -1,9 +1,9 @@
 //! Training end to end on real MNIST subsets: the loss falls, accuracy beats a floor, the saved
 //! model file reproduces the logits without the Rust model, and resuming is exact.
 
+use kiln::core::Device;
 use kiln::core::model::Model;
 use kiln::core::nn::{Forward, Module};
-use kiln::core::Device;
 use kiln::core::optim::Optimizer;
 use kiln::data::mnist::{self, Mnist};
 use kiln::models::save_classifier;
@@ -39,7 +39,11 @@ fn weights(t: &Trainer) -> Vec<(String, Vec<f32>)> {
 
 fn optim(t: &Trainer) -> (String, Vec<(String, Vec<f32>)>) {
     let s = t.optimizer.state();
-    let tensors = s.tensors.iter().map(|(n, t)| (n.clone(), t.to_vec::<f32>().unwrap())).collect();
+    let tensors = s
+        .tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), t.to_vec::<f32>().unwrap()))
+        .collect();
     (s.config, tensors)
 }
 
@@ -55,13 +59,18 @@ fn two_thousand_images_train_to_a_useful_model() {
     assert_eq!(t.run(&data, &cfg, &stop).unwrap(), Outcome::Finished);
     let h = &t.history;
     assert_eq!(h.len(), 2);
-    assert!(h[0].train_loss < 2.3 && h[1].train_loss < h[0].train_loss, "{h:?}");
+    assert!(
+        h[0].train_loss < 2.3 && h[1].train_loss < h[0].train_loss,
+        "{h:?}"
+    );
     assert!(h[1].test_acc > 0.88, "{h:?} (untrained {untrained})");
     assert!(untrained < 0.3, "untrained accuracy {untrained}");
     // The log holds one JSON line per epoch, with the same figures.
     let log = std::fs::read_to_string(dir.path().join("log.jsonl")).unwrap();
-    let lines: Vec<kiln::train::EpochMetrics> =
-        log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<kiln::train::EpochMetrics> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(&lines, h);
 }
 
@@ -74,7 +83,7 @@ fn saved_model_file_runs_without_the_rust_model() {
     let mut t = Trainer::new(&cfg, &dev).unwrap();
     t.run(&data, &cfg, &AtomicBool::new(false)).unwrap();
     let path = dir.path().join("model.safetensors");
-    save_classifier(&mut t.model, &path).unwrap();
+    save_classifier(&mut t.model, &path, &Default::default()).unwrap();
     let loaded = Model::load(&std::fs::read(&path).unwrap(), &dev).unwrap();
     // A batch size other than the traced one, odd on purpose.
     let idx: Vec<usize> = (0..37).map(|i| i * 13).collect();
@@ -107,12 +116,19 @@ fn resuming_after_interruptions_ends_with_the_same_weights() {
         ..cfg.clone()
     };
     let ckpt = b_cfg.checkpoint.clone();
-    let first = TrainConfig { epochs: 1, max_steps: Some(3), ..b_cfg.clone() };
+    let first = TrainConfig {
+        epochs: 1,
+        max_steps: Some(3),
+        ..b_cfg.clone()
+    };
     let mut b = Trainer::new(&first, &dev).unwrap();
     assert_eq!(b.run(&data, &first, &stop).unwrap(), Outcome::Stopped);
     assert_eq!((b.progress.epoch, b.progress.step), (0, 3));
     drop(b);
-    let second = TrainConfig { epochs: 1, ..b_cfg.clone() };
+    let second = TrainConfig {
+        epochs: 1,
+        ..b_cfg.clone()
+    };
     let mut b = Trainer::resume(&ckpt, &second, &dev).unwrap();
     assert_eq!(b.run(&data, &second, &stop).unwrap(), Outcome::Finished);
     drop(b);
@@ -128,7 +144,12 @@ fn resuming_after_interruptions_ends_with_the_same_weights() {
         s.lines()
             .map(|l| {
                 let m: kiln::train::EpochMetrics = serde_json::from_str(l).unwrap();
-                (m.epoch, format!("{:.6}", m.train_loss), format!("{:.6}", m.train_acc), format!("{:.6}", m.test_acc))
+                (
+                    m.epoch,
+                    format!("{:.6}", m.train_loss),
+                    format!("{:.6}", m.train_acc),
+                    format!("{:.6}", m.test_acc),
+                )
             })
             .collect()
     };

@@ -82,8 +82,10 @@ pub fn remove(handle: u32) {
 /// `{ tensors, bytes, devices: { cpu: { tensors, bytes, allocatedBytes? }, webgpu: {...} } }`.
 /// Model weights count as tensors of the model's device. `allocatedBytes` is what the backend
 /// itself reports holding (WebGPU buffers, including its reuse pool), when it tracks that.
-#[wasm_bindgen]
-pub fn memory() -> JsValue {
+/// (Exported as `memoryReport`: the wasm module's own `memory` export owns that name; the npm
+/// entry point re-exports it as `memory`.)
+#[wasm_bindgen(js_name = memoryReport)]
+pub fn memory_report() -> JsValue {
     #[derive(Default)]
     struct Sum {
         tensors: usize,

@@ -23,7 +23,7 @@ mod tensor;
 mod webgpu;
 
 pub use device::Device;
-pub use ledger::memory;
+pub use ledger::memory_report;
 pub use model::Model;
 pub use tensor::Tensor;
 

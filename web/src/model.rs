@@ -64,8 +64,8 @@ async fn source_bytes(source: &JsValue) -> JsResult<Vec<u8>> {
             )));
         }
         r
-    } else if let Some(r) = source.dyn_ref::<web_sys::Response>() {
-        r.clone()
+    } else if source.is_instance_of::<web_sys::Response>() {
+        source.clone().unchecked_into::<web_sys::Response>()
     } else if source.is_instance_of::<js_sys::ArrayBuffer>() || js_sys::ArrayBuffer::is_view(source) {
         let view = if let Some(b) = source.dyn_ref::<js_sys::ArrayBuffer>() {
             Uint8Array::new(b)

@@ -9,7 +9,7 @@ use js_sys::{Array, Float32Array, Reflect};
 use kiln_core::model::save_model;
 use kiln_core::nn::{Forward, Init, Linear};
 use kiln_core::{DType, Device as KDevice, Tensor as KTensor};
-use kiln_web::{Device, Model, Tensor, memory};
+use kiln_web::{Device, Model, Tensor, memory_report as memory};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::*;

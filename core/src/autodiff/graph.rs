@@ -118,13 +118,14 @@ fn topological_order(root: &Tensor) -> Vec<Tensor> {
 fn run_backward(root: &Tensor, seed: Tensor) -> Result<Gradients> {
     let order = topological_order(root);
 
-    // Tensors on a float path to a grad leaf: only they need a gradient.
+    // Tensors on a float path to a grad leaf: only they need a gradient. Nodes kept by
+    // `tracing` inside `no_grad` do not require grad and cut the path, as `no_grad` promises.
     let mut needed = BTreeSet::new();
     for t in &order {
         let on_path = is_grad_leaf(t)
             || t.node()
                 .is_some_and(|n| n.inputs.iter().any(|i| needed.contains(&i.id())));
-        if on_path && t.dtype().is_float() {
+        if on_path && t.requires_grad() && t.dtype().is_float() {
             needed.insert(t.id());
         }
     }

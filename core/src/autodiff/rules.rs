@@ -27,20 +27,15 @@ pub(super) fn input_grads(
     g: &Tensor,
     want: &[bool],
 ) -> Result<Grads> {
-    let x = || {
+    let arg = |i: usize| {
         inputs
-            .first()
-            .ok_or_else(|| Error::invalid(op.name(), "recorded without inputs"))
-    };
-    let second = || {
-        inputs
-            .get(1)
-            .ok_or_else(|| Error::invalid(op.name(), "recorded without a second input"))
+            .get(i)
+            .ok_or_else(|| Error::invalid(op.name(), format!("recorded without input {i}")))
     };
     let wants = |i: usize| want.get(i).copied().unwrap_or(false);
     let none = || vec![None; inputs.len()];
     Ok(match op {
-        // Creation ops have no inputs; these give integer or bool outputs, so no gradient.
+        // Creation ops have no inputs; the others give bool or integer outputs.
         Op::Full { .. }
         | Op::Arange { .. }
         | Op::Eye { .. }
@@ -53,13 +48,13 @@ pub(super) fn input_grads(
             ..
         } => none(),
 
-        Op::Unary(u) => vec![Some(unary(*u, x()?, y, g)?)],
+        Op::Unary(u) => vec![Some(unary(*u, arg(0)?, y, g)?)],
         Op::Binary(b) => {
-            let (ga, gb) = binary(*b, x()?, second()?, y, g, wants(0), wants(1))?;
+            let (ga, gb) = binary(*b, arg(0)?, arg(1)?, y, g, wants(0), wants(1))?;
             vec![ga, gb]
         }
         Op::Where => {
-            let (cond, a, b) = (x()?, second()?, input(inputs, 2, op)?);
+            let (cond, a, b) = (arg(0)?, arg(1)?, arg(2)?);
             let zero = g.scalar_like(0.0)?;
             vec![
                 None,
@@ -68,11 +63,11 @@ pub(super) fn input_grads(
             ]
         }
         Op::Cast { .. } => {
-            let x = x()?;
+            let x = arg(0)?;
             // Only float -> float casts carry a gradient; integers have none.
             vec![on(x.dtype().is_float(), || g.cast(x.dtype()))?]
         }
-        Op::Reduce { op: r, axes, .. } => vec![Some(reduce(*r, axes, x()?, y, g)?)],
+        Op::Reduce { op: r, axes, .. } => vec![Some(reduce(*r, axes, arg(0)?, y, g)?)],
         Op::Cumsum { axis, reverse } => vec![Some(Tensor::apply(
             Op::Cumsum {
                 axis: *axis,
@@ -89,11 +84,11 @@ pub(super) fn input_grads(
             vec![Some(g.sub(&y.exp()?.mul(&total)?)?)]
         }
         Op::Matmul => {
-            let (ga, gb) = matmul(x()?, second()?, g, wants(0), wants(1))?;
+            let (ga, gb) = matmul(arg(0)?, arg(1)?, g, wants(0), wants(1))?;
             vec![ga, gb]
         }
 
-        Op::Reshape { .. } | Op::Contiguous => vec![Some(g.reshape(x()?.shape())?)],
+        Op::Reshape { .. } | Op::Contiguous => vec![Some(g.reshape(arg(0)?.shape())?)],
         Op::Permute { dims } => {
             let mut inverse = vec![0; dims.len()];
             for (i, &d) in dims.iter().enumerate() {
@@ -103,8 +98,8 @@ pub(super) fn input_grads(
             }
             vec![Some(g.permute(&inverse)?)]
         }
-        Op::Slice { ranges } => vec![Some(unslice(g, x()?.shape(), ranges)?)],
-        Op::Expand { .. } => vec![Some(sum_to(g, x()?.shape())?)],
+        Op::Slice { ranges } => vec![Some(unslice(g, arg(0)?.shape(), ranges)?)],
+        Op::Expand { .. } => vec![Some(sum_to(g, arg(0)?.shape())?)],
         Op::Concat { axis } => {
             let mut start = 0;
             let mut grads = Vec::with_capacity(inputs.len());
@@ -116,14 +111,14 @@ pub(super) fn input_grads(
             grads
         }
         Op::Gather { axis } => {
-            let x = x()?;
+            let x = arg(0)?;
             vec![
-                Some(x.zeros_like()?.scatter_add(*axis as isize, second()?, g)?),
+                Some(x.zeros_like()?.scatter_add(*axis as isize, arg(1)?, g)?),
                 None,
             ]
         }
         Op::IndexSelect { axis } => {
-            let (x, index) = (x()?, second()?);
+            let (x, index) = (arg(0)?, arg(1)?);
             // Spread the rank-1 index over g's shape so that scatter_add adds each row back.
             let mut dims = vec![1; g.rank()];
             dims[*axis] = index.numel();
@@ -134,7 +129,7 @@ pub(super) fn input_grads(
             ]
         }
         Op::ScatterAdd { axis } => {
-            let (index, src) = (second()?, input(inputs, 2, op)?);
+            let (index, src) = (arg(1)?, arg(2)?);
             let gsrc = on(wants(2), || {
                 // src elements the index does not reach get zeros.
                 let picked = g.gather(*axis as isize, index)?;
@@ -149,7 +144,7 @@ pub(super) fn input_grads(
             vec![Some(g.clone()), None, gsrc]
         }
         Op::Pad { pads, .. } => {
-            let x = x()?;
+            let x = arg(0)?;
             let ranges: Vec<SliceRange> = pads
                 .iter()
                 .zip(x.dims())
@@ -163,7 +158,7 @@ pub(super) fn input_grads(
         }
 
         Op::Conv2d(p) => {
-            let (x, w) = (x()?, second()?);
+            let (x, w) = (arg(0)?, arg(1)?);
             let gx = on(wants(0), || conv2d_input_grad(g, w, *p, x.shape()))?;
             let gw = on(wants(1), || {
                 Tensor::apply(
@@ -177,7 +172,7 @@ pub(super) fn input_grads(
             vec![gx, gw]
         }
         Op::ConvTranspose2d { params: p, .. } => {
-            let (x, w) = (x()?, second()?);
+            let (x, w) = (arg(0)?, arg(1)?);
             // conv_transpose2d is the input gradient of conv2d, so its gradients are conv2d
             // (wrt the input) and conv2d's weight gradient with input and grad_out swapped.
             let gx = on(wants(0), || {
@@ -209,17 +204,20 @@ pub(super) fn input_grads(
             })?;
             vec![gx, gw]
         }
-        Op::MaxPool2d(p) => vec![Some(Tensor::apply(Op::MaxPool2dBackward(*p), &[x()?, g])?)],
+        Op::MaxPool2d(p) => vec![Some(Tensor::apply(
+            Op::MaxPool2dBackward(*p),
+            &[arg(0)?, g],
+        )?)],
         Op::AvgPool2d(p) => vec![Some(Tensor::apply(
             Op::AvgPool2dBackward {
                 params: *p,
-                input: x()?.shape().clone(),
+                input: arg(0)?.shape().clone(),
             },
             &[g],
         )?)],
         Op::AdaptiveAvgPool2d { .. } => vec![Some(Tensor::apply(
             Op::AdaptiveAvgPool2dBackward {
-                input: x()?.shape().clone(),
+                input: arg(0)?.shape().clone(),
             },
             &[g],
         )?)],
@@ -228,7 +226,7 @@ pub(super) fn input_grads(
             vec![Some(Tensor::apply(Op::AvgPool2d(*params), &[g])?)]
         }
         Op::AdaptiveAvgPool2dBackward { .. } => {
-            let gy = x()?;
+            let gy = arg(0)?;
             vec![Some(Tensor::apply(
                 Op::AdaptiveAvgPool2d {
                     output: [gy.dims()[2], gy.dims()[3]],
@@ -236,19 +234,22 @@ pub(super) fn input_grads(
                 &[g],
             )?)]
         }
-        Op::Conv2dBackwardWeight { .. } | Op::MaxPool2dBackward(_) => {
+        // The weight gradient is bilinear in (x, grad_out): each gradient is the conv2d pass
+        // that pairs the other operand with g.
+        Op::Conv2dBackwardWeight { params, .. } => {
+            let (x, go) = (arg(0)?, arg(1)?);
+            vec![
+                on(wants(0), || conv2d_input_grad(go, g, *params, x.shape()))?,
+                on(wants(1), || Tensor::apply(Op::Conv2d(*params), &[x, g]))?,
+            ]
+        }
+        Op::MaxPool2dBackward(_) => {
             return Err(Error::unsupported(
                 op.name(),
-                "second-order gradients through this op are not supported",
+                "second-order gradients through max pooling are not supported",
             ));
         }
     })
-}
-
-fn input<'a>(inputs: &'a [Tensor], i: usize, op: &Op) -> Result<&'a Tensor> {
-    inputs
-        .get(i)
-        .ok_or_else(|| Error::invalid(op.name(), format!("recorded without input {i}")))
 }
 
 /// Runs `f` only when `wanted`.

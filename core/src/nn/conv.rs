@@ -114,7 +114,7 @@ impl Conv2dConfig {
     fn check(&self, layer: &'static str) -> Result<()> {
         let p = &self.params;
         let g = p.groups;
-        if g == 0 || self.in_channels % g != 0 || self.out_channels % g != 0 {
+        if g == 0 || !self.in_channels.is_multiple_of(g) || !self.out_channels.is_multiple_of(g) {
             return Err(Error::invalid(
                 layer,
                 format!(

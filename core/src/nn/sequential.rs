@@ -13,9 +13,9 @@ use core::fmt;
 /// use kiln_core::nn::{Init, Linear, Module, ReLU, Sequential};
 /// let mut init = Init::new(&kiln_core::Device::cpu(), 0);
 /// let net = Sequential::new()
-///     .add(Linear::new(&mut init, 4, 8)?)
-///     .add(ReLU)
-///     .add(Linear::new(&mut init, 8, 2)?);
+///     .with(Linear::new(&mut init, 4, 8)?)
+///     .with(ReLU)
+///     .with(Linear::new(&mut init, 8, 2)?);
 /// assert_eq!(net.named_tensors()[2].0, "2.weight");
 /// # Ok::<(), kiln_core::Error>(())
 /// ```
@@ -29,14 +29,14 @@ impl Sequential {
     pub fn new() -> Self {
         Self::default()
     }
-    /// The chain with `layer` appended.
-    pub fn add(mut self, layer: impl Layer + 'static) -> Self {
-        self.layers.push(Box::new(layer));
+    /// The chain with `layer` appended (builder style).
+    pub fn with(mut self, layer: impl Layer + 'static) -> Self {
+        self.push(layer);
         self
     }
     /// Appends a layer.
-    pub fn push(&mut self, layer: Box<dyn Layer>) {
-        self.layers.push(layer);
+    pub fn push(&mut self, layer: impl Layer + 'static) {
+        self.layers.push(Box::new(layer));
     }
     /// Number of layers.
     pub fn len(&self) -> usize {

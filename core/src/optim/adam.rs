@@ -1,11 +1,10 @@
 //! Adam and AdamW.
 
 use super::{Optimizer, OptimizerState, Slots, for_each_param, parse_config, take_slots};
+use crate::Result;
 use crate::autodiff::Gradients;
 use crate::nn::Module;
-use crate::{Error, Result};
 use alloc::collections::BTreeMap;
-use alloc::format;
 use alloc::string::String;
 use serde::{Deserialize, Serialize};
 
@@ -139,16 +138,7 @@ impl Optimizer for Adam {
         }
     }
     fn load_state(&mut self, state: &OptimizerState) -> Result<()> {
-        let saved: AdamSaved = parse_config(&state.config, "Adam::load_state")?;
-        if saved.cfg.kind != self.cfg.kind {
-            return Err(Error::format(
-                "Adam::load_state",
-                format!(
-                    "expected the state of an {} optimizer, found {}",
-                    self.cfg.kind, saved.cfg.kind
-                ),
-            ));
-        }
+        let saved: AdamSaved = parse_config(&state.config, &self.cfg.kind, "Adam::load_state")?;
         self.slots = take_slots(
             state,
             saved.steps,

@@ -129,7 +129,7 @@ pub(crate) fn for_each_param(
 /// `max_norm` (as `torch.nn.utils.clip_grad_norm_`, coefficient `max_norm / (norm + 1e-6)`).
 /// Returns the norm before clipping as a rank-0 f32 tensor; nothing is read back to the host.
 pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) -> Result<Tensor> {
-    if !(max_norm > 0.0) {
+    if max_norm.is_nan() || max_norm <= 0.0 {
         return Err(Error::invalid(
             "clip_grad_norm",
             format!("max_norm must be positive, got {max_norm}"),
@@ -154,7 +154,7 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
             });
         }
         let Some(total) = total else {
-            return Ok(Tensor::scalar(0.0, DType::F32, &crate::Device::cpu())?);
+            return Tensor::scalar(0.0, DType::F32, &crate::Device::cpu());
         };
         let norm = total.sqrt()?;
         let coef = norm
@@ -172,13 +172,24 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
     })
 }
 
-/// Parses an optimizer's JSON config, naming the optimizer on failure.
+/// Parses an optimizer's JSON config after checking that it is of `kind`.
 pub(crate) fn parse_config<T: serde::de::DeserializeOwned>(
     json: &str,
+    kind: &str,
     op: &'static str,
 ) -> Result<T> {
-    serde_json::from_str(json)
-        .map_err(|e| Error::format(op, format!("bad optimizer state config ({e}): {json}")))
+    let bad = |e: &dyn core::fmt::Display| {
+        Error::format(op, format!("bad optimizer state config ({e}): {json}"))
+    };
+    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| bad(&e))?;
+    let found = value.get("kind").and_then(|k| k.as_str()).unwrap_or("none");
+    if found != kind {
+        return Err(Error::format(
+            op,
+            format!("expected the state of a {kind} optimizer, found {found}"),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| bad(&e))
 }
 
 /// Checks that a saved state's tensors match the slots this optimizer would create.

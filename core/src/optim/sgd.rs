@@ -1,11 +1,10 @@
 //! Stochastic gradient descent.
 
 use super::{Optimizer, OptimizerState, Slots, for_each_param, parse_config, take_slots};
+use crate::Result;
 use crate::autodiff::Gradients;
 use crate::nn::Module;
-use crate::{Error, Result};
 use alloc::collections::BTreeMap;
-use alloc::format;
 use alloc::string::String;
 use serde::{Deserialize, Serialize};
 
@@ -110,16 +109,7 @@ impl Optimizer for Sgd {
         }
     }
     fn load_state(&mut self, state: &OptimizerState) -> Result<()> {
-        let saved: SgdSaved = parse_config(&state.config, "Sgd::load_state")?;
-        if saved.cfg.kind != "sgd" {
-            return Err(Error::format(
-                "Sgd::load_state",
-                format!(
-                    "expected the state of an sgd optimizer, found {}",
-                    saved.cfg.kind
-                ),
-            ));
-        }
+        let saved: SgdSaved = parse_config(&state.config, "sgd", "Sgd::load_state")?;
         self.slots = take_slots(state, saved.steps, &["momentum_buffer"], "Sgd::load_state")?;
         self.cfg = saved.cfg;
         Ok(())

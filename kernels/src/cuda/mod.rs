@@ -1,7 +1,8 @@
 //! WGSL -> CUDA C / HIP: the same kernels the wgpu backend runs, printed for NVRTC or hipRTC.
 //!
 //! [`translate`] parses WGSL with naga, validates it, and prints one `extern "C" __global__`
-//! function per compute entry point (named exactly as the entry point), preceded by a small
+//! function per compute entry point (named as the entry point; a name C++ reserves, such as
+//! `main`, gets a `_kernel` suffix — [`Kernel::name`] is the symbol), preceded by a small
 //! prelude (`prelude.cuh`) that gives WGSL's vector types and built-ins their WGSL semantics
 //! (non-trapping integer division, masked shifts, saturating float-to-int conversion, ...).
 //!
@@ -141,7 +142,10 @@ pub fn translate(wgsl: &str, label: &str, dialect: Dialect) -> Result<CudaModule
 pub fn translate_with(wgsl: &str, label: &str, options: Options) -> Result<CudaModule> {
     let op = format!("translate {label}");
     let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| {
-        Error::format(op.clone(), format!("WGSL does not parse: {}", e.emit_to_string(wgsl)))
+        Error::format(
+            op.clone(),
+            format!("WGSL does not parse: {}", e.emit_to_string(wgsl)),
+        )
     })?;
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
@@ -149,7 +153,10 @@ pub fn translate_with(wgsl: &str, label: &str, options: Options) -> Result<CudaM
     )
     .validate(&module)
     .map_err(|e| {
-        Error::format(op.clone(), format!("WGSL does not validate: {}", e.emit_to_string(wgsl)))
+        Error::format(
+            op.clone(),
+            format!("WGSL does not validate: {}", e.emit_to_string(wgsl)),
+        )
     })?;
     writer::Writer::new(&module, &info, options, op).write()
 }

@@ -9,10 +9,9 @@ use super::{CudaModule, Dialect, Kernel, Options, Param, ParamKind};
 use kiln_core::{Error, Result};
 use naga::valid::{FunctionInfo, ModuleInfo};
 use naga::{
-    AddressSpace, ArraySize, AtomicFunction, Barrier, BinaryOperator, Block, BuiltIn,
-    Expression, Function, GlobalVariable, Handle, Literal, MathFunction, Module,
-    RelationalFunction, ScalarKind, Statement, StorageAccess, SwitchValue, Type, TypeInner,
-    UnaryOperator, VectorSize,
+    AddressSpace, ArraySize, AtomicFunction, Barrier, BinaryOperator, Block, BuiltIn, Expression,
+    Function, GlobalVariable, Handle, Literal, MathFunction, Module, RelationalFunction,
+    ScalarKind, Statement, StorageAccess, SwitchValue, Type, TypeInner, UnaryOperator, VectorSize,
 };
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -45,6 +44,8 @@ pub struct Writer<'a> {
     /// Runtime-sized buffers `arrayLength` is applied to: they get a `<name>_len` parameter.
     lengths: HashSet<Handle<GlobalVariable>>,
     functions: HashMap<Handle<Function>, String>,
+    /// The C symbol of each entry point.
+    symbols: Vec<String>,
 }
 
 /// The state of the function being printed.
@@ -84,6 +85,7 @@ impl<'a> Writer<'a> {
             globals: HashMap::new(),
             lengths: HashSet::new(),
             functions: HashMap::new(),
+            symbols: Vec::new(),
         }
     }
 
@@ -104,7 +106,9 @@ impl<'a> Writer<'a> {
         self.out.push_str(header);
         self.out.push_str(PRELUDE);
         self.out.push('\n');
-        // Entry points keep their exact names so that launches can find them.
+        // Entry points keep their exact names so that launches can find them, except names
+        // C++ reserves (`main`), which become `<name>_kernel`; `Kernel::name` is the symbol.
+        let mut symbols = Vec::new();
         for ep in &self.module.entry_points {
             if ep.stage != naga::ShaderStage::Compute {
                 return Err(self.unsupported(format!(
@@ -112,13 +116,18 @@ impl<'a> Writer<'a> {
                     ep.stage, ep.name
                 )));
             }
-            if !self.names.claim_exact(&ep.name) {
-                return Err(self.unsupported(format!(
-                    "entry point name `{}` (a C++ or CUDA reserved word, or a duplicate)",
-                    ep.name
-                )));
-            }
+            let symbol = if self.names.claim_exact(&ep.name) {
+                ep.name.clone()
+            } else {
+                let alt = format!("{}_kernel", ep.name);
+                if !self.names.claim_exact(&alt) {
+                    return Err(self.unsupported(format!("entry point name `{}`", ep.name)));
+                }
+                alt
+            };
+            symbols.push(symbol);
         }
+        self.symbols = symbols;
         self.write_types()?;
         self.write_globals()?;
         self.find_lengths();
@@ -296,9 +305,9 @@ impl<'a> Writer<'a> {
         }
         match self.module.types[ty].inner {
             TypeInner::Array { base, .. } => self.check_host_layout(base, var),
-            TypeInner::Struct { ref members, .. } => {
-                members.iter().try_for_each(|m| self.check_host_layout(m.ty, var))
-            }
+            TypeInner::Struct { ref members, .. } => members
+                .iter()
+                .try_for_each(|m| self.check_host_layout(m.ty, var)),
             TypeInner::Scalar(s) | TypeInner::Vector { scalar: s, .. } | TypeInner::Atomic(s)
                 if s.kind == ScalarKind::Bool =>
             {
@@ -337,7 +346,10 @@ impl<'a> Writer<'a> {
     }
 
     /// The global a pointer expression (`&buf` or `&buf.tail`) points into.
-    fn root_global(arena: &naga::Arena<Expression>, mut e: Handle<Expression>) -> Option<Handle<GlobalVariable>> {
+    fn root_global(
+        arena: &naga::Arena<Expression>,
+        mut e: Handle<Expression>,
+    ) -> Option<Handle<GlobalVariable>> {
         loop {
             match arena[e] {
                 Expression::GlobalVariable(g) => return Some(g),
@@ -373,8 +385,10 @@ impl<'a> Writer<'a> {
             .global_variables
             .iter()
             .filter(|(h, g)| {
-                matches!(g.space, AddressSpace::Storage { .. } | AddressSpace::Uniform)
-                    && !info[*h].is_empty()
+                matches!(
+                    g.space,
+                    AddressSpace::Storage { .. } | AddressSpace::Uniform
+                ) && !info[*h].is_empty()
             })
             .map(|(h, _)| h)
             .collect();
@@ -590,7 +604,7 @@ impl<'a> Writer<'a> {
         let _ = writeln!(
             self.out,
             "extern \"C\" __global__ void __launch_bounds__({threads}) {}({}) {{",
-            ep.name,
+            self.symbols[index],
             decls.join(", ")
         );
         for a in &ep.function.arguments {
@@ -612,10 +626,9 @@ impl<'a> Writer<'a> {
                         wx * wy
                     ),
                     other => {
-                        return Err(self.unsupported(format!(
-                            "built-in {other:?} in kernel `{}`",
-                            ep.name
-                        )));
+                        return Err(
+                            self.unsupported(format!("built-in {other:?} in kernel `{}`", ep.name))
+                        );
                     }
                 },
                 _ => {
@@ -650,7 +663,7 @@ impl<'a> Writer<'a> {
         self.write_block(&mut fun, &ep.function.body, 1)?;
         self.out.push_str("}\n\n");
         Ok(Kernel {
-            name: ep.name.clone(),
+            name: self.symbols[index].clone(),
             workgroup_size: ep.workgroup_size,
             params,
         })
@@ -683,7 +696,13 @@ impl<'a> Writer<'a> {
     }
 
     /// Binds `text` to the name of result expression `h` (a call, atomic or load result).
-    fn bind_result(&mut self, fun: &mut Fun, h: Handle<Expression>, text: &str, level: usize) -> Result<()> {
+    fn bind_result(
+        &mut self,
+        fun: &mut Fun,
+        h: Handle<Expression>,
+        text: &str,
+        level: usize,
+    ) -> Result<()> {
         let ty = self.value_type(fun, h)?;
         let name = fun.names.fresh(Some(&format!("e{}", h.index())), "e");
         self.line(level, &format!("const {ty} {name} = {text};"));
@@ -806,7 +825,11 @@ impl<'a> Writer<'a> {
                         let c = self.expr(Scope::Local(fun), c)?;
                         let r = match result {
                             Some(r) => self.value_type(fun, r)?,
-                            None => return Err(self.unsupported("atomicCompareExchangeWeak without a result")),
+                            None => {
+                                return Err(
+                                    self.unsupported("atomicCompareExchangeWeak without a result")
+                                );
+                            }
                         };
                         format!("k_atomic_cas<{r}>(&{p}, {c}, {v})")
                     }
@@ -931,8 +954,14 @@ impl<'a> Writer<'a> {
     fn pointee<'s>(&'s self, scope: Scope<'s, 'a>, h: Handle<Expression>) -> TypeInner {
         match *self.ty_of(scope, h) {
             TypeInner::Pointer { base, .. } => self.module.types[base].inner.clone(),
-            TypeInner::ValuePointer { size: Some(size), scalar, .. } => TypeInner::Vector { size, scalar },
-            TypeInner::ValuePointer { size: None, scalar, .. } => TypeInner::Scalar(scalar),
+            TypeInner::ValuePointer {
+                size: Some(size),
+                scalar,
+                ..
+            } => TypeInner::Vector { size, scalar },
+            TypeInner::ValuePointer {
+                size: None, scalar, ..
+            } => TypeInner::Scalar(scalar),
             ref t => t.clone(),
         }
     }
@@ -963,7 +992,12 @@ impl<'a> Writer<'a> {
     }
 
     /// `h` as an operand of a component-wise helper next to a vector of `size`.
-    fn splat_to(&self, scope: Scope<'_, 'a>, h: Handle<Expression>, size: Option<VectorSize>) -> Result<String> {
+    fn splat_to(
+        &self,
+        scope: Scope<'_, 'a>,
+        h: Handle<Expression>,
+        size: Option<VectorSize>,
+    ) -> Result<String> {
         let e = self.expr(scope, h)?;
         Ok(match (size, self.vector_size(scope, h)) {
             (Some(n), None) => format!("k_splat<{}>({e})", n as u8),
@@ -977,7 +1011,9 @@ impl<'a> Writer<'a> {
         Ok(match self.arena(scope)[h] {
             Expression::Literal(l) => self.literal(l)?,
             Expression::Constant(c) => self.expr(Scope::Global, self.module.constants[c].init)?,
-            Expression::Override(_) => return Err(self.unsupported("a pipeline-overridable constant (`override`)")),
+            Expression::Override(_) => {
+                return Err(self.unsupported("a pipeline-overridable constant (`override`)"));
+            }
             Expression::ZeroValue(ty) => format!("{}{{}}", self.type_name(ty)?),
             Expression::Compose { ty, ref components } => self.compose(scope, ty, components)?,
             Expression::Access { base, index } => {
@@ -985,7 +1021,10 @@ impl<'a> Writer<'a> {
                 let i = e(index)?;
                 match self.pointee(scope, base) {
                     TypeInner::Vector { .. } => format!("{b}[{i}]"),
-                    TypeInner::Array { size: ArraySize::Dynamic, .. } => format!("{b}[{i}]"),
+                    TypeInner::Array {
+                        size: ArraySize::Dynamic,
+                        ..
+                    } => format!("{b}[{i}]"),
                     TypeInner::Array { .. } => format!("{b}.a[{i}]"),
                     other => return Err(self.unsupported(format!("indexing a {other:?}"))),
                 }
@@ -996,7 +1035,10 @@ impl<'a> Writer<'a> {
                     TypeInner::Vector { .. } => {
                         format!("{b}.{}", ["x", "y", "z", "w"][index as usize & 3])
                     }
-                    TypeInner::Array { size: ArraySize::Dynamic, .. } => format!("{b}[{index}]"),
+                    TypeInner::Array {
+                        size: ArraySize::Dynamic,
+                        ..
+                    } => format!("{b}[{index}]"),
                     TypeInner::Array { .. } => format!("{b}.a[{index}]"),
                     TypeInner::Struct { .. } => {
                         let ty = match *self.ty_of(scope, base) {
@@ -1004,11 +1046,19 @@ impl<'a> Writer<'a> {
                             _ => match scope {
                                 Scope::Local(f) => match f.info[base].ty {
                                     naga::proc::TypeResolution::Handle(t) => t,
-                                    _ => return Err(self.unsupported("a struct without a type handle")),
+                                    _ => {
+                                        return Err(
+                                            self.unsupported("a struct without a type handle")
+                                        );
+                                    }
                                 },
                                 Scope::Global => match self.info[base] {
                                     naga::proc::TypeResolution::Handle(t) => t,
-                                    _ => return Err(self.unsupported("a struct without a type handle")),
+                                    _ => {
+                                        return Err(
+                                            self.unsupported("a struct without a type handle")
+                                        );
+                                    }
                                 },
                             },
                         };
@@ -1023,7 +1073,11 @@ impl<'a> Writer<'a> {
                 }
             }
             Expression::Splat { size, value } => format!("k_splat<{}>({})", size as u8, e(value)?),
-            Expression::Swizzle { size, vector, pattern } => {
+            Expression::Swizzle {
+                size,
+                vector,
+                pattern,
+            } => {
                 let v = e(vector)?;
                 let scalar = self
                     .scalar_of(scope, vector)
@@ -1032,7 +1086,12 @@ impl<'a> Writer<'a> {
                     .iter()
                     .map(|c| format!("{v}.{}", ["x", "y", "z", "w"][*c as usize]))
                     .collect();
-                format!("kvec<{}, {}>{{{}}}", self.scalar_name(scalar)?, size as u8, parts.join(", "))
+                format!(
+                    "kvec<{}, {}>{{{}}}",
+                    self.scalar_name(scalar)?,
+                    size as u8,
+                    parts.join(", ")
+                )
             }
             Expression::FunctionArgument(i) => match scope {
                 Scope::Local(f) => {
@@ -1067,7 +1126,11 @@ impl<'a> Writer<'a> {
                 }
             }
             Expression::Binary { op, left, right } => self.binary(scope, op, left, right)?,
-            Expression::Select { condition, accept, reject } => {
+            Expression::Select {
+                condition,
+                accept,
+                reject,
+            } => {
                 let c = e(condition)?;
                 let size = self.vector_size(scope, accept);
                 if self.vector_size(scope, condition).is_some() {
@@ -1087,15 +1150,26 @@ impl<'a> Writer<'a> {
                 };
                 format!("{f}({})", e(argument)?)
             }
-            Expression::Math { fun, arg, arg1, arg2, arg3 } => {
-                let name = math_name(fun).ok_or_else(|| self.unsupported(format!("the built-in function {fun:?}")))?;
+            Expression::Math {
+                fun,
+                arg,
+                arg1,
+                arg2,
+                arg3,
+            } => {
+                let name = math_name(fun)
+                    .ok_or_else(|| self.unsupported(format!("the built-in function {fun:?}")))?;
                 let mut args = vec![e(arg)?];
                 for a in [arg1, arg2, arg3].into_iter().flatten() {
                     args.push(e(a)?);
                 }
                 format!("{name}({})", args.join(", "))
             }
-            Expression::As { expr, kind, convert } => {
+            Expression::As {
+                expr,
+                kind,
+                convert,
+            } => {
                 let x = e(expr)?;
                 let to = match kind {
                     ScalarKind::Float => "f32",
@@ -1106,8 +1180,14 @@ impl<'a> Writer<'a> {
                 };
                 match convert {
                     Some(w) if w == 4 || kind == ScalarKind::Bool => format!("k_to_{to}({x})"),
-                    Some(w) => return Err(self.unsupported(format!("conversion to a {}-bit {kind:?}", w * 8))),
-                    None if kind == ScalarKind::Bool => return Err(self.unsupported("bitcast to bool")),
+                    Some(w) => {
+                        return Err(
+                            self.unsupported(format!("conversion to a {}-bit {kind:?}", w * 8))
+                        );
+                    }
+                    None if kind == ScalarKind::Bool => {
+                        return Err(self.unsupported("bitcast to bool"));
+                    }
                     None => {
                         if self.scalar_of(scope, expr).map(|s| s.width) != Some(4) {
                             return Err(self.unsupported("bitcast of a non-32-bit value"));
@@ -1121,21 +1201,37 @@ impl<'a> Writer<'a> {
                     .ok_or_else(|| self.unsupported("arrayLength of a pointer parameter"))?;
                 format!("{}_len", self.globals[&g])
             }
-            Expression::CallResult(_) | Expression::AtomicResult { .. } | Expression::WorkGroupUniformLoadResult { .. } => {
+            Expression::CallResult(_)
+            | Expression::AtomicResult { .. }
+            | Expression::WorkGroupUniformLoadResult { .. } => {
                 return Err(self.unsupported("a result used before its statement"));
             }
             ref other => return Err(self.unsupported(expression_name(other))),
         })
     }
 
-    fn binary(&self, scope: Scope<'_, 'a>, op: BinaryOperator, left: Handle<Expression>, right: Handle<Expression>) -> Result<String> {
+    fn binary(
+        &self,
+        scope: Scope<'_, 'a>,
+        op: BinaryOperator,
+        left: Handle<Expression>,
+        right: Handle<Expression>,
+    ) -> Result<String> {
         let kind = self.scalar_of(scope, left).map(|s| s.kind);
         let int = matches!(kind, Some(ScalarKind::Sint | ScalarKind::Uint));
-        let size = self.vector_size(scope, left).or(self.vector_size(scope, right));
+        let size = self
+            .vector_size(scope, left)
+            .or(self.vector_size(scope, right));
         let helper = |f: &str| -> Result<String> {
-            Ok(format!("{f}({}, {})", self.splat_to(scope, left, size)?, self.splat_to(scope, right, size)?))
+            Ok(format!(
+                "{f}({}, {})",
+                self.splat_to(scope, left, size)?,
+                self.splat_to(scope, right, size)?
+            ))
         };
-        if matches!(self.ty_of(scope, left), TypeInner::Matrix { .. }) || matches!(self.ty_of(scope, right), TypeInner::Matrix { .. }) {
+        if matches!(self.ty_of(scope, left), TypeInner::Matrix { .. })
+            || matches!(self.ty_of(scope, right), TypeInner::Matrix { .. })
+        {
             return Err(self.unsupported("matrix arithmetic"));
         }
         Ok(match op {
@@ -1151,7 +1247,12 @@ impl<'a> Writer<'a> {
         })
     }
 
-    fn compose(&self, scope: Scope<'_, 'a>, ty: Handle<Type>, components: &[Handle<Expression>]) -> Result<String> {
+    fn compose(
+        &self,
+        scope: Scope<'_, 'a>,
+        ty: Handle<Type>,
+        components: &[Handle<Expression>],
+    ) -> Result<String> {
         let name = self.type_name(ty)?;
         let mut parts = Vec::new();
         match self.module.types[ty].inner {
@@ -1159,7 +1260,11 @@ impl<'a> Writer<'a> {
                 for &c in components {
                     let text = self.expr(scope, c)?;
                     match self.vector_size(scope, c) {
-                        Some(n) => parts.extend(["x", "y", "z", "w"][..n as usize].iter().map(|f| format!("{text}.{f}"))),
+                        Some(n) => parts.extend(
+                            ["x", "y", "z", "w"][..n as usize]
+                                .iter()
+                                .map(|f| format!("{text}.{f}")),
+                        ),
                         None => parts.push(text),
                     }
                 }
@@ -1178,7 +1283,9 @@ impl<'a> Writer<'a> {
                         Slot::Pad => parts.push("{}".to_string()),
                         Slot::Member(i) => match components.get(i) {
                             Some(&c) => parts.push(self.expr(scope, c)?),
-                            None => return Err(self.unsupported("a struct value with missing members")),
+                            None => {
+                                return Err(self.unsupported("a struct value with missing members"));
+                            }
                         },
                     }
                 }
@@ -1205,9 +1312,21 @@ impl<'a> Writer<'a> {
 
 fn float_literal(v: f64, suffix: &str) -> String {
     // Rust's shortest round-trip formatting reads back to the same value in C.
-    let s = if suffix == "f" { format!("{:?}", v as f32) } else { format!("{v:?}") };
-    let s = if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") };
-    if v < 0.0 { format!("({s}{suffix})") } else { format!("{s}{suffix}") }
+    let s = if suffix == "f" {
+        format!("{:?}", v as f32)
+    } else {
+        format!("{v:?}")
+    };
+    let s = if s.contains(['.', 'e', 'E']) {
+        s
+    } else {
+        format!("{s}.0")
+    };
+    if v < 0.0 {
+        format!("({s}{suffix})")
+    } else {
+        format!("{s}{suffix}")
+    }
 }
 
 fn lit_i32(v: i32) -> String {
@@ -1322,12 +1441,22 @@ fn collect_emitted(block: &Block, out: &mut HashSet<Handle<Expression>>) {
         match *s {
             Statement::Emit(ref r) => out.extend(r.clone()),
             Statement::Block(ref b) => collect_emitted(b, out),
-            Statement::If { ref accept, ref reject, .. } => {
+            Statement::If {
+                ref accept,
+                ref reject,
+                ..
+            } => {
                 collect_emitted(accept, out);
                 collect_emitted(reject, out);
             }
-            Statement::Switch { ref cases, .. } => cases.iter().for_each(|c| collect_emitted(&c.body, out)),
-            Statement::Loop { ref body, ref continuing, .. } => {
+            Statement::Switch { ref cases, .. } => {
+                cases.iter().for_each(|c| collect_emitted(&c.body, out))
+            }
+            Statement::Loop {
+                ref body,
+                ref continuing,
+                ..
+            } => {
                 collect_emitted(body, out);
                 collect_emitted(continuing, out);
             }
@@ -1350,23 +1479,41 @@ fn collect_statement_operands(block: &Block, out: &mut Vec<Handle<Expression>>) 
     for s in block.iter() {
         match *s {
             Statement::Block(ref b) => collect_statement_operands(b, out),
-            Statement::If { condition, ref accept, ref reject } => {
+            Statement::If {
+                condition,
+                ref accept,
+                ref reject,
+            } => {
                 out.push(condition);
                 collect_statement_operands(accept, out);
                 collect_statement_operands(reject, out);
             }
-            Statement::Switch { selector, ref cases } => {
+            Statement::Switch {
+                selector,
+                ref cases,
+            } => {
                 out.push(selector);
-                cases.iter().for_each(|c| collect_statement_operands(&c.body, out));
+                cases
+                    .iter()
+                    .for_each(|c| collect_statement_operands(&c.body, out));
             }
-            Statement::Loop { ref body, ref continuing, break_if } => {
+            Statement::Loop {
+                ref body,
+                ref continuing,
+                break_if,
+            } => {
                 collect_statement_operands(body, out);
                 collect_statement_operands(continuing, out);
                 out.extend(break_if);
             }
             Statement::Return { value } => out.extend(value),
             Statement::Store { pointer, value } => out.extend([pointer, value]),
-            Statement::Atomic { pointer, ref fun, value, .. } => {
+            Statement::Atomic {
+                pointer,
+                ref fun,
+                value,
+                ..
+            } => {
                 out.extend([pointer, value]);
                 if let AtomicFunction::Exchange { compare: Some(c) } = *fun {
                     out.push(c);
@@ -1389,9 +1536,19 @@ fn operands(e: &Expression, out: &mut Vec<Handle<Expression>>) {
         Expression::Load { pointer } => out.push(pointer),
         Expression::Unary { expr, .. } => out.push(expr),
         Expression::Binary { left, right, .. } => out.extend([left, right]),
-        Expression::Select { condition, accept, reject } => out.extend([condition, accept, reject]),
+        Expression::Select {
+            condition,
+            accept,
+            reject,
+        } => out.extend([condition, accept, reject]),
         Expression::Relational { argument, .. } => out.push(argument),
-        Expression::Math { arg, arg1, arg2, arg3, .. } => {
+        Expression::Math {
+            arg,
+            arg1,
+            arg2,
+            arg3,
+            ..
+        } => {
             out.push(arg);
             out.extend([arg1, arg2, arg3].into_iter().flatten());
         }

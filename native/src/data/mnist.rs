@@ -222,9 +222,7 @@ pub fn parse_idx(bytes: &[u8], magic: u32) -> Result<Idx> {
             ),
         ));
     }
-    let dims: Vec<usize> = (1..=ndims)
-        .map(|i| word(i).unwrap_or(0) as usize)
-        .collect();
+    let dims: Vec<usize> = (1..=ndims).map(|i| word(i).unwrap_or(0) as usize).collect();
     let want = dims
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -235,7 +233,11 @@ pub fn parse_idx(bytes: &[u8], magic: u32) -> Result<Idx> {
             "mnist",
             format!(
                 "dimensions {dims:?} need {want} data bytes, found {have} ({})",
-                if have < want { "truncated" } else { "trailing bytes" }
+                if have < want {
+                    "truncated"
+                } else {
+                    "trailing bytes"
+                }
             ),
         ));
     }

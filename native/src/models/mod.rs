@@ -43,7 +43,10 @@ impl Classifier {
         match arch {
             None => Ok(Classifier::Graph(Model::load(&bytes, device).map_err(ctx)?)),
             Some(mnist::ARCH) => {
-                let tensors = load_safetensors(&bytes).map_err(ctx)?.to_device(device).map_err(ctx)?;
+                let tensors = load_safetensors(&bytes)
+                    .map_err(ctx)?
+                    .to_device(device)
+                    .map_err(ctx)?;
                 let mut model = MnistCnn::new(&mut Init::new(device, 0))?;
                 model.load_named(&tensors).map_err(ctx)?;
                 model.set_training(false);
@@ -90,16 +93,26 @@ impl Classifier {
         let sum: f32 = exp.iter().sum();
         let probabilities: Vec<f32> = exp.iter().map(|e| e / sum).collect();
         let digit = crate::train::argmax(&logits);
-        Ok(Prediction { digit, probabilities, logits })
+        Ok(Prediction {
+            digit,
+            probabilities,
+            logits,
+        })
     }
 }
 
 /// Writes `model` as a kiln model file (weights and the graph traced on one 28x28 image) to
-/// `path` atomically. Leaves the model in evaluation mode.
-pub fn save_classifier(model: &mut MnistCnn, path: &Path) -> Result<()> {
+/// `path` atomically, with `arch` and the caller's `extra` entries in its metadata. Leaves the
+/// model in evaluation mode.
+pub fn save_classifier(
+    model: &mut MnistCnn,
+    path: &Path,
+    extra: &BTreeMap<String, String>,
+) -> Result<()> {
     let device = model.conv1.weight.tensor().device().clone();
     let sample = Tensor::zeros([1, 1, 28, 28], crate::core::DType::F32, &device)?;
-    let meta = BTreeMap::from([("arch".to_string(), mnist::ARCH.to_string())]);
+    let mut meta = extra.clone();
+    meta.insert("arch".to_string(), mnist::ARCH.to_string());
     let bytes = save_model(model, &sample, &meta)?;
     write_atomic(path, &bytes)
 }

@@ -22,10 +22,14 @@ pub fn wgpu() -> Option<Device> {
 
 /// Deterministic values in `[lo, hi)` (a 64-bit LCG; never all zeros).
 pub fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
         })
         .collect()
@@ -35,7 +39,11 @@ pub fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
 pub fn data(shape: &[usize], dtype: DType, seed: u64, lo: f64, hi: f64) -> TensorData {
     let n = shape.iter().product();
     let v = values(n, seed, lo, hi);
-    let v = if dtype.is_float() { v } else { v.into_iter().map(f64::floor).collect() };
+    let v = if dtype.is_float() {
+        v
+    } else {
+        v.into_iter().map(f64::floor).collect()
+    };
     TensorData::from_f64_iter(v, dtype, shape.into())
 }
 
@@ -46,7 +54,10 @@ pub fn assert_close(what: &str, want: &TensorData, got: &TensorData, rtol: f64, 
     let mut worst = (0.0f64, 0usize);
     for (i, (a, b)) in want.iter_f64().zip(got.iter_f64()).enumerate() {
         if a.is_nan() || b.is_nan() {
-            assert!(a.is_nan() && b.is_nan(), "{what}: element {i}: want {a}, got {b}");
+            assert!(
+                a.is_nan() && b.is_nan(),
+                "{what}: element {i}: want {a}, got {b}"
+            );
             continue;
         }
         if a == b {
@@ -60,7 +71,10 @@ pub fn assert_close(what: &str, want: &TensorData, got: &TensorData, rtol: f64, 
     if worst.0 > 1.0 {
         let i = worst.1;
         let (a, b) = (want.to_f64_vec()[i], got.to_f64_vec()[i]);
-        panic!("{what}: element {i} of {}: want {a}, got {b} (tolerance {rtol} rel + {atol} abs)", want.shape());
+        panic!(
+            "{what}: element {i} of {}: want {a}, got {b} (tolerance {rtol} rel + {atol} abs)",
+            want.shape()
+        );
     }
 }
 
@@ -81,10 +95,18 @@ pub fn check(
             .iter()
             .map(|d| {
                 let t = Tensor::from_data(d, device)?;
-                Ok(if grad && d.dtype().is_float() { t.require_grad() } else { t })
+                Ok(if grad && d.dtype().is_float() {
+                    t.require_grad()
+                } else {
+                    t
+                })
             })
             .collect::<Result<_>>()?;
-        let views: Vec<Tensor> = xs.iter().enumerate().map(|(i, t)| prep(i, t.clone())).collect::<Result<_>>()?;
+        let views: Vec<Tensor> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| prep(i, t.clone()))
+            .collect::<Result<_>>()?;
         let y = f(&views)?;
         let out = y.to_data()?;
         let mut grads = Vec::new();
@@ -106,7 +128,13 @@ pub fn check(
     assert_close(what, &want, &got, tol.0, tol.1);
     for (i, (w, g)) in want_g.iter().zip(&got_g).enumerate() {
         match (w, g) {
-            (Some(w), Some(g)) => assert_close(&format!("{what}: gradient of input {i}"), w, g, tol.0 * 4.0, tol.1 * 4.0),
+            (Some(w), Some(g)) => assert_close(
+                &format!("{what}: gradient of input {i}"),
+                w,
+                g,
+                tol.0 * 4.0,
+                tol.1 * 4.0,
+            ),
             (None, None) => {}
             _ => panic!("{what}: gradient of input {i} exists on one device only"),
         }

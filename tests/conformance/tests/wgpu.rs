@@ -11,11 +11,19 @@ fn t(i: usize, x: Tensor) -> Result<Tensor> {
     // a non-contiguous view of the same logical shape: transpose the last two axes twice,
     // materialising neither (slice of a larger padded tensor would change values)
     let _ = i;
-    if x.rank() >= 2 { x.transpose(-1, -2)?.contiguous()?.transpose(-1, -2) } else { Ok(x) }
+    if x.rank() >= 2 {
+        x.transpose(-1, -2)?.contiguous()?.transpose(-1, -2)
+    } else {
+        Ok(x)
+    }
 }
 
 fn transposed(_: usize, x: Tensor) -> Result<Tensor> {
-    if x.rank() >= 2 { x.transpose(-1, -2) } else { Ok(x) }
+    if x.rank() >= 2 {
+        x.transpose(-1, -2)
+    } else {
+        Ok(x)
+    }
 }
 
 fn dev() -> Option<Device> {
@@ -46,17 +54,48 @@ fn unary_ops_forward_and_backward() {
         (UnaryOp::Sign, -3.0, 3.0),
         (UnaryOp::Powf(2.5), 0.1, 3.0),
         (UnaryOp::Powf(3.0), -2.0, 2.0),
-        (UnaryOp::Clamp { min: -0.5, max: 1.25 }, -3.0, 3.0),
+        (
+            UnaryOp::Clamp {
+                min: -0.5,
+                max: 1.25,
+            },
+            -3.0,
+            3.0,
+        ),
     ];
     for (op, lo, hi) in ops {
         let x = data(&[7, 33], F, 1, lo, hi);
-        check(&format!("{op:?}"), &dev, &[x.clone()], &same, &|v| v[0].unary(op), true, (2e-4, 2e-5));
-        check(&format!("{op:?} strided"), &dev, &[x], &transposed, &|v| v[0].unary(op), false, (2e-4, 2e-5));
+        check(
+            &format!("{op:?}"),
+            &dev,
+            &[x.clone()],
+            &same,
+            &|v| v[0].unary(op),
+            true,
+            (2e-4, 2e-5),
+        );
+        check(
+            &format!("{op:?} strided"),
+            &dev,
+            &[x],
+            &transposed,
+            &|v| v[0].unary(op),
+            false,
+            (2e-4, 2e-5),
+        );
     }
     for dt in [DType::I32] {
         for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu, UnaryOp::Sign] {
             let x = data(&[5, 9], dt, 2, -50.0, 50.0);
-            check(&format!("{op:?} {dt}"), &dev, &[x], &same, &|v| v[0].unary(op), false, (0.0, 0.0));
+            check(
+                &format!("{op:?} {dt}"),
+                &dev,
+                &[x],
+                &same,
+                &|v| v[0].unary(op),
+                false,
+                (0.0, 0.0),
+            );
         }
     }
 }
@@ -77,30 +116,109 @@ fn binary_compare_where_cast() {
         ("pow", |x, y| x.abs()?.add_scalar(0.1)?.pow(y)),
     ];
     for (name, f) in ops {
-        check(name, &dev, &[a.clone(), b.clone()], &same, &|v| f(&v[0], &v[1]), true, TOL);
-        check(&format!("{name} strided"), &dev, &[b.clone(), b.clone()], &transposed, &|v| f(&v[0], &v[1]), false, TOL);
+        check(
+            name,
+            &dev,
+            &[a.clone(), b.clone()],
+            &same,
+            &|v| f(&v[0], &v[1]),
+            true,
+            TOL,
+        );
+        check(
+            &format!("{name} strided"),
+            &dev,
+            &[b.clone(), b.clone()],
+            &transposed,
+            &|v| f(&v[0], &v[1]),
+            false,
+            TOL,
+        );
     }
     for dt in [DType::I32, DType::U32] {
         let x = data(&[4, 6], dt, 5, 0.0, 40.0);
         let y = data(&[6], dt, 6, 0.0, 7.0);
         for (name, f) in &ops[..6] {
-            check(&format!("{name} {dt}"), &dev, &[x.clone(), y.clone()], &same, &|v| f(&v[0], &v[1]), false, (0.0, 0.0));
+            check(
+                &format!("{name} {dt}"),
+                &dev,
+                &[x.clone(), y.clone()],
+                &same,
+                &|v| f(&v[0], &v[1]),
+                false,
+                (0.0, 0.0),
+            );
         }
     }
     type Cmp = fn(&Tensor, &Tensor) -> Result<Tensor>;
-    let cmps: [(&str, Cmp); 6] = [("eq", Tensor::eq), ("ne", Tensor::ne), ("lt", Tensor::lt), ("le", Tensor::le), ("gt", Tensor::gt), ("ge", Tensor::ge)];
+    let cmps: [(&str, Cmp); 6] = [
+        ("eq", Tensor::eq),
+        ("ne", Tensor::ne),
+        ("lt", Tensor::lt),
+        ("le", Tensor::le),
+        ("gt", Tensor::gt),
+        ("ge", Tensor::ge),
+    ];
     let ai = data(&[6, 5], DType::I32, 7, -3.0, 3.0);
     let bi = data(&[5], DType::I32, 8, -3.0, 3.0);
     for (name, f) in cmps {
-        check(name, &dev, &[ai.clone(), bi.clone()], &same, &|v| f(&v[0], &v[1]), false, (0.0, 0.0));
-        check(&format!("{name} f32"), &dev, &[a.clone(), b.clone()], &same, &|v| f(&v[0], &v[1]), false, (0.0, 0.0));
+        check(
+            name,
+            &dev,
+            &[ai.clone(), bi.clone()],
+            &same,
+            &|v| f(&v[0], &v[1]),
+            false,
+            (0.0, 0.0),
+        );
+        check(
+            &format!("{name} f32"),
+            &dev,
+            &[a.clone(), b.clone()],
+            &same,
+            &|v| f(&v[0], &v[1]),
+            false,
+            (0.0, 0.0),
+        );
     }
-    check("where", &dev, &[a.clone(), b.clone()], &same, &|v| v[0].gt(&v[1])?.where_cond(&v[0], &v[1]), true, TOL);
+    check(
+        "where",
+        &dev,
+        &[a.clone(), b.clone()],
+        &same,
+        &|v| v[0].gt(&v[1])?.where_cond(&v[0], &v[1]),
+        true,
+        TOL,
+    );
     let x = data(&[3, 11], F, 9, -300.0, 300.0);
     for to in [DType::I32, DType::U32, DType::Bool, DType::F32] {
-        check(&format!("cast f32->{to}"), &dev, &[x.clone()], &transposed, &|v| v[0].cast(to), false, (0.0, 0.0));
-        check(&format!("cast i32->{to}"), &dev, &[ai.clone()], &same, &|v| v[0].cast(to), false, (0.0, 0.0));
-        check(&format!("cast bool->{to}"), &dev, &[ai.clone()], &same, &|v| v[0].gt(&v[0].zeros_like()?)?.cast(to), false, (0.0, 0.0));
+        check(
+            &format!("cast f32->{to}"),
+            &dev,
+            &[x.clone()],
+            &transposed,
+            &|v| v[0].cast(to),
+            false,
+            (0.0, 0.0),
+        );
+        check(
+            &format!("cast i32->{to}"),
+            &dev,
+            &[ai.clone()],
+            &same,
+            &|v| v[0].cast(to),
+            false,
+            (0.0, 0.0),
+        );
+        check(
+            &format!("cast bool->{to}"),
+            &dev,
+            &[ai.clone()],
+            &same,
+            &|v| v[0].gt(&v[0].zeros_like()?)?.cast(to),
+            false,
+            (0.0, 0.0),
+        );
     }
 }
 
@@ -112,22 +230,102 @@ fn reductions() {
     for ax in axes {
         for keep in [false, true] {
             let w = format!("axes {ax:?} keepdim {keep}");
-            check(&format!("sum {w}"), &dev, &[x.clone()], &t, &|v| v[0].sum(ax, keep), true, TOL);
-            check(&format!("mean {w}"), &dev, &[x.clone()], &same, &|v| v[0].mean(ax, keep), true, TOL);
-            check(&format!("max {w}"), &dev, &[x.clone()], &transposed, &|v| v[0].max(ax, keep), true, TOL);
-            check(&format!("min {w}"), &dev, &[x.clone()], &same, &|v| v[0].min(ax, keep), true, TOL);
-            check(&format!("var {w}"), &dev, &[x.clone()], &same, &|v| v[0].var(ax, 1, keep), true, (1e-3, 1e-4));
+            check(
+                &format!("sum {w}"),
+                &dev,
+                &[x.clone()],
+                &t,
+                &|v| v[0].sum(ax, keep),
+                true,
+                TOL,
+            );
+            check(
+                &format!("mean {w}"),
+                &dev,
+                &[x.clone()],
+                &same,
+                &|v| v[0].mean(ax, keep),
+                true,
+                TOL,
+            );
+            check(
+                &format!("max {w}"),
+                &dev,
+                &[x.clone()],
+                &transposed,
+                &|v| v[0].max(ax, keep),
+                true,
+                TOL,
+            );
+            check(
+                &format!("min {w}"),
+                &dev,
+                &[x.clone()],
+                &same,
+                &|v| v[0].min(ax, keep),
+                true,
+                TOL,
+            );
+            check(
+                &format!("var {w}"),
+                &dev,
+                &[x.clone()],
+                &same,
+                &|v| v[0].var(ax, 1, keep),
+                true,
+                (1e-3, 1e-4),
+            );
         }
     }
     let small = data(&[3, 4, 5], F, 11, 0.5, 1.5);
-    check("prod", &dev, &[small.clone()], &same, &|v| v[0].prod(&[1], false), true, TOL);
+    check(
+        "prod",
+        &dev,
+        &[small.clone()],
+        &same,
+        &|v| v[0].prod(&[1], false),
+        true,
+        TOL,
+    );
     for axis in [0isize, 1, 2] {
-        check(&format!("argmax {axis}"), &dev, &[x.clone()], &transposed, &|v| v[0].argmax(axis, false), false, (0.0, 0.0));
-        check(&format!("argmin {axis}"), &dev, &[x.clone()], &same, &|v| v[0].argmin(axis, true), false, (0.0, 0.0));
+        check(
+            &format!("argmax {axis}"),
+            &dev,
+            &[x.clone()],
+            &transposed,
+            &|v| v[0].argmax(axis, false),
+            false,
+            (0.0, 0.0),
+        );
+        check(
+            &format!("argmin {axis}"),
+            &dev,
+            &[x.clone()],
+            &same,
+            &|v| v[0].argmin(axis, true),
+            false,
+            (0.0, 0.0),
+        );
     }
     let xi = data(&[7, 300], DType::I32, 12, -100.0, 100.0);
-    check("sum i32", &dev, &[xi.clone()], &same, &|v| v[0].sum(&[1], false), false, (0.0, 0.0));
-    check("max i32", &dev, &[xi], &same, &|v| v[0].max(&[0], false), false, (0.0, 0.0));
+    check(
+        "sum i32",
+        &dev,
+        &[xi.clone()],
+        &same,
+        &|v| v[0].sum(&[1], false),
+        false,
+        (0.0, 0.0),
+    );
+    check(
+        "max i32",
+        &dev,
+        &[xi],
+        &same,
+        &|v| v[0].max(&[0], false),
+        false,
+        (0.0, 0.0),
+    );
 }
 
 #[test]
@@ -136,9 +334,33 @@ fn softmax_log_softmax_cumsum() {
     for shape in [[3usize, 7, 10], [2, 3, 1000]] {
         let x = data(&shape, F, 13, -5.0, 5.0);
         for axis in [-1isize, 1] {
-            check(&format!("softmax {shape:?} {axis}"), &dev, &[x.clone()], &transposed, &|v| v[0].softmax(axis), true, TOL);
-            check(&format!("log_softmax {shape:?} {axis}"), &dev, &[x.clone()], &same, &|v| v[0].log_softmax(axis), true, TOL);
-            check(&format!("cumsum {shape:?} {axis}"), &dev, &[x.clone()], &transposed, &|v| v[0].cumsum(axis), true, (1e-4, 1e-3));
+            check(
+                &format!("softmax {shape:?} {axis}"),
+                &dev,
+                &[x.clone()],
+                &transposed,
+                &|v| v[0].softmax(axis),
+                true,
+                TOL,
+            );
+            check(
+                &format!("log_softmax {shape:?} {axis}"),
+                &dev,
+                &[x.clone()],
+                &same,
+                &|v| v[0].log_softmax(axis),
+                true,
+                TOL,
+            );
+            check(
+                &format!("cumsum {shape:?} {axis}"),
+                &dev,
+                &[x.clone()],
+                &transposed,
+                &|v| v[0].cumsum(axis),
+                true,
+                (1e-4, 1e-3),
+            );
         }
     }
 }
@@ -159,13 +381,37 @@ fn matmul_shapes_batches_and_views() {
     for (i, (a, b)) in cases.iter().enumerate() {
         let x = data(a, F, 20 + i as u64, -1.0, 1.0);
         let y = data(b, F, 40 + i as u64, -1.0, 1.0);
-        check(&format!("matmul {a:?} x {b:?}"), &dev, &[x.clone(), y.clone()], &same, &|v| v[0].matmul(&v[1]), true, (1e-4, 1e-4));
+        check(
+            &format!("matmul {a:?} x {b:?}"),
+            &dev,
+            &[x.clone(), y.clone()],
+            &same,
+            &|v| v[0].matmul(&v[1]),
+            true,
+            (1e-4, 1e-4),
+        );
     }
     let x = data(&[31, 19], F, 60, -1.0, 1.0);
-    check("matmul of transposed views", &dev, &[x.clone(), x.clone()], &transposed, &|v| v[0].matmul(&v[1].t()?), true, (1e-4, 1e-4));
+    check(
+        "matmul of transposed views",
+        &dev,
+        &[x.clone(), x.clone()],
+        &transposed,
+        &|v| v[0].matmul(&v[1].t()?),
+        true,
+        (1e-4, 1e-4),
+    );
     let xi = data(&[5, 6], DType::I32, 61, -5.0, 5.0);
     let yi = data(&[6, 7], DType::I32, 62, -5.0, 5.0);
-    check("matmul i32", &dev, &[xi, yi], &same, &|v| v[0].matmul(&v[1]), false, (0.0, 0.0));
+    check(
+        "matmul i32",
+        &dev,
+        &[xi, yi],
+        &same,
+        &|v| v[0].matmul(&v[1]),
+        false,
+        (0.0, 0.0),
+    );
 }
 
 #[test]
@@ -173,18 +419,57 @@ fn convolutions_forward_and_backward() {
     let Some(dev) = dev() else { return };
     let cases = [
         ([2, 3, 9, 8], [4, 3, 3, 3], Conv2dParams::default()),
-        ([1, 4, 11, 10], [6, 2, 3, 2], Conv2dParams { stride: [2, 1], padding: [1, 2], dilation: [1, 2], groups: 2 }),
-        ([3, 2, 7, 7], [5, 2, 1, 1], Conv2dParams { stride: [2, 2], padding: [0, 0], dilation: [1, 1], groups: 1 }),
+        (
+            [1, 4, 11, 10],
+            [6, 2, 3, 2],
+            Conv2dParams {
+                stride: [2, 1],
+                padding: [1, 2],
+                dilation: [1, 2],
+                groups: 2,
+            },
+        ),
+        (
+            [3, 2, 7, 7],
+            [5, 2, 1, 1],
+            Conv2dParams {
+                stride: [2, 2],
+                padding: [0, 0],
+                dilation: [1, 1],
+                groups: 1,
+            },
+        ),
     ];
     for (xs, ws, p) in cases {
         let x = data(&xs, F, 70, -1.0, 1.0);
         let w = data(&ws, F, 71, -1.0, 1.0);
-        check(&format!("conv2d {xs:?} {ws:?} {p:?}"), &dev, &[x, w], &same, &|v| v[0].conv2d(&v[1], None, p), true, (1e-4, 1e-4));
+        check(
+            &format!("conv2d {xs:?} {ws:?} {p:?}"),
+            &dev,
+            &[x, w],
+            &same,
+            &|v| v[0].conv2d(&v[1], None, p),
+            true,
+            (1e-4, 1e-4),
+        );
     }
     let x = data(&[2, 4, 5, 6], F, 72, -1.0, 1.0);
     let w = data(&[4, 3, 3, 3], F, 73, -1.0, 1.0);
-    let p = Conv2dParams { stride: [2, 2], padding: [1, 1], dilation: [1, 1], groups: 1 };
-    check("conv_transpose2d", &dev, &[x, w], &same, &|v| v[0].conv_transpose2d(&v[1], None, p, [1, 0]), true, (1e-4, 1e-4));
+    let p = Conv2dParams {
+        stride: [2, 2],
+        padding: [1, 1],
+        dilation: [1, 1],
+        groups: 1,
+    };
+    check(
+        "conv_transpose2d",
+        &dev,
+        &[x, w],
+        &same,
+        &|v| v[0].conv_transpose2d(&v[1], None, p, [1, 0]),
+        true,
+        (1e-4, 1e-4),
+    );
 }
 
 #[test]
@@ -192,18 +477,74 @@ fn pooling_forward_and_backward() {
     let Some(dev) = dev() else { return };
     let x = data(&[2, 3, 9, 10], F, 80, -2.0, 2.0);
     let pools = [
-        Pool2dParams { kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1], count_include_pad: true },
-        Pool2dParams { kernel: [3, 3], stride: [2, 1], padding: [1, 1], dilation: [1, 1], count_include_pad: false },
-        Pool2dParams { kernel: [3, 2], stride: [1, 2], padding: [1, 0], dilation: [1, 1], count_include_pad: true },
+        Pool2dParams {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+            dilation: [1, 1],
+            count_include_pad: true,
+        },
+        Pool2dParams {
+            kernel: [3, 3],
+            stride: [2, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            count_include_pad: false,
+        },
+        Pool2dParams {
+            kernel: [3, 2],
+            stride: [1, 2],
+            padding: [1, 0],
+            dilation: [1, 1],
+            count_include_pad: true,
+        },
     ];
     for p in pools {
-        check(&format!("max_pool2d {p:?}"), &dev, &[x.clone()], &same, &|v| v[0].max_pool2d(p), true, TOL);
-        check(&format!("avg_pool2d {p:?}"), &dev, &[x.clone()], &t, &|v| v[0].avg_pool2d(p), true, TOL);
+        check(
+            &format!("max_pool2d {p:?}"),
+            &dev,
+            &[x.clone()],
+            &same,
+            &|v| v[0].max_pool2d(p),
+            true,
+            TOL,
+        );
+        check(
+            &format!("avg_pool2d {p:?}"),
+            &dev,
+            &[x.clone()],
+            &t,
+            &|v| v[0].avg_pool2d(p),
+            true,
+            TOL,
+        );
     }
-    let dil = Pool2dParams { kernel: [2, 2], stride: [1, 1], padding: [0, 0], dilation: [2, 2], count_include_pad: true };
-    check("max_pool2d dilated", &dev, &[x.clone()], &same, &|v| v[0].max_pool2d(dil), true, TOL);
+    let dil = Pool2dParams {
+        kernel: [2, 2],
+        stride: [1, 1],
+        padding: [0, 0],
+        dilation: [2, 2],
+        count_include_pad: true,
+    };
+    check(
+        "max_pool2d dilated",
+        &dev,
+        &[x.clone()],
+        &same,
+        &|v| v[0].max_pool2d(dil),
+        true,
+        TOL,
+    );
     for out in [[3, 4], [1, 1], [9, 10], [4, 7]] {
-        check(&format!("adaptive_avg_pool2d {out:?}"), &dev, &[x.clone()], &same, &|v| v[0].adaptive_avg_pool2d(out), true, TOL);
+        check(
+            &format!("adaptive_avg_pool2d {out:?}"),
+            &dev,
+            &[x.clone()],
+            &same,
+            &|v| v[0].adaptive_avg_pool2d(out),
+            true,
+            TOL,
+        );
     }
 }
 
@@ -212,17 +553,73 @@ fn indexing_and_data_movement() {
     let Some(dev) = dev() else { return };
     let x = data(&[5, 7], F, 90, -2.0, 2.0);
     let idx = data(&[5, 4], DType::I32, 91, 0.0, 7.0);
-    check("gather", &dev, &[x.clone(), idx.clone()], &same, &|v| v[0].gather(1, &v[1]), true, TOL);
+    check(
+        "gather",
+        &dev,
+        &[x.clone(), idx.clone()],
+        &same,
+        &|v| v[0].gather(1, &v[1]),
+        true,
+        TOL,
+    );
     let rows = data(&[6], DType::U32, 92, 0.0, 5.0);
-    check("index_select", &dev, &[x.clone(), rows], &transposed, &|v| v[0].index_select(0, &v[1]), true, TOL);
+    check(
+        "index_select",
+        &dev,
+        &[x.clone(), rows],
+        &transposed,
+        &|v| v[0].index_select(0, &v[1]),
+        true,
+        TOL,
+    );
     let src = data(&[5, 4], F, 93, -1.0, 1.0);
-    check("scatter_add", &dev, &[x.clone(), idx.clone(), src], &same, &|v| v[0].scatter_add(1, &v[1], &v[2]), true, TOL);
-    check("pad", &dev, &[x.clone()], &transposed, &|v| v[0].pad(&[(1, 2), (0, 3)], 0.5), true, TOL);
+    check(
+        "scatter_add",
+        &dev,
+        &[x.clone(), idx.clone(), src],
+        &same,
+        &|v| v[0].scatter_add(1, &v[1], &v[2]),
+        true,
+        TOL,
+    );
+    check(
+        "pad",
+        &dev,
+        &[x.clone()],
+        &transposed,
+        &|v| v[0].pad(&[(1, 2), (0, 3)], 0.5),
+        true,
+        TOL,
+    );
     let y = data(&[5, 3], F, 94, -1.0, 1.0);
-    check("concat", &dev, &[x.clone(), y], &same, &|v| Tensor::concat(&[v[0].clone(), v[1].clone(), v[0].clone()], 1), true, TOL);
+    check(
+        "concat",
+        &dev,
+        &[x.clone(), y],
+        &same,
+        &|v| Tensor::concat(&[v[0].clone(), v[1].clone(), v[0].clone()], 1),
+        true,
+        TOL,
+    );
     let labels = data(&[9], DType::I32, 95, 0.0, 10.0);
-    check("one_hot", &dev, &[labels], &same, &|v| v[0].one_hot(10, F), false, (0.0, 0.0));
-    check("contiguous of a slice", &dev, &[x], &same, &|v| v[0].slice_axis(1, 1, 7, 2)?.contiguous(), true, (0.0, 0.0));
+    check(
+        "one_hot",
+        &dev,
+        &[labels],
+        &same,
+        &|v| v[0].one_hot(10, F),
+        false,
+        (0.0, 0.0),
+    );
+    check(
+        "contiguous of a slice",
+        &dev,
+        &[x],
+        &same,
+        &|v| v[0].slice_axis(1, 1, 7, 2)?.contiguous(),
+        true,
+        (0.0, 0.0),
+    );
 }
 
 #[test]
@@ -252,9 +649,33 @@ fn large_dispatches_over_65535_workgroups() {
     // 4100 * 4200 elements / 256 per workgroup = 67266 workgroups: a 2-D grid
     let a = data(&[4100, 4200], F, 100, -1.0, 1.0);
     let b = data(&[4200], F, 101, -1.0, 1.0);
-    check("add over 67266 workgroups", &dev, &[a, b], &same, &|v| v[0].add(&v[1]), false, (0.0, 0.0));
+    check(
+        "add over 67266 workgroups",
+        &dev,
+        &[a, b],
+        &same,
+        &|v| v[0].add(&v[1]),
+        false,
+        (0.0, 0.0),
+    );
     // 70000 rows, one workgroup each
     let x = data(&[70000, 70], F, 102, -1.0, 1.0);
-    check("sum over 70000 workgroups", &dev, &[x.clone()], &same, &|v| v[0].sum(&[1], false), false, TOL);
-    check("softmax over 70000 rows", &dev, &[x], &same, &|v| v[0].softmax(-1), false, TOL);
+    check(
+        "sum over 70000 workgroups",
+        &dev,
+        &[x.clone()],
+        &same,
+        &|v| v[0].sum(&[1], false),
+        false,
+        TOL,
+    );
+    check(
+        "softmax over 70000 rows",
+        &dev,
+        &[x],
+        &same,
+        &|v| v[0].softmax(-1),
+        false,
+        TOL,
+    );
 }

@@ -1,0 +1,412 @@
+//! The CUDA backend: the wgpu backend's plans ([`kiln_kernels::plan`]) with their WGSL kernels
+//! translated to CUDA C ([`kiln_kernels::cuda`]) and compiled by NVRTC, and f32 matmul on cuBLAS.
+//!
+//! - Libraries are loaded at run time (cudarc's dynamic loading): a build needs no CUDA, and a
+//!   machine without the driver, NVRTC or cuBLAS gets an error naming the missing library.
+//! - One stream per device; every allocation, copy, launch and free is ordered on it.
+//!   Memory comes from the device's stream-ordered pool (`cuMemAllocAsync`) with its release
+//!   threshold raised so freed blocks stay cached for reuse instead of returning to the driver.
+//! - Kernels are compiled once per variant ([`KernelKey`]) for this device's compute capability.
+//! - Devices hold f32, i32, u32 and bool (as u32 0/1), as the plans require.
+//!
+//! ```no_run
+//! use kiln_core::{DType, Tensor};
+//! let dev = kiln::cuda::device(0)?;
+//! let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32, &dev)?.reshape([2, 3])?;
+//! println!("{:?}", x.softmax(-1)?.to_vec::<f32>()?);
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+
+mod blas;
+
+use cudarc::driver::{result as cu, sys};
+use kiln_core::{
+    Backend, DType, Device, Error, Op, ReadFuture, Result, Shape, Storage, TensorData, View,
+};
+use kiln_kernels::cuda::{Dialect, ParamKind};
+use kiln_kernels::plan::{self, Buffer, KernelKey, Plan, ViewMeta};
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How the CUDA backend computes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// Let cuBLAS use TF32 tensor cores for f32 matmul (about 10 mantissa bits; faster).
+    /// Off by default: results are strict fp32.
+    pub tf32: bool,
+}
+
+/// A kiln [`Device`] on CUDA GPU `index` with strict fp32.
+pub fn device(index: usize) -> Result<Device> {
+    device_with(index, CudaOptions::default())
+}
+
+/// A kiln [`Device`] on CUDA GPU `index` with `options`.
+pub fn device_with(index: usize, options: CudaOptions) -> Result<Device> {
+    Ok(Device::new(CudaBackend::new(index, options)?))
+}
+
+/// Whether the CUDA driver library can be loaded here (tests use it to skip without a GPU).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the library.
+    unsafe { sys::is_culib_present() }
+}
+
+fn driver_err(what: &str) -> impl Fn(cu::DriverError) -> Error + '_ {
+    move |e| Error::device("cuda", format!("{what}: {e:?}"))
+}
+
+/// Raw driver handles, used only under the owning context.
+struct Raw {
+    stream: sys::CUstream,
+}
+// SAFETY: CUDA handles may be used from any thread once the context is current; every use
+// binds the context first.
+unsafe impl Send for Raw {}
+unsafe impl Sync for Raw {}
+
+struct Compiled {
+    function: sys::CUfunction,
+    kernel: kiln_kernels::cuda::Kernel,
+}
+// SAFETY: as for `Raw`.
+unsafe impl Send for Compiled {}
+unsafe impl Sync for Compiled {}
+
+struct Inner {
+    ctx: Arc<cudarc::driver::CudaContext>,
+    raw: Raw,
+    name: String,
+    arch: String,
+    kernels: Mutex<HashMap<KernelKey, Arc<Compiled>>>,
+    blas: Mutex<Option<blas::Blas>>,
+    allocated: AtomicU64,
+    options: CudaOptions,
+}
+
+impl Inner {
+    fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver_err("binding the context"))
+    }
+}
+
+/// The CUDA backend. Create it with [`device`].
+pub struct CudaBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBackend({})", self.inner.name)
+    }
+}
+
+/// A device allocation, freed on the stream when the last tensor using it goes.
+struct Buf {
+    ptr: sys::CUdeviceptr,
+    bytes: u64,
+    inner: Arc<Inner>,
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        let _ = self.inner.bind();
+        // SAFETY: `ptr` came from `malloc_async` on this stream and is no longer referenced.
+        let _ = unsafe { cu::free_async(self.ptr, self.inner.raw.stream) };
+        self.inner.allocated.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+impl CudaBackend {
+    /// Opens GPU `index`. Errors name the missing library or the failing call.
+    pub fn new(index: usize, options: CudaOptions) -> Result<Self> {
+        if !driver_present() {
+            return Err(Error::device(
+                "cuda",
+                "the CUDA driver library (libcuda.so / nvcuda.dll) was not found; install the NVIDIA driver",
+            ));
+        }
+        let count = cudarc::driver::CudaContext::device_count()
+            .map_err(driver_err("counting devices"))?;
+        if index >= count.max(0) as usize {
+            return Err(Error::device(
+                "cuda",
+                format!("no CUDA device {index}: this machine has {count}"),
+            ));
+        }
+        let ctx = cudarc::driver::CudaContext::new(index).map_err(driver_err("creating the context"))?;
+        ctx.bind_to_thread().map_err(driver_err("binding the context"))?;
+        let name = ctx.name().map_err(driver_err("reading the device name"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver_err("reading the compute capability"))?;
+        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(driver_err("creating a stream"))?;
+        // SAFETY: the device's default pool exists once the context does.
+        unsafe {
+            let pool = cu::device::get_default_mem_pool(ctx.cu_device())
+                .map_err(driver_err("getting the memory pool"))?;
+            let mut threshold = u64::MAX;
+            cu::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+            .map_err(driver_err("configuring the memory pool"))?;
+        }
+        Ok(CudaBackend {
+            inner: Arc::new(Inner {
+                ctx,
+                raw: Raw { stream },
+                name: format!("cuda:{index}: {name} (sm_{major}{minor})"),
+                arch: format!("compute_{major}{minor}"),
+                kernels: Mutex::new(HashMap::new()),
+                blas: Mutex::new(None),
+                allocated: AtomicU64::new(0),
+                options,
+            }),
+        })
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<Buf> {
+        let ptr = if bytes == 0 {
+            0
+        } else {
+            // SAFETY: a fresh stream-ordered allocation.
+            unsafe { cu::malloc_async(self.inner.raw.stream, bytes as usize) }.map_err(|e| {
+                Error::device("cuda", format!("allocating {bytes} bytes failed (out of memory?): {e:?}"))
+            })?
+        };
+        self.inner.allocated.fetch_add(bytes, Ordering::Relaxed);
+        Ok(Buf {
+            ptr,
+            bytes,
+            inner: self.inner.clone(),
+        })
+    }
+
+    fn upload_bytes(&self, bytes: &[u8]) -> Result<Buf> {
+        let buf = self.alloc(bytes.len() as u64)?;
+        if !bytes.is_empty() {
+            // SAFETY: `buf` holds `bytes.len()` bytes; pageable sources are copied before return.
+            unsafe { cu::memcpy_htod_async(buf.ptr, bytes, self.inner.raw.stream) }
+                .map_err(driver_err("copying to the device"))?;
+        }
+        Ok(buf)
+    }
+
+    /// The compiled kernel of `key`, translating and compiling it on first use.
+    fn kernel(&self, key: &KernelKey) -> Result<Arc<Compiled>> {
+        if let Some(k) = self.inner.kernels.lock().map_err(poisoned)?.get(key) {
+            return Ok(k.clone());
+        }
+        let label = key.label();
+        let wgsl = key.wgsl()?;
+        let translated = kiln_kernels::cuda::translate(&wgsl, &label, Dialect::Cuda)?;
+        let kernel = translated
+            .kernels
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::invalid("cuda", format!("{label}: no compute entry point")))?;
+        // SAFETY: only tries to open the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(Error::device(
+                "cuda",
+                "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit or add its lib64 to LD_LIBRARY_PATH",
+            ));
+        }
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture={}", self.inner.arch), "-std=c++17".into()],
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(&translated.source, opts)
+            .map_err(|e| Error::device("cuda", format!("NVRTC rejected {label}: {e:?}")))?;
+        let image = CString::new(ptx.to_src())
+            .map_err(|_| Error::device("cuda", format!("{label}: PTX with a NUL byte")))?;
+        self.inner.bind()?;
+        let function = unsafe {
+            // SAFETY: `image` is NUL-terminated PTX; the module lives as long as the process.
+            let module = cu::module::load_data(image.as_ptr().cast())
+                .map_err(driver_err("loading a compiled kernel"))?;
+            let name = CString::new(kernel.name.clone())
+                .map_err(|_| Error::device("cuda", "kernel name with a NUL byte"))?;
+            cu::module::get_function(module, name).map_err(driver_err("finding a kernel"))?
+        };
+        let compiled = Arc::new(Compiled { function, kernel });
+        self.inner
+            .kernels
+            .lock()
+            .map_err(poisoned)?
+            .insert(key.clone(), compiled.clone());
+        Ok(compiled)
+    }
+
+    /// Runs `plan` with `inputs`; returns the output buffer.
+    fn run_plan(&self, name: &str, plan: &Plan, inputs: &[&Buf]) -> Result<Buf> {
+        let out = self.alloc(plan.output_bytes)?;
+        let scratch: Vec<Buf> = plan
+            .scratch_bytes
+            .iter()
+            .map(|&b| self.alloc(b))
+            .collect::<Result<_>>()?;
+        for d in &plan.dispatches {
+            let k = self.kernel(&d.kernel)?;
+            let words: Vec<u8> = d.params.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let params = self.upload_bytes(&words)?;
+            let buffer = |b: usize| -> Result<&Buf> {
+                if b == 0 {
+                    return Ok(&params);
+                }
+                match d.buffers.get(b - 1) {
+                    Some(Buffer::Input(i)) => inputs.get(*i).copied(),
+                    Some(Buffer::Output) => Some(&out),
+                    Some(Buffer::Scratch(i)) => scratch.get(*i),
+                    None => None,
+                }
+                .ok_or_else(|| {
+                    Error::invalid(
+                        name.to_string(),
+                        format!("{}: binding {b} has no buffer in the plan", d.kernel.label()),
+                    )
+                })
+            };
+            // Parameter values, then pointers to them (cuLaunchKernel's convention).
+            let mut values: Vec<u64> = Vec::with_capacity(k.kernel.params.len());
+            for p in &k.kernel.params {
+                values.push(match p.kind {
+                    ParamKind::Storage { binding, .. } => buffer(binding as usize)?.ptr,
+                    ParamKind::ArrayLength { binding, offset, stride, .. } => {
+                        let bytes = buffer(binding as usize)?.bytes;
+                        (bytes.saturating_sub(u64::from(offset)) / u64::from(stride.max(1))) as u32 as u64
+                    }
+                    ParamKind::Uniform { .. } => {
+                        return Err(Error::unsupported(
+                            name.to_string(),
+                            format!("{}: uniform buffers are not used by kiln's plans", d.kernel.label()),
+                        ));
+                    }
+                });
+            }
+            let mut args: Vec<*mut c_void> =
+                values.iter_mut().map(|v| (v as *mut u64).cast::<c_void>()).collect();
+            let [x, y, z] = d.workgroups;
+            let [bx, by, bz] = k.kernel.workgroup_size;
+            self.inner.bind()?;
+            // SAFETY: every pointer parameter is a live allocation of this context bound as the
+            // plan says; `u32` lengths are read from the low bytes of a little-endian u64.
+            unsafe {
+                cu::launch_kernel(k.function, (x, y, z), (bx, by, bz), 0, self.inner.raw.stream, &mut args)
+            }
+            .map_err(|e| Error::device(name.to_string(), format!("launching {}: {e:?}", d.kernel.label())))?;
+        }
+        Ok(out)
+    }
+
+    fn buf<'v>(&self, v: &View<'v>) -> Result<&'v Buf> {
+        v.storage
+            .downcast::<Buf>()
+            .ok_or_else(|| Error::invalid("cuda", "a tensor from another device was given to the CUDA backend"))
+    }
+}
+
+fn poisoned<T>(_: T) -> Error {
+    Error::device("cuda", "a kernel-cache lock was poisoned by a panic")
+}
+
+/// Host bytes -> device representation (bool widened to u32).
+fn to_device_bytes(data: &TensorData) -> Result<Vec<u8>> {
+    match data.dtype() {
+        DType::F32 | DType::I32 | DType::U32 => Ok(data.as_bytes().to_vec()),
+        DType::Bool => Ok(data.as_bytes().iter().flat_map(|&b| u32::from(b != 0).to_le_bytes()).collect()),
+        other => Err(Error::unsupported(
+            "cuda upload",
+            format!("{other} tensors are not supported on CUDA (f32, i32, u32 and bool are)"),
+        )),
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        self.inner.name.clone()
+    }
+
+    fn upload(&self, data: &TensorData) -> Result<Storage> {
+        self.inner.bind()?;
+        let bytes = to_device_bytes(data)?;
+        // Empty tensors still get a buffer, as plans assume.
+        let buf = if bytes.is_empty() { self.alloc(plan::ELEM_BYTES)? } else { self.upload_bytes(&bytes)? };
+        Ok(Storage::new(buf))
+    }
+
+    fn execute(&self, op: &Op, inputs: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<Storage> {
+        self.inner.bind()?;
+        let bufs: Vec<&Buf> = inputs.iter().map(|v| self.buf(v)).collect::<Result<_>>()?;
+        if matches!(op, Op::Matmul) && out_dtype == DType::F32 {
+            if let Some(out) = blas::matmul(self, inputs, &bufs, out_shape)? {
+                return Ok(Storage::new(out));
+            }
+        }
+        let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
+        let p = plan::plan(op, &metas, out_dtype, out_shape)?;
+        Ok(Storage::new(self.run_plan(op.name(), &p, &bufs)?))
+    }
+
+    fn read(&self, input: View<'_>) -> ReadFuture {
+        let result = (|| {
+            self.inner.bind()?;
+            let shape = input.layout.shape().clone();
+            let numel = shape.numel();
+            let buf = self.buf(&input)?;
+            // Strided or offset views are made contiguous on the device first.
+            let contiguous;
+            let src = if input.layout.is_contiguous() && input.layout.offset() == 0 {
+                buf
+            } else {
+                let meta = ViewMeta::from(input);
+                let p = plan::plan(&Op::Contiguous, &[meta], input.dtype, &shape)?;
+                contiguous = self.run_plan("read", &p, &[buf])?;
+                &contiguous
+            };
+            let mut host = vec![0u8; numel * plan::ELEM_BYTES as usize];
+            if !host.is_empty() {
+                // SAFETY: `src` holds at least `numel` elements; the stream is synchronised
+                // before `host` is used.
+                unsafe {
+                    cu::memcpy_dtoh_async(&mut host[..], src.ptr, self.inner.raw.stream)
+                        .map_err(driver_err("copying to the host"))?;
+                    cu::stream::synchronize(self.inner.raw.stream).map_err(driver_err("waiting for the GPU"))?;
+                }
+            }
+            let bytes = match input.dtype {
+                DType::Bool => host.chunks_exact(4).map(|c| u8::from(c != [0, 0, 0, 0])).collect(),
+                _ => host,
+            };
+            TensorData::from_bytes(bytes, input.dtype, shape)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn supports(&self, dtype: DType) -> bool {
+        matches!(dtype, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
+    }
+
+    fn allocated_bytes(&self) -> Option<u64> {
+        Some(self.inner.allocated.load(Ordering::Relaxed))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.inner.bind()?;
+        // SAFETY: the stream belongs to this backend.
+        unsafe { cu::stream::synchronize(self.inner.raw.stream) }.map_err(driver_err("waiting for the GPU"))
+    }
+}
+
+#[cfg(test)]
+mod bench;
+#[cfg(test)]
+mod tests;
