@@ -108,7 +108,9 @@ fn median_seconds(f: impl Fn() -> Tensor) -> f64 {
 
 fn json() {
     let line = |name: &str, secs: f64, flops: usize, bytes: usize| {
-        println!(r#"{{"name": "{name}", "seconds": {secs:.6e}, "flops": {flops}, "bytes": {bytes}}}"#);
+        println!(
+            r#"{{"name": "{name}", "seconds": {secs:.6e}, "flops": {flops}, "bytes": {bytes}}}"#
+        );
     };
     for n in [256, 512, 1024] {
         let (x, y) = (rand(&[n, n], 1), rand(&[n, n], 2));
@@ -121,8 +123,18 @@ fn json() {
         line(&format!("conv2d_{}", c.name), s, c.flops(), 0);
     }
     let (x, y) = (rand(&[BIG], 5), rand(&[BIG], 6));
-    line("add_16m", median_seconds(|| x.add(&y).unwrap()), 0, 3 * 4 * BIG);
-    line("sum_16m", median_seconds(|| x.sum_all().unwrap()), 0, 4 * BIG);
+    line(
+        "add_16m",
+        median_seconds(|| x.add(&y).unwrap()),
+        0,
+        3 * 4 * BIG,
+    );
+    line(
+        "sum_16m",
+        median_seconds(|| x.sum_all().unwrap()),
+        0,
+        4 * BIG,
+    );
 }
 
 fn main() {

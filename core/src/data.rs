@@ -24,6 +24,7 @@ impl TensorData {
     /// Data from typed values; the length must match the shape.
     pub fn new<T: Element>(values: Vec<T>, shape: impl Into<Shape>) -> Result<Self> {
         let shape = shape.into();
+        shape.byte_len(T::DTYPE, "TensorData::new")?;
         if values.len() != shape.numel() {
             return Err(Error::shape(
                 "TensorData::new",
@@ -58,7 +59,7 @@ impl TensorData {
     /// Data from raw little-endian bytes; the length must be `numel * dtype size`.
     pub fn from_bytes(bytes: Vec<u8>, dtype: DType, shape: impl Into<Shape>) -> Result<Self> {
         let shape = shape.into();
-        let want = shape.numel() * dtype.size_in_bytes();
+        let want = shape.byte_len(dtype, "TensorData::from_bytes")?;
         if bytes.len() != want {
             return Err(Error::shape(
                 "TensorData::from_bytes",

@@ -61,7 +61,11 @@ fn render(f: &mut fmt::Formatter<'_>, data: &TensorData, extra: &str) -> fmt::Re
     let dims = data.shape().dims();
     let dtype = data.dtype();
     if data.shape().numel() == 0 {
-        return write!(f, "tensor([], shape={}, dtype={dtype}{extra})", data.shape());
+        return write!(
+            f,
+            "tensor([], shape={}, dtype={dtype}{extra})",
+            data.shape()
+        );
     }
     let values = data.to_f64_vec();
     let summarise = values.len() > THRESHOLD;
@@ -84,7 +88,11 @@ fn render(f: &mut fmt::Formatter<'_>, data: &TensorData, extra: &str) -> fmt::Re
     let mut shown = Vec::new();
     collect(&values, &axes, &strides, 0, 0, &mut shown);
     let style = Style::new(dtype, &shown);
-    let width = shown.iter().map(|&v| style.format(v).len()).max().unwrap_or(0);
+    let width = shown
+        .iter()
+        .map(|&v| style.format(v).len())
+        .max()
+        .unwrap_or(0);
     let mut out = String::from("tensor(");
     let block = Block {
         values: &values,
@@ -111,7 +119,14 @@ fn collect(
         return;
     }
     for k in axes[depth].iter().flatten() {
-        collect(values, axes, strides, depth + 1, base + k * strides[depth] as usize, out);
+        collect(
+            values,
+            axes,
+            strides,
+            depth + 1,
+            base + k * strides[depth] as usize,
+            out,
+        );
     }
 }
 
@@ -126,7 +141,12 @@ struct Block<'a> {
 impl Block<'_> {
     fn write(&self, out: &mut String, depth: usize, base: usize) -> fmt::Result {
         if depth == self.axes.len() {
-            return write!(out, "{:>w$}", self.style.format(self.values[base]), w = self.width);
+            return write!(
+                out,
+                "{:>w$}",
+                self.style.format(self.values[base]),
+                w = self.width
+            );
         }
         out.push('[');
         for (i, entry) in self.axes[depth].iter().enumerate() {
@@ -181,7 +201,11 @@ impl Style {
             .filter(|v| v.is_finite())
             .all(|v| libm::ceil(*v) == *v);
         if finite.is_empty() {
-            return if integral { Style::Integral } else { Style::Fixed };
+            return if integral {
+                Style::Integral
+            } else {
+                Style::Fixed
+            };
         }
         let max = finite.iter().fold(0.0f64, |a, &b| a.max(b));
         let min = finite.iter().fold(f64::INFINITY, |a, &b| a.min(b));

@@ -30,7 +30,14 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, for tests and tables.
-    pub const ALL: [DType; 6] = [DType::F64, DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
+    pub const ALL: [DType; 6] = [
+        DType::F64,
+        DType::F32,
+        DType::F16,
+        DType::I32,
+        DType::U32,
+        DType::Bool,
+    ];
 
     /// Bytes one element takes in [`crate::TensorData`].
     pub fn size_in_bytes(self) -> usize {

@@ -6,6 +6,13 @@ use alloc::format;
 use alloc::vec::Vec;
 
 pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Meta> {
+    let (dtype, shape) = infer_unsized(op, inputs)?;
+    shape.byte_len(dtype, op.name())?;
+    Ok((dtype, shape))
+}
+
+/// [`infer`] without the check that the output fits in memory.
+fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
     let name = op.name();
     let want = |n: usize| {
         if inputs.len() == n {
@@ -553,7 +560,7 @@ fn rank4(name: &'static str, what: &str, s: &Shape) -> Result<[usize; 4]> {
 }
 
 fn check_groups(name: &'static str, groups: usize, cin: usize, cout: usize) -> Result<()> {
-    if groups == 0 || cin % groups != 0 || cout % groups != 0 {
+    if groups == 0 || !cin.is_multiple_of(groups) || !cout.is_multiple_of(groups) {
         return Err(Error::invalid(
             name,
             format!("groups {groups} must divide input channels {cin} and output channels {cout}"),

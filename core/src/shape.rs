@@ -39,6 +39,20 @@ impl Shape {
     pub fn numel(&self) -> usize {
         self.0.iter().product()
     }
+    /// Bytes needed to hold this shape in `dtype`, or an error naming `op` when that overflows
+    /// the address space (a corrupt file or a typo can ask for such shapes).
+    pub fn byte_len(&self, dtype: crate::DType, op: &'static str) -> Result<usize> {
+        self.0
+            .iter()
+            .try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::shape(
+                    op,
+                    alloc::format!("shape {self} of {dtype} does not fit in memory"),
+                )
+            })
+    }
     /// Row-major strides, in elements.
     pub fn contiguous_strides(&self) -> Vec<isize> {
         let mut strides = alloc::vec![0isize; self.0.len()];
@@ -57,7 +71,7 @@ impl Shape {
     pub fn broadcast(a: &Shape, b: &Shape, op: &'static str) -> Result<Shape> {
         let rank = a.rank().max(b.rank());
         let mut out = alloc::vec![0; rank];
-        for i in 0..rank {
+        for (i, o) in out.iter_mut().enumerate() {
             let da = if i + a.rank() >= rank {
                 a.0[i + a.rank() - rank]
             } else {
@@ -68,7 +82,7 @@ impl Shape {
             } else {
                 1
             };
-            out[i] = match (da, db) {
+            *o = match (da, db) {
                 (x, y) if x == y => x,
                 (1, y) => y,
                 (x, 1) => x,
@@ -88,8 +102,7 @@ impl Shape {
 
 /// Resolves a possibly negative axis against `rank`.
 pub fn resolve_axis(axis: isize, rank: usize, op: &'static str) -> Result<usize> {
-    // A scalar accepts axis 0 / -1 so that reductions over "the last axis" work at every rank.
-    let r = rank.max(1) as isize;
+    let r = rank as isize;
     let a = if axis < 0 { axis + r } else { axis };
     if a < 0 || a >= r {
         return Err(Error::index(
@@ -98,6 +111,12 @@ pub fn resolve_axis(axis: isize, rank: usize, op: &'static str) -> Result<usize>
         ));
     }
     Ok(a as usize)
+}
+
+/// Like [`resolve_axis`], but a scalar accepts axis 0 / -1, so that ops over "the last axis"
+/// (reductions, softmax, cumsum) work at every rank as they do in PyTorch.
+pub fn resolve_axis_or_scalar(axis: isize, rank: usize, op: &'static str) -> Result<usize> {
+    resolve_axis(axis, rank.max(1), op)
 }
 
 impl<const N: usize> From<[usize; N]> for Shape {
@@ -256,12 +275,9 @@ impl Layout {
             return Err(err());
         }
         let mut strides = alloc::vec![0isize; n];
-        for i in 0..n {
-            if i < n - r {
-                continue;
-            }
+        for (i, stride) in strides.iter_mut().enumerate().skip(n - r) {
             let (d, s) = (self.shape.0[i - (n - r)], self.strides[i - (n - r)]);
-            strides[i] = if d == shape.0[i] {
+            *stride = if d == shape.0[i] {
                 s
             } else if d == 1 {
                 0
@@ -300,7 +316,7 @@ impl Layout {
                     ),
                 ));
             }
-            if r.len() > 0 {
+            if !r.is_empty() {
                 offset += r.start as isize * strides[i];
             }
             shape[i] = r.len();

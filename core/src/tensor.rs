@@ -4,7 +4,7 @@
 
 use crate::backend::View;
 use crate::op::{BinaryOp, CmpOp, Conv2dParams, Op, Pool2dParams, ReduceOp, UnaryOp};
-use crate::shape::{SliceRange, resolve_axis};
+use crate::shape::{SliceRange, resolve_axis, resolve_axis_or_scalar};
 use crate::{DType, Device, Element, Error, Layout, Result, Shape, Storage, TensorData};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -489,7 +489,7 @@ impl Tensor {
     pub fn reduce(&self, op: ReduceOp, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         let mut resolved = axes
             .iter()
-            .map(|&a| resolve_axis(a, self.rank(), op.name()))
+            .map(|&a| resolve_axis_or_scalar(a, self.rank(), op.name()))
             .collect::<Result<Vec<_>>>()?;
         resolved.sort_unstable();
         if resolved.windows(2).any(|w| w[0] == w[1]) {
@@ -552,7 +552,7 @@ impl Tensor {
     }
     /// Inclusive running sum along `axis`.
     pub fn cumsum(&self, axis: isize) -> Result<Tensor> {
-        let axis = resolve_axis(axis, self.rank(), "cumsum")?;
+        let axis = resolve_axis_or_scalar(axis, self.rank(), "cumsum")?;
         Tensor::apply(
             Op::Cumsum {
                 axis,
@@ -563,12 +563,12 @@ impl Tensor {
     }
     /// Softmax along `axis`.
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
-        let axis = resolve_axis(axis, self.rank(), "softmax")?;
+        let axis = resolve_axis_or_scalar(axis, self.rank(), "softmax")?;
         Tensor::apply(Op::Softmax { axis }, &[self])
     }
     /// Log-softmax along `axis`.
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
-        let axis = resolve_axis(axis, self.rank(), "log_softmax")?;
+        let axis = resolve_axis_or_scalar(axis, self.rank(), "log_softmax")?;
         Tensor::apply(Op::LogSoftmax { axis }, &[self])
     }
 
@@ -605,7 +605,7 @@ impl Tensor {
         };
         if unknown > 1
             || dims.iter().any(|&d| d < -1)
-            || (unknown == 1 && (known == 0 || self.numel() % known != 0))
+            || (unknown == 1 && (known == 0 || !self.numel().is_multiple_of(known)))
         {
             return Err(bad());
         }
@@ -632,6 +632,12 @@ impl Tensor {
     }
     /// Swaps two axes.
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            // PyTorch allows transposing a 0-d tensor with itself (axes 0 / -1).
+            resolve_axis_or_scalar(a, 0, "transpose")?;
+            resolve_axis_or_scalar(b, 0, "transpose")?;
+            return Ok(self.clone());
+        }
         let (a, b) = (
             resolve_axis(a, self.rank(), "transpose")?,
             resolve_axis(b, self.rank(), "transpose")?,

@@ -5,6 +5,9 @@ use kiln_core::nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2dConfig, Dropout, Embedding, Flatten, Forward,
     Init, LayerNorm, Linear, MaxPool2d, Module, Param, ReLU, Sequential, Softmax, loss,
 };
+mod common;
+
+use common::{Arr, reference};
 use kiln_core::{DType, Device, ErrorKind, Tensor};
 use std::collections::BTreeMap;
 
@@ -179,48 +182,6 @@ fn linear_matches_naive_reference() {
     assert!(err.to_string().contains("7 features"), "{err}");
 }
 
-fn naive_conv(
-    x: &[f64],
-    [n, c, h, w]: [usize; 4],
-    wt: &[f64],
-    [o, cg, kh, kw]: [usize; 4],
-    bias: &[f64],
-    stride: usize,
-    pad: usize,
-    groups: usize,
-) -> (Vec<f64>, [usize; 4]) {
-    let oh = (h + 2 * pad - kh) / stride + 1;
-    let ow = (w + 2 * pad - kw) / stride + 1;
-    let og = o / groups;
-    let mut out = vec![0.0; n * o * oh * ow];
-    for b in 0..n {
-        for oc in 0..o {
-            let g = oc / og;
-            for y in 0..oh {
-                for xx in 0..ow {
-                    let mut s = bias[oc];
-                    for ci in 0..cg {
-                        let ic = g * cg + ci;
-                        for i in 0..kh {
-                            for j in 0..kw {
-                                let iy = (y * stride + i) as isize - pad as isize;
-                                let ix = (xx * stride + j) as isize - pad as isize;
-                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
-                                    continue;
-                                }
-                                s += x[((b * c + ic) * h + iy as usize) * w + ix as usize]
-                                    * wt[((oc * cg + ci) * kh + i) * kw + j];
-                            }
-                        }
-                    }
-                    out[((b * o + oc) * oh + y) * ow + xx] = s;
-                }
-            }
-        }
-    }
-    (out, [n, o, oh, ow])
-}
-
 #[test]
 fn conv2d_matches_naive_reference() {
     let conv = Conv2dConfig::new(4, 6, 3)
@@ -231,17 +192,24 @@ fn conv2d_matches_naive_reference() {
         .unwrap();
     let x = randn(&[2, 4, 7, 6], 3);
     let y = conv.forward(&x).unwrap();
-    let (want, shape) = naive_conv(
-        &vals(&x),
-        [2, 4, 7, 6],
-        &vals(&conv.weight.tensor()),
-        [6, 2, 3, 3],
-        &vals(&conv.bias.as_ref().unwrap().tensor()),
-        2,
-        1,
-        2,
+    let bias = vals(&conv.bias.as_ref().unwrap().tensor());
+    let plain = reference::conv2d(
+        &Arr::new(&[2, 4, 7, 6], vals(&x)),
+        &Arr::new(&[6, 2, 3, 3], vals(&conv.weight.tensor())),
+        reference::Conv {
+            stride: [2, 2],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 2,
+        },
     );
-    assert_eq!(y.dims(), &shape);
+    let want: Vec<f64> = plain
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + bias[(i / (plain.shape[2] * plain.shape[3])) % 6])
+        .collect();
+    assert_eq!(y.dims(), &plain.shape[..]);
     assert_close(&vals(&y), &want, 1e-12, "conv2d");
     assert!(
         Conv2dConfig::new(3, 4, 3)

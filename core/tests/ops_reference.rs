@@ -103,6 +103,11 @@ fn unary_cases() -> Vec<UnaryCase> {
     ]
 }
 
+/// A scalar reference for a unary op.
+type Scalar1 = fn(f64) -> f64;
+/// A scalar reference for a comparison.
+type Compare = fn(f64, f64) -> bool;
+
 #[test]
 fn unary_float_ops_match_reference() -> Result<()> {
     let mut rng = Rng::new(1);
@@ -129,7 +134,7 @@ fn unary_named_methods_match_ops() -> Result<()> {
     let mut rng = Rng::new(2);
     let a = Arr::random(&mut rng, &[4, 6], DType::F64, &mut |r| r.uniform(0.2, 3.0));
     let x = tensor(&a, DType::F64);
-    let methods: Vec<(&str, Tensor, fn(f64) -> f64)> = vec![
+    let methods: Vec<(&str, Tensor, Scalar1)> = vec![
         ("neg", x.neg()?, |v| -v),
         ("abs", x.abs()?, f64::abs),
         ("exp", x.exp()?, f64::exp),
@@ -176,7 +181,7 @@ fn round_is_half_to_even() -> Result<()> {
 #[test]
 fn unary_integer_ops_match_reference() -> Result<()> {
     let mut rng = Rng::new(3);
-    let int_ops: Vec<(UnaryOp, fn(f64) -> f64)> = vec![
+    let int_ops: Vec<(UnaryOp, Scalar1)> = vec![
         (UnaryOp::Neg, |x| -x),
         (UnaryOp::Abs, f64::abs),
         (UnaryOp::Relu, |x| x.max(0.0)),
@@ -369,7 +374,7 @@ fn maximum_and_minimum_propagate_nan() -> Result<()> {
 #[test]
 fn comparisons_broadcast_and_match_reference() -> Result<()> {
     let mut rng = Rng::new(6);
-    let ops: [(CmpOp, fn(f64, f64) -> bool); 6] = [
+    let ops: [(CmpOp, Compare); 6] = [
         (CmpOp::Eq, |a, b| a == b),
         (CmpOp::Ne, |a, b| a != b),
         (CmpOp::Lt, |a, b| a < b),
@@ -1131,8 +1136,8 @@ fn index_select_along_each_axis() -> Result<()> {
         for it in [DType::I32, DType::U32] {
             for Input { label, want, t } in layouts(&mut rng, &shape, dt, &mut |r| r.int(-50, 50))?
             {
-                for axis in 0..3usize {
-                    let idx: Vec<usize> = (0..6).map(|_| rng.below(shape[axis])).collect();
+                for (axis, &len) in shape.iter().enumerate() {
+                    let idx: Vec<usize> = (0..6).map(|_| rng.below(len)).collect();
                     let index = Arr::new(&[6], idx.iter().map(|&i| i as f64).collect());
                     let got = t.index_select(axis as isize, &tensor(&index, it))?;
                     let what = format!("index_select {dt} idx {it} axis {axis} ({label})");

@@ -75,7 +75,7 @@ fn view_step(rng: &mut Rng, t: &Tensor, a: &Arr) -> kiln_core::Result<(Tensor, A
             let i = rng.below(rank);
             let d = a.shape[i];
             let f = (1..=d)
-                .filter(|f| d % f == 0)
+                .filter(|f| d.is_multiple_of(*f))
                 .nth(rng.below(2))
                 .unwrap_or(1);
             let mut s = a.shape.clone();

@@ -15,7 +15,13 @@ use alloc::vec;
 const COL_BUDGET: usize = 1 << 23;
 
 /// Output size of a convolution along one axis, or `None` when the kernel does not fit.
-pub(crate) fn out_size(size: usize, k: usize, stride: usize, pad: usize, dil: usize) -> Option<usize> {
+pub(crate) fn out_size(
+    size: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+) -> Option<usize> {
     let span = dil.checked_mul(k.checked_sub(1)?)? + 1;
     if stride == 0 || size + 2 * pad < span {
         return None;
@@ -24,8 +30,12 @@ pub(crate) fn out_size(size: usize, k: usize, stride: usize, pad: usize, dil: us
 }
 
 fn dims4(op: &'static str, s: &Shape) -> Result<[usize; 4]> {
-    <[usize; 4]>::try_from(s.dims())
-        .map_err(|_| Error::shape(op, alloc::format!("expected a 4-D (N, C, H, W) tensor, got {s}")))
+    <[usize; 4]>::try_from(s.dims()).map_err(|_| {
+        Error::shape(
+            op,
+            alloc::format!("expected a 4-D (N, C, H, W) tensor, got {s}"),
+        )
+    })
 }
 
 /// The geometry of one convolution: input `[n, c, h, w]`, kernel `[kh, kw]`, output `[oh, ow]`.
@@ -159,7 +169,12 @@ fn float_dispatch(
 
 /// Convolution: per chunk of images, im2col then `weight[g] @ col[g]` per group.
 pub(crate) fn conv2d(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<CpuStorage> {
-    float_dispatch("conv2d", x.dtype, || conv2d_t::<f32>(x, w, p), || conv2d_t::<f64>(x, w, p))
+    float_dispatch(
+        "conv2d",
+        x.dtype,
+        || conv2d_t::<f32>(x, w, p),
+        || conv2d_t::<f64>(x, w, p),
+    )
 }
 
 fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<CpuStorage> {
@@ -176,11 +191,24 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
         _ => {
             return Err(Error::shape(
                 op,
-                alloc::format!("input {} and weight {} do not fit {p:?}", xs.shape(), ws.shape()),
+                alloc::format!(
+                    "input {} and weight {} do not fit {p:?}",
+                    xs.shape(),
+                    ws.shape()
+                ),
             ));
         }
     };
-    let g = Geom { c, h, w: wd, kh, kw, oh, ow, p };
+    let g = Geom {
+        c,
+        h,
+        w: wd,
+        kh,
+        kw,
+        oh,
+        ow,
+        p,
+    };
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
     let mut out = vec![T::ZERO; n * o * ohw];
@@ -205,10 +233,14 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
             );
         }
         // tmp is [o, nb, oh*ow]; the output wants [nb, o, oh*ow].
-        par::chunks_mut(&mut out[n0 * o * ohw..(n0 + nb) * o * ohw], ohw, |i, dst| {
-            let (b, oc) = (i / o, i % o);
-            dst.copy_from_slice(&tmp[oc * cols + b * ohw..][..ohw]);
-        });
+        par::chunks_mut(
+            &mut out[n0 * o * ohw..(n0 + nb) * o * ohw],
+            ohw,
+            |i, dst| {
+                let (b, oc) = (i / o, i % o);
+                dst.copy_from_slice(&tmp[oc * cols + b * ohw..][..ohw]);
+            },
+        );
     }
     Ok(CpuStorage::new(out))
 }
@@ -282,29 +314,35 @@ fn conv_transpose2d_t<T: Float>(
             );
         }
         // col2im: each output plane gathers the taps that land on it.
-        par::chunks_mut(&mut out[n0 * oc * ohw..(n0 + nb) * oc * ohw], ohw, |i, dst| {
-            let (b, c) = (i / oc, i % oc);
-            let (gi, ol) = (c / og, c % og);
-            for ki in 0..kh {
-                for kj in 0..kw {
-                    let src = &col[(gi * rows + ol * kk + ki * kw + kj) * cols + b * hw..][..hw];
-                    for iy in 0..h {
-                        let y = (iy * p.stride[0] + ki * p.dilation[0]) as isize - p.padding[0] as isize;
-                        if y < 0 || y >= oh as isize {
-                            continue;
-                        }
-                        let drow = &mut dst[y as usize * ow..][..ow];
-                        for ix in 0..wd {
-                            let xx = (ix * p.stride[1] + kj * p.dilation[1]) as isize
-                                - p.padding[1] as isize;
-                            if xx >= 0 && xx < ow as isize {
-                                drow[xx as usize] = drow[xx as usize] + src[iy * wd + ix];
+        par::chunks_mut(
+            &mut out[n0 * oc * ohw..(n0 + nb) * oc * ohw],
+            ohw,
+            |i, dst| {
+                let (b, c) = (i / oc, i % oc);
+                let (gi, ol) = (c / og, c % og);
+                for ki in 0..kh {
+                    for kj in 0..kw {
+                        let src =
+                            &col[(gi * rows + ol * kk + ki * kw + kj) * cols + b * hw..][..hw];
+                        for iy in 0..h {
+                            let y = (iy * p.stride[0] + ki * p.dilation[0]) as isize
+                                - p.padding[0] as isize;
+                            if y < 0 || y >= oh as isize {
+                                continue;
+                            }
+                            let drow = &mut dst[y as usize * ow..][..ow];
+                            for ix in 0..wd {
+                                let xx = (ix * p.stride[1] + kj * p.dilation[1]) as isize
+                                    - p.padding[1] as isize;
+                                if xx >= 0 && xx < ow as isize {
+                                    drow[xx as usize] = drow[xx as usize] + src[iy * wd + ix];
+                                }
                             }
                         }
                     }
                 }
-            }
-        });
+            },
+        );
     }
     Ok(CpuStorage::new(out))
 }
@@ -349,7 +387,16 @@ fn backward_weight_t<T: Float>(
             ),
         ));
     }
-    let g = Geom { c, h, w: wd, kh, kw, oh: goh, ow: gow, p };
+    let g = Geom {
+        c,
+        h,
+        w: wd,
+        kh,
+        kw,
+        oh: goh,
+        ow: gow,
+        p,
+    };
     let (xv, gv) = (xs.to_contiguous(), gs.to_contiguous());
     let (ohw, og, kg) = (goh * gow, o / groups, (c / groups) * kh * kw);
     let mut dw = vec![T::ZERO; o * kg];
@@ -363,7 +410,8 @@ fn backward_weight_t<T: Float>(
         // gt = grad[n0..n0+nb] as [o, nb*oh*ow].
         par::chunks_mut(&mut gt[..o * cols], cols, |oc, dst| {
             for b in 0..nb {
-                dst[b * ohw..(b + 1) * ohw].copy_from_slice(&gv[((n0 + b) * o + oc) * ohw..][..ohw]);
+                dst[b * ohw..(b + 1) * ohw]
+                    .copy_from_slice(&gv[((n0 + b) * o + oc) * ohw..][..ohw]);
             }
         });
         for gi in 0..groups {

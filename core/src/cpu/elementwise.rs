@@ -1,11 +1,11 @@
 //! Creation, unary, binary, comparison, select and cast kernels.
 
-use crate::dtype::Element as _;
 use super::num::{Float, Num};
 use super::storage::{CpuElem, CpuStorage, Src};
 use super::strided::{map1, map2, map3};
 use super::{dispatch_any, unsupported};
 use crate::backend::View;
+use crate::dtype::Element as _;
 use crate::op::{BinaryOp, CmpOp, Op, UnaryOp};
 use crate::random::{normal_f64, uniform_f32};
 use crate::{DType, Error, Result, Shape};
@@ -29,7 +29,9 @@ pub(crate) fn create(op: &Op, dt: DType, shape: &Shape) -> Result<CpuStorage> {
             } => (0..n)
                 .map(|i| T::from_f64(low + (high - low) * uniform_f32(seed, i as u64) as f64))
                 .collect(),
-            Op::RandNormal { mean, std, seed, .. } => (0..n)
+            Op::RandNormal {
+                mean, std, seed, ..
+            } => (0..n)
                 .map(|i| T::from_f64(mean + std * normal_f64(seed, i as u64)))
                 .collect(),
             _ => return Err(Error::invalid(op.name(), "is not a creation op")),
@@ -185,7 +187,12 @@ pub(crate) fn select(
     b: &View<'_>,
     shape: &Shape,
 ) -> Result<CpuStorage> {
-    fn sel<T: CpuElem>(c: &View<'_>, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
+    fn sel<T: CpuElem>(
+        c: &View<'_>,
+        a: &View<'_>,
+        b: &View<'_>,
+        shape: &Shape,
+    ) -> Result<CpuStorage> {
         let c = Src::<bool>::new("where", c)?;
         let (x, y) = (Src::<T>::new("where", a)?, Src::<T>::new("where", b)?);
         Ok(CpuStorage::new(map3(&c, &x, &y, shape, |c, p, q| {
@@ -224,7 +231,10 @@ pub(crate) fn narrow_f32(values: &CpuStorage) -> Result<CpuStorage> {
         )),
         s => Err(Error::dtype(
             "f16",
-            alloc::format!("expected an f32 result to round to f16, found {}", s.dtype()),
+            alloc::format!(
+                "expected an f32 result to round to f16, found {}",
+                s.dtype()
+            ),
         )),
     }
 }

@@ -46,7 +46,10 @@ pub(crate) fn device() -> Device {
 
 /// The error for a dtype an op does not take.
 pub(crate) fn unsupported(op: &'static str, dt: DType) -> Error {
-    Error::unsupported(op, alloc::format!("is not defined for {dt} tensors on the cpu"))
+    Error::unsupported(
+        op,
+        alloc::format!("is not defined for {dt} tensors on the cpu"),
+    )
 }
 
 /// Runs `$body` with `$T` bound to the Rust element type of `$dt`.

@@ -14,13 +14,7 @@ use alloc::vec::Vec;
 /// A row-major copy of `x` seen through `layout` (its own layout, or a view op's result).
 pub(crate) fn copy(x: &View<'_>, layout: &Layout) -> Result<CpuStorage> {
     fn run<T: CpuElem>(x: &View<'_>, layout: &Layout) -> Result<CpuStorage> {
-        let s = Src::<T>::new(
-            "contiguous",
-            &View {
-                layout,
-                ..*x
-            },
-        )?;
+        let s = Src::<T>::new("contiguous", &View { layout, ..*x })?;
         Ok(CpuStorage::new(s.to_contiguous().into_owned()))
     }
     dispatch_any!(x.dtype, T => run::<T>(x, layout))
@@ -65,12 +59,15 @@ fn indices(op: &'static str, index: &View<'_>, what: &str, size: usize) -> Resul
     };
     raw.into_iter()
         .map(|i| {
-            usize::try_from(i).ok().filter(|&u| u < size).ok_or_else(|| {
-                Error::index(
-                    op,
-                    alloc::format!("index {i} is out of range for {what} of size {size}"),
-                )
-            })
+            usize::try_from(i)
+                .ok()
+                .filter(|&u| u < size)
+                .ok_or_else(|| {
+                    Error::index(
+                        op,
+                        alloc::format!("index {i} is out of range for {what} of size {size}"),
+                    )
+                })
         })
         .collect()
 }
@@ -93,7 +90,12 @@ fn fits(op: &'static str, inner: &Shape, outer: &Shape, skip: Option<usize>) -> 
 pub(crate) fn gather(x: &View<'_>, index: &View<'_>, axis: usize) -> Result<CpuStorage> {
     fn run<T: CpuElem>(x: &View<'_>, index: &View<'_>, axis: usize) -> Result<CpuStorage> {
         let s = Src::<T>::new("gather", x)?;
-        let idx = indices("gather", index, &alloc::format!("axis {axis}"), s.dims()[axis])?;
+        let idx = indices(
+            "gather",
+            index,
+            &alloc::format!("axis {axis}"),
+            s.dims()[axis],
+        )?;
         fits("gather", index.layout.shape(), s.shape(), Some(axis))?;
         // Offsets of x at every index position with the gathered axis at 0.
         let mut strides = s.layout.strides().to_vec();
@@ -114,7 +116,12 @@ pub(crate) fn gather(x: &View<'_>, index: &View<'_>, axis: usize) -> Result<CpuS
 pub(crate) fn index_select(x: &View<'_>, index: &View<'_>, axis: usize) -> Result<CpuStorage> {
     fn run<T: CpuElem>(x: &View<'_>, index: &View<'_>, axis: usize) -> Result<CpuStorage> {
         let s = Src::<T>::new("index_select", x)?;
-        let idx = indices("index_select", index, &alloc::format!("axis {axis}"), s.dims()[axis])?;
+        let idx = indices(
+            "index_select",
+            index,
+            &alloc::format!("axis {axis}"),
+            s.dims()[axis],
+        )?;
         let v = s.to_contiguous();
         let (outer, len, inner) = around(s.dims(), axis);
         let mut out = Vec::with_capacity(outer * idx.len() * inner);
@@ -137,16 +144,30 @@ pub(crate) fn scatter_add(
     src: &View<'_>,
     axis: usize,
 ) -> Result<CpuStorage> {
-    fn run<T: Num>(x: &View<'_>, index: &View<'_>, src: &View<'_>, axis: usize) -> Result<CpuStorage> {
+    fn run<T: Num>(
+        x: &View<'_>,
+        index: &View<'_>,
+        src: &View<'_>,
+        axis: usize,
+    ) -> Result<CpuStorage> {
         let s = Src::<T>::new("scatter_add", x)?;
         let mut out = s.to_contiguous().into_owned();
-        let idx = indices("scatter_add", index, &alloc::format!("axis {axis}"), s.dims()[axis])?;
+        let idx = indices(
+            "scatter_add",
+            index,
+            &alloc::format!("axis {axis}"),
+            s.dims()[axis],
+        )?;
         let shape = index.layout.shape().clone();
         let src = Src::<T>::new("scatter_add", src)?;
         fits("scatter_add", &shape, src.shape(), None)?;
         fits("scatter_add", &shape, s.shape(), Some(axis))?;
         // src is read over the index's extent (it may be larger).
-        let src_pos = Layout::from_parts(shape.clone(), src.layout.strides().to_vec(), src.layout.offset());
+        let src_pos = Layout::from_parts(
+            shape.clone(),
+            src.layout.strides().to_vec(),
+            src.layout.offset(),
+        );
         let mut strides = s.shape().contiguous_strides();
         let step = strides[axis];
         strides[axis] = 0;
@@ -167,12 +188,26 @@ pub(crate) fn scatter_add(
 }
 
 /// Constant padding: the output filled with `value`, then `x` copied into its interior.
-pub(crate) fn pad(x: &View<'_>, pads: &[(usize, usize)], value: f64, shape: &Shape) -> Result<CpuStorage> {
-    fn run<T: CpuElem>(x: &View<'_>, pads: &[(usize, usize)], value: f64, shape: &Shape) -> Result<CpuStorage> {
+pub(crate) fn pad(
+    x: &View<'_>,
+    pads: &[(usize, usize)],
+    value: f64,
+    shape: &Shape,
+) -> Result<CpuStorage> {
+    fn run<T: CpuElem>(
+        x: &View<'_>,
+        pads: &[(usize, usize)],
+        value: f64,
+        shape: &Shape,
+    ) -> Result<CpuStorage> {
         let s = Src::<T>::new("pad", x)?;
         let strides = shape.contiguous_strides();
         let mut out = vec![T::from_f64(value); shape.numel()];
-        let offset: isize = pads.iter().zip(&strides).map(|(p, st)| p.0 as isize * st).sum();
+        let offset: isize = pads
+            .iter()
+            .zip(&strides)
+            .map(|(p, st)| p.0 as isize * st)
+            .sum();
         copy_into(&mut out, &strides, offset as usize, &s);
         Ok(CpuStorage::new(out))
     }

@@ -294,11 +294,7 @@ impl Float for f32 {
         csc: isize,
     ) {
         // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            matrixmultiply::sgemm(
-                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
-            )
-        }
+        unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
     }
 }
 
@@ -355,10 +351,6 @@ impl Float for f64 {
         csc: isize,
     ) {
         // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            matrixmultiply::dgemm(
-                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
-            )
-        }
+        unsafe { matrixmultiply::dgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
     }
 }

@@ -31,7 +31,10 @@ pub(crate) fn pool(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<Cp
 
 fn dims4(op: &'static str, what: &str, s: &Shape) -> Result<[usize; 4]> {
     <[usize; 4]>::try_from(s.dims()).map_err(|_| {
-        Error::shape(op, alloc::format!("{what} must be 4-D (N, C, H, W), got {s}"))
+        Error::shape(
+            op,
+            alloc::format!("{what} must be 4-D (N, C, H, W), got {s}"),
+        )
     })
 }
 
@@ -98,9 +101,15 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
     // The input geometry `[n, c, h, w]` and the pooled geometry `[oh, ow]`.
     let (inp, pooled) = if backward {
         let grad_shape = inputs.last().map(|v| v.layout.shape()).unwrap_or(out_shape);
-        (dims4(name, "input", out_shape)?, dims4(name, "grad_out", grad_shape)?)
+        (
+            dims4(name, "input", out_shape)?,
+            dims4(name, "grad_out", grad_shape)?,
+        )
     } else {
-        (dims4(name, "input", inputs[0].layout.shape())?, dims4(name, "output", out_shape)?)
+        (
+            dims4(name, "input", inputs[0].layout.shape())?,
+            dims4(name, "output", out_shape)?,
+        )
     };
     let [n, c, h, w] = inp;
     let [_, _, oh, ow] = pooled;

@@ -34,7 +34,12 @@ fn runs<'a, T: CpuElem>(x: &Src<'a, T>, axes: &[usize]) -> Result<(Cow<'a, [T]>,
 }
 
 /// Reduces `axes` (all when empty); the output holds one value per kept position, in order.
-pub(crate) fn reduce(op: ReduceOp, axes: &[usize], x: &View<'_>, out_len: usize) -> Result<CpuStorage> {
+pub(crate) fn reduce(
+    op: ReduceOp,
+    axes: &[usize],
+    x: &View<'_>,
+    out_len: usize,
+) -> Result<CpuStorage> {
     match x.dtype {
         DType::F64 => float::<f64>(op, axes, x, out_len),
         DType::F32 => float::<f32>(op, axes, x, out_len),
@@ -69,13 +74,19 @@ fn common<T: Num>(op: ReduceOp, v: &[T], run: usize, out_len: usize) -> Option<C
             T::from_acc(c.iter().fold(T::ACC_ONE, |a, &x| T::acc_mul(a, x.acc())))
         })),
         ReduceOp::Max => CpuStorage::new(chunks(v, run, out_len, |c| {
-            c.iter().fold(c.first().copied().unwrap_or(T::ZERO), |a, &x| a.maximum(x))
+            c.iter()
+                .fold(c.first().copied().unwrap_or(T::ZERO), |a, &x| a.maximum(x))
         })),
         ReduceOp::Min => CpuStorage::new(chunks(v, run, out_len, |c| {
-            c.iter().fold(c.first().copied().unwrap_or(T::ZERO), |a, &x| a.minimum(x))
+            c.iter()
+                .fold(c.first().copied().unwrap_or(T::ZERO), |a, &x| a.minimum(x))
         })),
-        ReduceOp::ArgMax => CpuStorage::new(chunks(v, run, out_len, |c| arg(c, |x, best| x > best))),
-        ReduceOp::ArgMin => CpuStorage::new(chunks(v, run, out_len, |c| arg(c, |x, best| x < best))),
+        ReduceOp::ArgMax => {
+            CpuStorage::new(chunks(v, run, out_len, |c| arg(c, |x, best| x > best)))
+        }
+        ReduceOp::ArgMin => {
+            CpuStorage::new(chunks(v, run, out_len, |c| arg(c, |x, best| x < best)))
+        }
         ReduceOp::Mean | ReduceOp::Var { .. } => return None,
     })
 }
@@ -101,7 +112,12 @@ fn int<T: Num>(op: ReduceOp, axes: &[usize], x: &View<'_>, out_len: usize) -> Re
     common(op, &v, run, out_len).ok_or_else(|| unsupported(op.name(), T::DTYPE))
 }
 
-fn float<T: Float>(op: ReduceOp, axes: &[usize], x: &View<'_>, out_len: usize) -> Result<CpuStorage> {
+fn float<T: Float>(
+    op: ReduceOp,
+    axes: &[usize],
+    x: &View<'_>,
+    out_len: usize,
+) -> Result<CpuStorage> {
     let s = Src::<T>::new(op.name(), x)?;
     let (v, run) = runs(&s, axes)?;
     if let Some(out) = common(op, &v, run, out_len) {
@@ -173,9 +189,13 @@ pub(crate) fn softmax(x: &View<'_>, axis: usize, log: bool) -> Result<CpuStorage
                 for (j, l) in lane.iter_mut().enumerate() {
                     *l = v[base + j * inner].into();
                 }
-                let max = lane.iter().fold(f64::NEG_INFINITY, |a, &b| {
-                    if a.is_nan() || b <= a { a } else { b }
-                });
+                let max =
+                    lane.iter().fold(
+                        f64::NEG_INFINITY,
+                        |a, &b| {
+                            if a.is_nan() || b <= a { a } else { b }
+                        },
+                    );
                 let sum: f64 = lane.iter().map(|&l| libm::exp(l - max)).sum();
                 let ln_sum = libm::log(sum);
                 for (j, &l) in lane.iter().enumerate() {

@@ -182,10 +182,10 @@ impl<'a, T: CpuElem> Src<'a, T> {
         (self.layout.is_contiguous() && o + n <= self.data.len()).then(|| &self.data[o..o + n])
     }
     /// The elements in row-major order, copied only when the layout requires it.
-    pub fn to_contiguous(&self) -> Cow<'a, [T]> {
+    pub fn to_contiguous(self) -> Cow<'a, [T]> {
         match self.contiguous() {
             Some(s) => Cow::Borrowed(s),
-            None => Cow::Owned(super::strided::map1(self, |x| x)),
+            None => Cow::Owned(super::strided::map1(&self, |x| x)),
         }
     }
 }

@@ -97,7 +97,8 @@ fn conv2d_and_its_gradients_match_naive_loops() -> Result<()> {
                                     else {
                                         continue;
                                     };
-                                    let (xi, wi) = (idx4(xd, n, ci, iy, ix), idx4(wd, o, c, ki, kj));
+                                    let (xi, wi) =
+                                        (idx4(xd, n, ci, iy, ix), idx4(wd, o, c, ki, kj));
                                     want[oi] += x[xi] * w[wi];
                                     dx[xi] += g[oi] * w[wi];
                                     dw[wi] += g[oi] * x[xi];
@@ -151,7 +152,13 @@ fn conv2d_reads_permuted_input() -> Result<()> {
     Ok(())
 }
 
-fn pool_params(k: [usize; 2], s: [usize; 2], p: [usize; 2], d: [usize; 2], cip: bool) -> Pool2dParams {
+fn pool_params(
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    cip: bool,
+) -> Pool2dParams {
     Pool2dParams {
         kernel: k,
         stride: s,
@@ -191,7 +198,8 @@ fn pools_and_gradients_match_naive_loops() -> Result<()> {
                 for oy in 0..yd[2] {
                     for ox in 0..yd[3] {
                         let oi = idx4(yd, n, c, oy, ox);
-                        let (mut best, mut at, mut sum, mut cnt) = (f64::NEG_INFINITY, None, 0.0, 0);
+                        let (mut best, mut at, mut sum, mut cnt) =
+                            (f64::NEG_INFINITY, None, 0.0, 0);
                         for ki in 0..p.kernel[0] {
                             for kj in 0..p.kernel[1] {
                                 let (Some(iy), Some(ix)) =
@@ -297,7 +305,9 @@ fn gather_scatter_and_errors() -> Result<()> {
     let idx = Tensor::from_vec(vec![3i32, 0, 1, 1, 2, 0], [3, 2], &dev)?;
     let g = x.gather(1, &idx)?.to_vec::<f64>()?;
     let xv = x.to_vec::<f64>()?;
-    let want: Vec<f64> = (0..6).map(|i| xv[(i / 2) * 4 + [3, 0, 1, 1, 2, 0][i]]).collect();
+    let want: Vec<f64> = (0..6)
+        .map(|i| xv[(i / 2) * 4 + [3, 0, 1, 1, 2, 0][i]])
+        .collect();
     close(&g, &want, 0.0);
     // scatter_add with repeated indices accumulates; src may be larger than index.
     let src = t(&rand(9, 6), &[3, 3]);
@@ -315,7 +325,12 @@ fn gather_scatter_and_errors() -> Result<()> {
     assert_eq!(e.kind(), ErrorKind::Index);
     assert!(e.to_string().contains("index 4"), "{e}");
     let neg = Tensor::from_vec(vec![-1i32], [1], &dev)?;
-    assert!(x.index_select(0, &neg).unwrap_err().to_string().contains("-1"));
+    assert!(
+        x.index_select(0, &neg)
+            .unwrap_err()
+            .to_string()
+            .contains("-1")
+    );
     assert!(neg.one_hot(3, DType::F32).is_err());
     Ok(())
 }
@@ -332,7 +347,9 @@ fn matmul_broadcasts_batches_and_promotes_vectors() -> Result<()> {
         for j in 0..3 {
             for m in 0..3 {
                 for n in 0..5 {
-                    let want: f64 = (0..4).map(|k| a[(i * 4 + k) * 3 + m] * b[(j * 4 + k) * 5 + n]).sum();
+                    let want: f64 = (0..4)
+                        .map(|k| a[(i * 4 + k) * 3 + m] * b[(j * 4 + k) * 5 + n])
+                        .sum();
                     let got = yv[((i * 3 + j) * 3 + m) * 5 + n];
                     assert!((got - want).abs() < 1e-12);
                 }
@@ -363,7 +380,11 @@ fn reductions_over_inner_axes_of_strided_views() -> Result<()> {
             assert!((got[a * 2 + c] - want).abs() < 1e-12);
         }
     }
-    let am = Tensor::from_vec(vec![1.0f32, 3.0, 3.0, f32::NAN, 0.0, 2.0], [2, 3], &Device::cpu())?;
+    let am = Tensor::from_vec(
+        vec![1.0f32, 3.0, 3.0, f32::NAN, 0.0, 2.0],
+        [2, 3],
+        &Device::cpu(),
+    )?;
     assert_eq!(am.argmax(1, false)?.to_vec::<i32>()?, vec![1, 0]);
     assert!(am.max(&[1], false)?.to_vec::<f32>()?[1].is_nan());
     Ok(())
@@ -381,13 +402,21 @@ fn elementwise_semantics() -> Result<()> {
     let m = f.maximum(&Tensor::from_vec(vec![f32::NAN, 0.0f32], [2], &dev)?)?;
     assert!(m.to_vec::<f32>()?.iter().all(|v| v.is_nan()));
     let c = Tensor::from_vec(vec![-1.5f32, 3.9e9, f32::NAN, 0.2], [4], &dev)?;
-    assert_eq!(c.cast(DType::I32)?.to_vec::<i32>()?, vec![-1, i32::MAX, 0, 0]);
-    assert_eq!(c.cast(DType::Bool)?.to_vec::<bool>()?, vec![true, true, true, true]);
+    assert_eq!(
+        c.cast(DType::I32)?.to_vec::<i32>()?,
+        vec![-1, i32::MAX, 0, 0]
+    );
+    assert_eq!(
+        c.cast(DType::Bool)?.to_vec::<bool>()?,
+        vec![true, true, true, true]
+    );
     let h = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3], &dev)?.cast(DType::F16)?;
     assert_eq!(h.exp()?.dtype(), DType::F16);
     let hs = h.sum_all()?.cast(DType::F32)?.to_vec::<f32>()?;
     assert_eq!(hs, vec![6.0]);
-    let g = Tensor::from_vec(vec![1.0f64], [1], &dev)?.gelu()?.to_vec::<f64>()?[0];
+    let g = Tensor::from_vec(vec![1.0f64], [1], &dev)?
+        .gelu()?
+        .to_vec::<f64>()?[0];
     assert!((g - 0.841_344_746_068_542_9).abs() < 1e-15);
     Ok(())
 }
