@@ -26,8 +26,10 @@ pub fn train_mnist(
     batch_size: usize,
     steps: usize,
 ) -> Result<BenchResult> {
+    // The peer scripts in tests/bench/ time the same net without dropout.
     let cfg = TrainConfig {
         batch_size,
+        dropout: false,
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(&cfg, device)?;

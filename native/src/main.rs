@@ -98,17 +98,20 @@ struct TrainArgs {
     /// Images per step.
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
-    /// Adam's learning rate.
+    /// Adam's learning rate (the peak of the cosine schedule).
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
+    /// Keep the learning rate constant instead of annealing it to 0 along a cosine.
+    #[arg(long)]
+    constant_lr: bool,
     /// Seed of the weights, shuffles and dropout.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Train on the first N training images only.
     #[arg(long)]
     limit: Option<usize>,
-    /// Use dropout (0.25 and 0.5, as PyTorch's example).
-    #[arg(long)]
+    /// Dropout (0.25 and 0.5, as PyTorch's example): `--dropout false` turns it off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     dropout: bool,
     /// Where the trained model file is written.
     #[arg(long, default_value = "model.safetensors")]
@@ -231,6 +234,7 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         epochs: a.epochs,
         batch_size: a.batch_size,
         lr: a.lr,
+        cosine: !a.constant_lr,
         seed: a.seed,
         limit: a.limit,
         test_limit: None,
