@@ -25,3 +25,15 @@ fn strided_index(i: u32, rank: u32, shape_at: u32, view_at: u32) -> u32 {
     }
     return at;
 }
+
+// An f32 from its bits, computed at run time: WGSL has no literal for infinities, and Chrome's
+// compiler (Tint) rejects an infinite value in a constant expression such as
+// `bitcast<f32>(0xff800000u)`, which naga accepts.
+fn f32_from_bits(bits: u32) -> f32 {
+    var b = bits;
+    return bitcast<f32>(b);
+}
+
+fn neg_inf() -> f32 {
+    return f32_from_bits(0xff800000u);
+}

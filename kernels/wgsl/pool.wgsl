@@ -26,11 +26,6 @@ fn pool() -> Pool {
         params[15] != 0u);
 }
 
-// -inf (WGSL has no literal for it, and naga does not fold bitcast in a const).
-fn neg_inf() -> f32 {
-    return bitcast<f32>(0xff800000u);
-}
-
 // Start (inclusive) and end (exclusive) of adaptive window i of `outs` over `size` inputs.
 fn adaptive_start(i: u32, size: u32, outs: u32) -> u32 {
     return (i * size) / outs;

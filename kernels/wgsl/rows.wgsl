@@ -48,11 +48,6 @@ struct Stat {
     s: f32,
 }
 
-// -inf (WGSL has no literal for it, and naga does not fold bitcast in a const).
-fn neg_inf() -> f32 {
-    return bitcast<f32>(0xff800000u);
-}
-
 fn merge(a: Stat, b: Stat) -> Stat {
     if (a.m == neg_inf()) {
         return b;

@@ -218,7 +218,11 @@ pub(crate) trait Float:
     /// Round half to even.
     fn rint(self) -> Self;
     fn powf(self, p: Self) -> Self;
-    /// `c = alpha * a b + beta * c` with arbitrary strides (matrixmultiply).
+    /// matrixmultiply's GEMM for this type: the no_std and wasm32 path, where it is the smaller.
+    #[cfg_attr(all(feature = "std", not(target_arch = "wasm32")), allow(dead_code))]
+    const MATRIXMULTIPLY: MatrixMultiply<Self>;
+    /// `c = a b + beta * c` with arbitrary strides: the `gemm` crate on native `std` builds,
+    /// matrixmultiply elsewhere.
     ///
     /// # Safety
     /// Every element addressed by the dimensions and strides must lie inside the buffers, and
@@ -238,8 +242,51 @@ pub(crate) trait Float:
         c: *mut Self,
         rsc: isize,
         csc: isize,
-    );
+    ) {
+        // SAFETY (both arms): forwarded from the caller's contract.
+        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        unsafe {
+            fast_gemm(m, k, n, [a, b], [rsa, csa, rsb, csb], beta, c, [rsc, csc])
+        }
+        #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+        unsafe {
+            (Self::MATRIXMULTIPLY)(
+                m,
+                k,
+                n,
+                Self::ONE,
+                a,
+                rsa,
+                csa,
+                b,
+                rsb,
+                csb,
+                beta,
+                c,
+                rsc,
+                csc,
+            )
+        }
+    }
 }
+
+/// The signature of `matrixmultiply::{sgemm, dgemm}`.
+pub(crate) type MatrixMultiply<T> = unsafe fn(
+    usize,
+    usize,
+    usize,
+    T,
+    *const T,
+    isize,
+    isize,
+    *const T,
+    isize,
+    isize,
+    T,
+    *mut T,
+    isize,
+    isize,
+);
 
 /// `c = beta * c + a @ b` through the `gemm` crate, which picks AVX-512, AVX2 or NEON kernels at
 /// run time and splits the work over rayon's threads (about 1.2-1.8x matrixmultiply's speed on an
@@ -256,7 +303,6 @@ unsafe fn fast_gemm<T: Float>(
     [a, b]: [*const T; 2],
     [rsa, csa, rsb, csb]: [isize; 4],
     beta: T,
-    one: T,
     c: *mut T,
     [rsc, csc]: [isize; 2],
 ) {
@@ -279,7 +325,7 @@ unsafe fn fast_gemm<T: Float>(
             csb,
             rsb,
             beta,
-            one,
+            T::ONE,
             false,
             false,
             false,
@@ -325,41 +371,7 @@ impl Float for f32 {
     fn powf(self, p: Self) -> Self {
         libm::powf(self, p)
     }
-    unsafe fn gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY (both arms): forwarded from the caller's contract.
-        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
-        unsafe {
-            fast_gemm(
-                m,
-                k,
-                n,
-                [a, b],
-                [rsa, csa, rsb, csb],
-                beta,
-                1.0,
-                c,
-                [rsc, csc],
-            )
-        }
-        #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
-        unsafe {
-            matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
-        }
-    }
+    const MATRIXMULTIPLY: MatrixMultiply<f32> = matrixmultiply::sgemm;
 }
 
 impl Float for f64 {
@@ -399,39 +411,5 @@ impl Float for f64 {
     fn powf(self, p: Self) -> Self {
         libm::pow(self, p)
     }
-    unsafe fn gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY (both arms): forwarded from the caller's contract.
-        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
-        unsafe {
-            fast_gemm(
-                m,
-                k,
-                n,
-                [a, b],
-                [rsa, csa, rsb, csb],
-                beta,
-                1.0,
-                c,
-                [rsc, csc],
-            )
-        }
-        #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
-        unsafe {
-            matrixmultiply::dgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
-        }
-    }
+    const MATRIXMULTIPLY: MatrixMultiply<f64> = matrixmultiply::dgemm;
 }
