@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the npm package kiln-ml (npm/) from web/ and assembles the draw-a-digit page in www/,
-# installing what is missing first: wasm-pack, wasm-bindgen-cli (pinned to web's wasm-bindgen),
-# npm tools in tests/web (binaryen's wasm-opt, playwright-core, vite), and Debian's Chromium for
-# the browser tests.
-#   scripts/build-web.sh           release build (wasm-opt -Oz), size check, page in www/
+# installing what the build needs when it is missing: the wasm32 target, wasm-pack,
+# wasm-bindgen-cli (the version web's wasm-bindgen is pinned to) and the npm tools in tests/web
+# (binaryen's wasm-opt). scripts/test-web.sh runs the web tests on top of this.
+#   scripts/build-web.sh           release build (wasm-opt -Oz), size check, npm pack, page in www/
 #   KILN_WEB_DEV=1 scripts/build-web.sh        unoptimised, faster to build
 #   KILN_WEB_CPU_ONLY=1 scripts/build-web.sh   without the WebGPU backend (smaller, faster to build)
+#   KILN_WEB_OPT_LEVEL=3 scripts/build-web.sh  rustc opt-level for the release .wasm (default z)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -16,14 +17,12 @@ step() { printf '\n--- %s\n' "$*"; }
 step "toolchain"
 ensure_rust_targets
 ensure_cargo_bin wasm-pack 0.15.1 wasm-pack --locked
-ensure_cargo_bin wasm-bindgen 0.2.130 wasm-bindgen-cli --locked
-if [ ! -x tests/web/node_modules/.bin/wasm-opt ] || [ ! -d tests/web/node_modules/playwright-core ]; then
-  (cd tests/web && npm install --no-audit --no-fund)
+ensure_cargo_bin wasm-bindgen "$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' Cargo.toml)" wasm-bindgen-cli --locked
+if [ ! -x tests/web/node_modules/.bin/wasm-opt ]; then
+  (cd tests/web && npm ci --no-audit --no-fund)
 fi
 # npm's binaryen first on PATH: Debian's wasm-opt is too old for wasm-bindgen's output.
 export PATH="$ROOT/tests/web/node_modules/.bin:$PATH"
-command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
-  || ensure_apt chromium chromium-driver
 
 step "wasm: web/ -> npm/dist"
 profile=--release
@@ -31,6 +30,15 @@ profile=--release
 rm -rf npm/dist
 features=()
 [ -n "${KILN_WEB_CPU_ONLY:-}" ] && features=(-- --no-default-features)
+if [ -z "${KILN_WEB_DEV:-}" ]; then
+  # Size over speed for the download, set here rather than in the workspace profile so native
+  # release builds keep opt-level 3. Measured (wasm-opt -Oz, gzip -9): opt-level 3 without LTO
+  # 388 KB; opt-level z + fat LTO + one codegen unit 298 KB. wasm32 already aborts on panic.
+  export CARGO_PROFILE_RELEASE_OPT_LEVEL=${KILN_WEB_OPT_LEVEL:-z}
+  export CARGO_PROFILE_RELEASE_LTO=fat
+  export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
+  export CARGO_PROFILE_RELEASE_PANIC=abort
+fi
 wasm-pack build web $profile --mode no-install --target web --no-pack \
   --out-dir ../npm/dist --out-name kiln_web "${features[@]}"
 rm -f npm/dist/.gitignore npm/dist/*.d.ts npm/dist/kiln_web_bg.wasm.d.ts

@@ -146,6 +146,12 @@ async function predict(pixels) {
   try {
     const [l, p] = await Promise.all([logits.data(), probs.data()]);
     const ms = performance.now() - t0;
+    // A backend that silently computes garbage (e.g. a GPU pipeline that failed to build) must not
+    // show bars: softmax outputs are finite, in [0, 1], and sum to 1.
+    const sum = p.reduce((s, v) => s + v, 0);
+    if (p.length !== 10 || !p.every((v) => v >= 0 && v <= 1) || !(Math.abs(sum - 1) < 1e-3)) {
+      throw new Error(`the ${device.kind} backend returned invalid probabilities (sum ${sum})`);
+    }
     let digit = 0;
     for (let d = 1; d < 10; d++) if (p[d] > p[digit]) digit = d;
     Object.assign(demo, { lastLogits: Array.from(l), lastProbs: Array.from(p), lastMs: ms });
@@ -166,6 +172,8 @@ demo.settled = async () => {
 
 // ------------------------------------------------------------------ backends
 
+const backendLabel = () => (device.kind === "webgpu" ? "WebGPU" : "the CPU (WebAssembly)");
+
 function markBackend() {
   $("backend").textContent = device.kind === "webgpu" ? "WebGPU" : "CPU";
   $("backend").title = `${device.name} — ${device.reason}`;
@@ -175,6 +183,7 @@ function markBackend() {
   }
 }
 
+/** Switches to a backend ("webgpu", "cpu" or "auto"), loading the model there and checking it with one prediction. */
 async function useDevice(kind) {
   const next = kind === "webgpu" ? await Device.webgpu() : kind === "cpu" ? Device.cpu() : await Device.auto();
   if (!models.has(next.kind)) {
@@ -184,16 +193,49 @@ async function useDevice(kind) {
       throw new Error(`the model file ${MODEL_URL} could not be loaded: ${e.message}`);
     }
   }
-  device = next;
-  model = models.get(next.kind);
+  const [prevDevice, prevModel] = [device, model];
+  [device, model] = [next, models.get(next.kind)];
+  try {
+    await predict(new Uint8Array(784)); // compiles the GPU pipelines; proves the backend works
+  } catch (e) {
+    try {
+      models.get(next.kind)?.dispose();
+    } catch {
+      // a broken device may fail to free too; nothing more to do
+    }
+    models.delete(next.kind);
+    [device, model] = [prevDevice, prevModel];
+    if (kind === "auto" && next.kind === "webgpu") {
+      console.warn(`kiln demo: WebGPU failed (${e.message}); using the CPU`);
+      fallbackReason = `WebGPU failed (${e.message}), so this runs on the CPU`;
+      return useDevice("cpu");
+    }
+    throw e;
+  }
+  if (kind === "auto" && next.kind === "webgpu") {
+    // Live prediction needs speed: a software WebGPU adapter (e.g. SwiftShader) can be far slower
+    // than the CPU backend. Time one warm prediction on each and keep the faster.
+    const gpuMs = (await predict(new Uint8Array(784))).ms;
+    if (gpuMs > SLOW_MS) {
+      await useDevice("cpu");
+      const cpuMs = (await predict(new Uint8Array(784))).ms;
+      if (cpuMs < gpuMs) {
+        fallbackReason = `WebGPU took ${gpuMs.toFixed(0)} ms per prediction here and the CPU ${cpuMs.toFixed(1)} ms, so this runs on the CPU (switch below)`;
+        return;
+      }
+      [device, model] = [next, models.get(next.kind)];
+    }
+  }
   markBackend();
 }
+let fallbackReason = null;
+const SLOW_MS = 30; // above this, `auto` compares WebGPU with the CPU
 
 for (const b of document.querySelectorAll("[data-choose]")) {
   b.addEventListener("click", async () => {
     try {
       await useDevice(b.dataset.choose);
-      status(`Running on ${device.toString()}.`);
+      status(`Running on ${backendLabel()}.`);
       schedule();
     } catch (e) {
       status(`Cannot switch to ${b.dataset.choose}: ${e.message}`, true);
@@ -209,12 +251,10 @@ if (!("gpu" in navigator)) {
 // ------------------------------------------------------------------ start
 
 async function loadModelBytes() {
-  let res;
-  try {
-    res = await fetch(MODEL_URL);
-  } catch (e) {
-    throw new Error(`could not fetch ${MODEL_URL}: ${e.message}`);
-  }
+  // index.html starts the download early; fetch here when it did not (e.g. the page embedded elsewhere).
+  const { response: res, error } = await (window.kilnModelFetch ??
+    fetch(MODEL_URL).then((response) => ({ response }), (error) => ({ error })));
+  if (error) throw new Error(`could not fetch ${MODEL_URL}: ${error.message}`);
   if (!res.ok) {
     throw new Error(
       `no model at ${MODEL_URL} (HTTP ${res.status}). Train one with: kiln train mnist --out www/models/mnist.safetensors --log www/models/mnist-train.jsonl`,
@@ -225,15 +265,16 @@ async function loadModelBytes() {
 
 async function start() {
   clearPad();
-  await init();
+  // The wasm module and the model file download in parallel.
+  const [, bytes] = await Promise.all([init(), loadModelBytes()]);
   $("kiln-version").textContent = version();
-  modelBytes = await loadModelBytes();
-  $("model-size").textContent = `${(modelBytes.length / 1024).toFixed(1)} KB`;
+  modelBytes = bytes;
+  $("model-size").textContent = `${(modelBytes.length / 2 ** 20).toFixed(2)} MB`;
+  $("model-size").dataset.bytes = String(modelBytes.length);
   const wanted = new URLSearchParams(location.search).get("backend") ?? "auto";
-  await useDevice(wanted);
-  await predict(new Uint8Array(784)); // the first prediction warms up the backend
+  await useDevice(wanted); // includes the first prediction, which warms the backend up
   demo.coldStartMs = performance.now();
-  status(`Ready on ${device.toString()}. Draw a digit.`);
+  status(fallbackReason ? `Ready. ${fallbackReason}. Draw a digit.` : `Ready on ${backendLabel()}. Draw a digit.`);
   document.body.dataset.ready = "true";
 }
 
@@ -241,6 +282,13 @@ start().catch((e) => {
   status(`kiln could not start: ${e.message}`, true);
   document.body.dataset.ready = "error";
   for (const b of document.querySelectorAll("button")) b.disabled = true;
+  const params = new URLSearchParams(location.search);
+  if (modelBytes && params.get("backend") !== "cpu") {
+    // The model is fine but the chosen backend is not: offer the CPU.
+    params.set("backend", "cpu");
+    const a = Object.assign(document.createElement("a"), { href: `?${params}`, textContent: " Use the CPU instead." });
+    $("status").append(a);
+  }
 });
 drawTrainingLog();
 
@@ -263,6 +311,10 @@ async function drawTrainingLog() {
   const lastEpoch = epochs[epochs.length - 1];
   $("model-acc").textContent = `${(lastEpoch.test_acc * 100).toFixed(2)}%`;
   $("model-epochs").textContent = String(lastEpoch.epoch);
+  $("train-command").textContent =
+    `kiln train mnist --epochs ${lastEpoch.epoch} --out www/models/mnist.safetensors --log www/models/mnist-train.jsonl`;
+  const secs = epochs.reduce((s, e) => s + (e.seconds ?? 0), 0);
+  if (secs > 0) $("model-time").textContent = `${(secs / 60).toFixed(1)} min`;
 
   const [W, H, L, R, T, B] = [480, 200, 44, 44, 12, 28];
   const maxLoss = Math.max(...epochs.map((e) => e.train_loss)) * 1.1;

@@ -1,107 +1,167 @@
-//! Throughput of the wgpu backend: matmul f32 in TFLOP/s, an elementwise op and a reduction in
-//! GB/s, and a raw device-to-device buffer copy in GB/s for the ratio.
+//! Throughput of the wgpu backend on the GPU it finds: f32 matmul in TFLOP/s, an elementwise add
+//! and a row-sum reduction in GB/s, and a device-to-device buffer copy in GB/s (the bandwidth
+//! the add and the sum are measured against).
 //!
-//! `cargo run --release -p kiln-kernels --example wgpu_bench`
+//! ```text
+//! cargo run --release -p kiln-kernels --example wgpu_bench -- [SIZES...] [--elems N] [--samples N]
+//! cargo run --release -p kiln-kernels --example wgpu_bench -- 1024 4096 8192   # the defaults
+//! ```
+//!
+//! Every figure is the median of `--samples` timed samples (default 9) after a warm-up run
+//! (pipelines compiled, buffers pooled). A sample queues `reps` launches, chosen so that it
+//! lasts about 20 ms, and waits for the GPU (`device.poll(wait)`), so queueing latency is spread
+//! over many launches. The last line is the same figures as JSON (`JSON {...}`) for
+//! `tests/bench/wgpu_vs_torch.py`.
 
-use kiln_core::{DType, Device, Result, Tensor};
+use kiln_core::{DType, Device, Error, Result, Tensor};
 use kiln_kernels::{WgpuBackend, WgpuOptions};
 use std::time::Instant;
 
-fn time(dev: &Device, iters: usize, mut f: impl FnMut() -> Result<Tensor>) -> Result<f64> {
-    f()?; // warm up: pipelines compiled, buffers pooled
-    dev.backend().synchronize()?;
-    let start = Instant::now();
-    for _ in 0..iters {
-        f()?;
+struct Args {
+    sizes: Vec<usize>,
+    elems: usize,
+    samples: usize,
+}
+
+fn parse_args() -> Result<Args> {
+    let bad = |m: String| Error::invalid("wgpu_bench", m);
+    let mut args = Args {
+        sizes: Vec::new(),
+        elems: 1 << 26,
+        samples: 9,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| -> Result<usize> {
+            let v = it
+                .next()
+                .ok_or_else(|| bad(format!("expected a number after {flag}, found nothing")))?;
+            v.parse()
+                .map_err(|_| bad(format!("expected a number after {flag}, found {v:?}")))
+        };
+        match a.as_str() {
+            "--elems" => args.elems = value("--elems")?,
+            "--samples" => args.samples = value("--samples")?.max(1),
+            _ => args.sizes.push(a.parse().map_err(|_| {
+                bad(format!(
+                    "expected matrix sizes, --elems N or --samples N, found {a:?}"
+                ))
+            })?),
+        }
     }
-    dev.backend().synchronize()?;
-    Ok(start.elapsed().as_secs_f64() / iters as f64)
+    if args.sizes.is_empty() {
+        args.sizes = vec![1024, 4096, 8192];
+    }
+    Ok(args)
+}
+
+/// Median seconds per call of `f`, which queues GPU work; `sync` waits for the GPU.
+fn median_secs(
+    samples: usize,
+    sync: &dyn Fn() -> Result<()>,
+    f: &mut dyn FnMut() -> Result<()>,
+) -> Result<f64> {
+    f()?;
+    sync()?;
+    // a second warm-up call, timed, sizes the samples
+    let once = Instant::now();
+    f()?;
+    sync()?;
+    let one = once.elapsed().as_secs_f64().max(1e-7);
+    let reps = ((0.02 / one).ceil() as usize).clamp(1, 200);
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        for _ in 0..reps {
+            f()?;
+        }
+        sync()?;
+        times.push(start.elapsed().as_secs_f64() / reps as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 fn main() -> Result<()> {
+    let args = parse_args()?;
     let backend = WgpuBackend::new_blocking(WgpuOptions::default())?;
     let info = backend.adapter_info().clone();
-    let dev = Device::new(backend);
-    println!("device: {}", dev.name());
-    for n in [1024usize, 4096, 8192] {
+    let dev = Device::new(backend.clone());
+    println!(
+        "device: {} ({:?}, driver {} {})",
+        info.name, info.backend, info.driver, info.driver_info
+    );
+    let sync = || dev.backend().synchronize();
+    let mut json = Vec::new();
+    for &n in &args.sizes {
         let a = Tensor::rand_uniform([n, n], -1.0, 1.0, 1, DType::F32, &dev)?;
         let b = Tensor::rand_uniform([n, n], -1.0, 1.0, 2, DType::F32, &dev)?;
-        let iters = if n >= 8192 { 3 } else { 10 };
-        let s = time(&dev, iters, || a.matmul(&b))?;
+        let s = median_secs(args.samples, &sync, &mut || a.matmul(&b).map(drop))?;
+        let tflops = 2.0 * (n as f64).powi(3) / s / 1e12;
         println!(
-            "matmul f32 {n}x{n}x{n}: {:.2} TFLOP/s ({:.3} ms)",
-            2.0 * (n as f64).powi(3) / s / 1e12,
+            "matmul f32 {n}x{n}x{n}: {tflops:.3} TFLOP/s ({:.3} ms)",
             s * 1e3
         );
+        json.push(format!("\"matmul_{n}_tflops\": {tflops:.4}"));
     }
-    let n = 1 << 26;
+    let n = args.elems;
     let x = Tensor::rand_uniform([n], -1.0, 1.0, 3, DType::F32, &dev)?;
     let y = Tensor::rand_uniform([n], -1.0, 1.0, 4, DType::F32, &dev)?;
-    let s = time(&dev, 20, || x.add(&y))?;
-    let add = 3.0 * 4.0 * n as f64 / s / 1e9;
+    let s = median_secs(args.samples, &sync, &mut || x.add(&y).map(drop))?;
+    // two reads and one write of 4 bytes per element
+    let add = 12.0 * n as f64 / s / 1e9;
     println!("elementwise add f32, {n} elements: {add:.1} GB/s");
-    let m = x.reshape([1 << 14, 1 << 12])?;
-    let s = time(&dev, 20, || m.sum(&[1], false))?;
-    let sum = 4.0 * n as f64 / s / 1e9;
-    println!("sum over rows [16384, 4096] f32: {sum:.1} GB/s");
-    let copy = raw_copy_gbps(&info, 4 * n as u64)?;
-    println!("device-to-device copy: {copy:.1} GB/s");
+    let cols = 4096.min(n);
+    let m = x
+        .slice_axis(0, 0, n / cols * cols, 1)?
+        .reshape([n / cols, cols])?;
+    let s = median_secs(args.samples, &sync, &mut || m.sum(&[1], false).map(drop))?;
+    let sum = 4.0 * (n / cols * cols) as f64 / s / 1e9;
+    println!("sum over rows [{}, {cols}] f32: {sum:.1} GB/s", n / cols);
+    let copy = copy_gbps(&backend, 4 * n as u64, args.samples)?;
+    println!("device-to-device copy, {} bytes: {copy:.1} GB/s", 4 * n);
     println!(
         "ratios to copy: add {:.2}x, sum {:.2}x",
         add / copy,
         sum / copy
     );
+    json.extend([
+        format!("\"elems\": {n}"),
+        format!("\"add_gbps\": {add:.3}"),
+        format!("\"sum_gbps\": {sum:.3}"),
+        format!("\"copy_gbps\": {copy:.3}"),
+        format!("\"device\": {:?}", info.name),
+    ]);
+    println!("JSON {{{}}}", json.join(", "));
     Ok(())
 }
 
-/// Read + write bandwidth of `copy_buffer_to_buffer` on a device opened like the backend's.
-fn raw_copy_gbps(info: &wgpu::AdapterInfo, bytes: u64) -> Result<f64> {
-    let err = |e: String| kiln_core::Error::device("wgpu_bench", e);
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let adapter = kiln_core::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-        power_preference: wgpu::PowerPreference::HighPerformance,
-        ..Default::default()
-    }))
-    .map_err(|e| err(e.to_string()))?;
-    if adapter.get_info().name != info.name {
-        eprintln!(
-            "note: copy measured on {} (backend uses {})",
-            adapter.get_info().name,
-            info.name
-        );
-    }
-    let (device, queue) = kiln_core::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        required_limits: adapter.limits(),
-        ..Default::default()
-    }))
-    .map_err(|e| err(e.to_string()))?;
+/// Read + write bandwidth of `copy_buffer_to_buffer` between two buffers of `bytes` on the
+/// backend's own device and queue.
+fn copy_gbps(backend: &WgpuBackend, bytes: u64, samples: usize) -> Result<f64> {
+    let device = backend.wgpu_device();
+    let queue = backend.wgpu_queue();
     let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-    let a = device.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size: bytes,
-        usage,
-        mapped_at_creation: false,
-    });
-    let b = device.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size: bytes,
-        usage,
-        mapped_at_creation: false,
-    });
-    let run = |iters: usize| -> Result<f64> {
-        let start = Instant::now();
-        let mut enc = device.create_command_encoder(&Default::default());
-        for _ in 0..iters {
-            enc.copy_buffer_to_buffer(&a, 0, &b, 0, bytes);
-        }
-        queue.submit([enc.finish()]);
+    let make = || {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("bench copy"),
+            size: bytes,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let (a, b) = (make(), make());
+    let sync = || {
         device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| err(e.to_string()))?;
-        Ok(start.elapsed().as_secs_f64())
+            .map(drop)
+            .map_err(|e| Error::device("wgpu_bench", e.to_string()))
     };
-    run(1)?;
-    let iters = 20;
-    let s = run(iters)? / iters as f64;
+    let s = median_secs(samples, &sync, &mut || {
+        let mut enc = device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&a, 0, &b, 0, bytes);
+        queue.submit([enc.finish()]);
+        Ok(())
+    })?;
     Ok(2.0 * bytes as f64 / s / 1e9)
 }

@@ -148,6 +148,16 @@ impl WgpuBackend {
         &self.inner.info
     }
 
+    /// The wgpu device this backend runs on (benchmarks and interop use it beside the backend).
+    pub fn wgpu_device(&self) -> &wgpu::Device {
+        &self.inner.device
+    }
+
+    /// The queue this backend submits to.
+    pub fn wgpu_queue(&self) -> &wgpu::Queue {
+        &self.inner.queue
+    }
+
     /// Fails with the first error wgpu reported asynchronously, naming `op`.
     fn check(&self, op: &str) -> Result<()> {
         let err = self.inner.error.lock().ok().and_then(|mut e| e.take());

@@ -673,7 +673,7 @@ impl Planner {
         push_view(&mut params, 0, &rs[0]);
         let per_thread = len <= 64;
         let (lowest, highest) = match ty {
-            "f32" => ("bitcast<f32>(0xff800000u)", "bitcast<f32>(0x7f800000u)"),
+            "f32" => ("f32_from_bits(0xff800000u)", "f32_from_bits(0x7f800000u)"),
             "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
             _ => ("0u", "0xffffffffu"),
         };
@@ -784,9 +784,11 @@ impl Planner {
             .map(|i| {
                 let pick = |d: &[usize]| {
                     let nb = d.len() - 2;
-                    (i + nb >= batch_rank)
-                        .then(|| d[i + nb - batch_rank])
-                        .unwrap_or(1)
+                    if i + nb >= batch_rank {
+                        d[i + nb - batch_rank]
+                    } else {
+                        1
+                    }
                 };
                 pick(&ad).max(pick(&bd))
             })
@@ -865,11 +867,16 @@ impl Planner {
         ty: &'static str,
     ) -> Result<()> {
         let [m, n, _, batches] = mnkb;
-        // (BM, BN, BK, TM, TN): large tiles where there is enough output to fill the GPU.
-        let (bm, bn, bk, tm, tn) = if m >= 128 && n >= 128 {
+        // (BM, BN, BK, TM, TN), 256 invocations each: the larger the block of C per invocation,
+        // the more multiply-adds per value read from workgroup memory, so large tiles where there
+        // is enough output to keep the GPU busy. Workgroup memory: 4 * BK * (BM + BN) bytes
+        // (8 KiB, 12 KiB, 8 KiB), within WebGPU's guaranteed 16 KiB.
+        let (bm, bn, bk, tm, tn) = if m >= 512 && n >= 512 {
             (128, 128, 8, 8, 8)
+        } else if m >= 128 && n >= 64 {
+            (128, 64, 16, 8, 4)
         } else {
-            (64, 64, 8, 4, 4)
+            (64, 64, 16, 4, 4)
         };
         let tiles_m = m.div_ceil(bm);
         let tiles_n = n.div_ceil(bn);
@@ -1242,14 +1249,15 @@ pub fn variants() -> Vec<KernelKey> {
         );
         add(Op::Matmul, vec![f(&[4, 5], dt), f(&[5, 6], dt)]);
         add(Op::Matmul, vec![f(&[200, 5], dt), f(&[5, 300], dt)]);
+        add(Op::Matmul, vec![f(&[600, 5], dt), f(&[5, 600], dt)]);
     }
     for len in [8, 1000] {
         add(Op::Softmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
         add(Op::LogSoftmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
     }
     let c = Conv2dParams::default();
-    for big in [false, true] {
-        let (n, ch) = if big { (8, 128) } else { (1, 2) };
+    // one size for each gemm tile shape
+    for (n, ch) in [(1, 2), (8, 128), (64, 512)] {
         add(
             Op::Conv2d(c),
             vec![

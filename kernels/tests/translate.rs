@@ -34,7 +34,12 @@ fn assert_balanced(label: &str, src: &str) {
                         ']' => '[',
                         _ => '{',
                     };
-                    assert_eq!(open, Some(want), "{label}: unbalanced `{c}` on line {}", n + 1);
+                    assert_eq!(
+                        open,
+                        Some(want),
+                        "{label}: unbalanced `{c}` on line {}",
+                        n + 1
+                    );
                 }
                 _ => {}
             }
@@ -49,7 +54,10 @@ fn every_fixture_translates_for_cuda_and_hip() {
         let cuda = translate(wgsl, name, Dialect::Cuda).unwrap_or_else(|e| panic!("{e}"));
         let hip = translate(wgsl, name, Dialect::Hip).unwrap_or_else(|e| panic!("{e}"));
         assert!(!cuda.kernels.is_empty(), "{name}: no kernels");
-        assert_eq!(cuda.kernels, hip.kernels, "{name}: dialects disagree on kernels");
+        assert_eq!(
+            cuda.kernels, hip.kernels,
+            "{name}: dialects disagree on kernels"
+        );
         assert!(hip.source.contains("#include <hip/hip_runtime.h>"));
         assert!(!cuda.source.contains("#include"));
         // The dialects differ only in the header.
@@ -86,11 +94,32 @@ fn parameters_follow_bindings_then_lengths() {
     assert_eq!(
         kinds,
         vec![
-            ParamKind::Storage { group: 0, binding: 0, read_only: true },
-            ParamKind::Storage { group: 0, binding: 1, read_only: true },
-            ParamKind::Storage { group: 0, binding: 2, read_only: false },
-            ParamKind::Uniform { group: 0, binding: 3, size: 80 },
-            ParamKind::ArrayLength { group: 0, binding: 1, offset: 0, stride: 4 },
+            ParamKind::Storage {
+                group: 0,
+                binding: 0,
+                read_only: true
+            },
+            ParamKind::Storage {
+                group: 0,
+                binding: 1,
+                read_only: true
+            },
+            ParamKind::Storage {
+                group: 0,
+                binding: 2,
+                read_only: false
+            },
+            ParamKind::Uniform {
+                group: 0,
+                binding: 3,
+                size: 80
+            },
+            ParamKind::ArrayLength {
+                group: 0,
+                binding: 1,
+                offset: 0,
+                stride: 4
+            },
         ]
     );
     assert!(m.source.contains("const float* __restrict__ a"));
@@ -112,29 +141,70 @@ fn parameters_follow_bindings_then_lengths() {
     assert_eq!(
         lens,
         vec![
-            ParamKind::ArrayLength { group: 0, binding: 0, offset: 0, stride: 4 },
-            ParamKind::ArrayLength { group: 0, binding: 1, offset: 8, stride: 4 },
+            ParamKind::ArrayLength {
+                group: 0,
+                binding: 0,
+                offset: 0,
+                stride: 4
+            },
+            ParamKind::ArrayLength {
+                group: 0,
+                binding: 1,
+                offset: 8,
+                stride: 4
+            },
         ]
     );
 }
 
 #[test]
 fn constructs_map_to_cuda() {
-    let src = |i: usize| translate(FIXTURES[i].1, FIXTURES[i].0, Dialect::Cuda).unwrap().source;
+    let src = |i: usize| {
+        translate(FIXTURES[i].1, FIXTURES[i].0, Dialect::Cuda)
+            .unwrap()
+            .source
+    };
     let reduce = src(1);
-    for needle in ["__shared__ karr_", "__syncthreads();", "k_zero_shared(partial", "if (!loop_init) {"] {
+    for needle in [
+        "__shared__ karr_",
+        "__syncthreads();",
+        "k_zero_shared(partial",
+        "if (!loop_init) {",
+    ] {
         assert!(reduce.contains(needle), "reduce lacks {needle}");
     }
     let ew = src(0);
-    for needle in ["switch (", "case 1: {", "default: {", "k_round(", "k_inverse_sqrt(", "k_bitcast_u32(", "k_to_i32(", "kvec<float, 4>{"] {
+    for needle in [
+        "switch (",
+        "case 1: {",
+        "default: {",
+        "k_round(",
+        "k_inverse_sqrt(",
+        "k_bitcast_u32(",
+        "k_to_i32(",
+        "kvec<float, 4>{",
+    ] {
         assert!(ew.contains(needle), "elementwise lacks {needle}");
     }
     let atomics = src(4);
-    for needle in ["atomicAdd(&", "k_atomic_cas<", "k_atomic_load(&", "atomicExch(&", "atomicMax(&", "atomicMin(&"] {
+    for needle in [
+        "atomicAdd(&",
+        "k_atomic_cas<",
+        "k_atomic_load(&",
+        "atomicExch(&",
+        "atomicMax(&",
+        "atomicMin(&",
+    ] {
         assert!(atomics.contains(needle), "atomics lacks {needle}");
     }
     let control = src(3);
-    for needle in ["k_div(", "k_mod(", "k_shr(", "k_shl(", "static __device__ inline void bump(int* p"] {
+    for needle in [
+        "k_div(",
+        "k_mod(",
+        "k_shr(",
+        "k_shl(",
+        "static __device__ inline void bump(int* p",
+    ] {
         assert!(control.contains(needle), "control lacks {needle}");
     }
 }
@@ -180,10 +250,32 @@ fn unsupported_constructs_are_named() {
     assert!(err.to_string().contains("does not parse"), "{err}");
 }
 
+/// Names the prelude's prefixes would claim when suffixed (`k` -> `k_1`) still get unique,
+/// legal names: two loops over `k` in one kernel used to search for a free name forever.
+#[test]
+fn repeated_names_near_reserved_prefixes_translate() {
+    let wgsl = "
+        @group(0) @binding(0) var<storage, read_write> o: array<u32>;
+        @compute @workgroup_size(1) fn twice() {
+            for (var k = 0u; k < 2u; k++) { o[k] = k; }
+            for (var k = 0u; k < 3u; k++) { o[k] += k; }
+            let karr = o[0]; let karr_ = o[1];
+            o[2] = karr + karr_;
+        }";
+    for dialect in [Dialect::Cuda, Dialect::Hip] {
+        let m = translate(wgsl, "twice", dialect).unwrap_or_else(|e| panic!("{e}"));
+        assert_balanced("twice", &m.source);
+        assert!(m.source.contains("k1"), "{}", m.source);
+    }
+}
+
 // ---- running translated kernels on the host
 
 fn gxx() -> Option<&'static str> {
-    let ok = Command::new("g++").arg("--version").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("g++")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
         eprintln!("notice: g++ not found; skipping host compilation of translated kernels");
     }
@@ -209,12 +301,16 @@ fn compile_host(wgsl: &str, label: &str, entry: &str) -> Option<HostKernel> {
     let kernel = kernel(&m, entry).clone();
     let dir = scratch(&format!("{label}-{entry}"));
     std::fs::write(dir.join("kernel.cu"), &m.source).unwrap();
-    let mut main = String::from("#include \"kernel.cu\"\n#include <string>\nint main(int argc, char **argv) {\n  std::string d = argv[1];\n");
+    let mut main = String::from(
+        "#include \"kernel.cu\"\n#include <string>\nint main(int argc, char **argv) {\n  std::string d = argv[1];\n",
+    );
     let mut args = Vec::new();
     for (i, p) in kernel.params.iter().enumerate() {
         match p.kind {
             ParamKind::Storage { .. } => {
-                main += &format!("  auto b{i} = k_read((d + \"/p{i}.bin\").c_str());\n  void *v{i} = b{i}.data();\n");
+                main += &format!(
+                    "  auto b{i} = k_read((d + \"/p{i}.bin\").c_str());\n  void *v{i} = b{i}.data();\n"
+                );
                 args.push(format!("&v{i}"));
             }
             ParamKind::Uniform { .. } | ParamKind::ArrayLength { .. } => {
@@ -231,7 +327,10 @@ fn compile_host(wgsl: &str, label: &str, entry: &str) -> Option<HostKernel> {
         kernel.workgroup_size[2]
     );
     for (i, p) in kernel.params.iter().enumerate() {
-        if let ParamKind::Storage { read_only: false, .. } = p.kind {
+        if let ParamKind::Storage {
+            read_only: false, ..
+        } = p.kind
+        {
             main += &format!("  k_write((d + \"/p{i}.out\").c_str(), b{i});\n");
         }
     }
@@ -261,7 +360,9 @@ impl HostKernel {
         let mut outputs = Vec::new();
         for (i, p) in self.kernel.params.iter().enumerate() {
             let bytes = match p.kind {
-                ParamKind::Storage { binding, read_only, .. } => {
+                ParamKind::Storage {
+                    binding, read_only, ..
+                } => {
                     if !read_only {
                         outputs.push((i, binding));
                     }
@@ -271,7 +372,12 @@ impl HostKernel {
                     assert_eq!(buffers[&binding].len(), size as usize, "uniform size");
                     buffers[&binding].clone()
                 }
-                ParamKind::ArrayLength { binding, offset, stride, .. } => {
+                ParamKind::ArrayLength {
+                    binding,
+                    offset,
+                    stride,
+                    ..
+                } => {
                     let n = (buffers[&binding].len() as u32 - offset) / stride;
                     n.to_le_bytes().to_vec()
                 }
@@ -286,7 +392,12 @@ impl HostKernel {
         assert!(status.success(), "{} crashed", self.kernel.name);
         outputs
             .into_iter()
-            .map(|(i, b)| (b, std::fs::read(self.dir.join(format!("p{i}.out"))).unwrap()))
+            .map(|(i, b)| {
+                (
+                    b,
+                    std::fs::read(self.dir.join(format!("p{i}.out"))).unwrap(),
+                )
+            })
             .collect()
     }
 }
@@ -311,15 +422,21 @@ fn bytes<T: Copy>(v: &[T]) -> Vec<u8> {
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 fn i32s(b: &[u8]) -> Vec<i32> {
-    b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 fn u32s(b: &[u8]) -> Vec<u32> {
-    b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 fn assert_close(label: &str, got: &[f32], want: &[f32], tol: f32) {
@@ -334,7 +451,9 @@ fn assert_close(label: &str, got: &[f32], want: &[f32], tol: f32) {
 
 #[test]
 fn strided_elementwise_runs_like_wgsl() {
-    let Some(k) = compile_host(FIXTURES[0].1, "elementwise", "unary") else { return };
+    let Some(k) = compile_host(FIXTURES[0].1, "elementwise", "unary") else {
+        return;
+    };
     // Logical [3, 5, 7] stored as its transpose [7, 5, 3].
     let (d0, d1, d2) = (3usize, 5usize, 7usize);
     let numel = d0 * d1 * d2;
@@ -361,18 +480,46 @@ fn strided_elementwise_runs_like_wgsl() {
             .map(|i| {
                 let (i0, i1, i2) = (i / (d1 * d2), (i / d2) % d1, i % d2);
                 let x = a[i0 + i1 * d0 + i2 * d0 * d1];
-                let gelu = 0.5 * x * (1.0 + (0.797_884_56 * (x + 0.044715 * x * x * x)).tanh());
-                let sign = if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { 0.0 };
+                let gelu = 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh());
+                let sign = if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                };
                 let y = match mode {
                     0 => x.exp() + (x.abs() + 1.0).ln(),
                     1 | 2 => x.abs().sqrt() * (1.0 / (x.abs() + 1.0).sqrt()),
                     3 => x.clamp(-1.0, 1.0) + x.min(0.5) - x.max(-0.5),
-                    4 => x.floor() + x.ceil() + x.round_ties_even() + x.trunc() + (x - x.floor()) + sign,
+                    4 => {
+                        x.floor()
+                            + x.ceil()
+                            + x.round_ties_even()
+                            + x.trunc()
+                            + (x - x.floor())
+                            + sign
+                    }
                     5 => x.sin() * x.cos() + x.tanh() + gelu,
-                    6 => x.abs().powf(alpha) + x.mul_add(2.0, 1.0) + x.exp2() + (x.abs() + 1.0).log2(),
-                    7 => if x > 0.0 { x } else { 0.0 },
+                    6 => {
+                        x.abs().powf(alpha)
+                            + x.mul_add(2.0, 1.0)
+                            + x.exp2()
+                            + (x.abs() + 1.0).log2()
+                    }
+                    7 => {
+                        if x > 0.0 {
+                            x
+                        } else {
+                            0.0
+                        }
+                    }
                     8 => x.abs(),
-                    9 => (x as i32) as f32 + (x.abs() as u32) as f32 + if x > 0.0 { 1.0 } else { 0.0 },
+                    9 => {
+                        (x as i32) as f32
+                            + (x.abs() as u32) as f32
+                            + if x > 0.0 { 1.0 } else { 0.0 }
+                    }
                     _ => x * alpha,
                 };
                 y + b[i % b.len()]
@@ -384,7 +531,9 @@ fn strided_elementwise_runs_like_wgsl() {
 
 #[test]
 fn vector_arithmetic_runs_like_wgsl() {
-    let Some(k) = compile_host(FIXTURES[0].1, "elementwise", "binary_vec4") else { return };
+    let Some(k) = compile_host(FIXTURES[0].1, "elementwise", "binary_vec4") else {
+        return;
+    };
     let n = 4 * 64 * 2;
     let a = random(n, 3, -2.0, 2.0);
     let b = random(n, 4, -2.0, 2.0);
@@ -393,13 +542,19 @@ fn vector_arithmetic_runs_like_wgsl() {
     p.extend(bytes(&[0u32, n as u32]));
     p.extend(bytes(&[alpha]));
     p.extend(bytes(&[0i32]));
-    let bufs = BTreeMap::from([(0, bytes(&a)), (1, bytes(&b)), (2, vec![0u8; n * 4]), (3, p)]);
+    let bufs = BTreeMap::from([
+        (0, bytes(&a)),
+        (1, bytes(&b)),
+        (2, vec![0u8; n * 4]),
+        (3, p),
+    ]);
     let out = f32s(&k.run([1, 1, 1], &bufs)[&2]);
     let mut want = vec![0.0f32; n];
     for i in 0..n / 4 {
         let va: [f32; 4] = std::array::from_fn(|c| a[i * 4 + c]);
         let vb: [f32; 4] = std::array::from_fn(|c| b[i * 4 + c]);
-        let mut r: [f32; 4] = std::array::from_fn(|c| va[c].max(vb[c]) * alpha + va[c].min(vb[c]) / 2.0);
+        let mut r: [f32; 4] =
+            std::array::from_fn(|c| va[c].max(vb[c]) * alpha + va[c].min(vb[c]) / 2.0);
         for c in 0..4 {
             if va[c] < vb[c] {
                 r[c] = -r[c];
@@ -428,7 +583,9 @@ fn reductions_and_softmax_run_like_wgsl() {
     let bufs = BTreeMap::from([(0, bytes(&x)), (1, vec![0u8; rows * cols * 4]), (2, shape)]);
     if let Some(k) = compile_host(FIXTURES[1].1, "reduce", "sum_rows") {
         let out = f32s(&k.run([rows as u32, 1, 1], &bufs)[&1]);
-        let want: Vec<f32> = (0..rows).map(|r| x[r * cols..(r + 1) * cols].iter().sum()).collect();
+        let want: Vec<f32> = (0..rows)
+            .map(|r| x[r * cols..(r + 1) * cols].iter().sum())
+            .collect();
         assert_close("sum_rows", &out[..rows], &want, 1e-4);
     }
     if let Some(k) = compile_host(FIXTURES[1].1, "reduce", "softmax") {
@@ -446,18 +603,34 @@ fn reductions_and_softmax_run_like_wgsl() {
 
 #[test]
 fn tiled_batched_matmul_runs_like_wgsl() {
-    let Some(k) = compile_host(FIXTURES[2].1, "matmul", "matmul") else { return };
+    let Some(k) = compile_host(FIXTURES[2].1, "matmul", "matmul") else {
+        return;
+    };
     let (batch, m, kk, n) = (2usize, 19usize, 23usize, 16usize);
     let a = random(batch * m * kk, 6, -1.0, 1.0);
     let b = random(batch * kk * n, 7, -1.0, 1.0);
-    let dims = bytes(&[m as u32, n as u32, kk as u32, (m * kk) as u32, (kk * n) as u32, (m * n) as u32]);
-    let bufs = BTreeMap::from([(0, bytes(&a)), (1, bytes(&b)), (2, vec![0u8; batch * m * n * 4]), (3, dims)]);
+    let dims = bytes(&[
+        m as u32,
+        n as u32,
+        kk as u32,
+        (m * kk) as u32,
+        (kk * n) as u32,
+        (m * n) as u32,
+    ]);
+    let bufs = BTreeMap::from([
+        (0, bytes(&a)),
+        (1, bytes(&b)),
+        (2, vec![0u8; batch * m * n * 4]),
+        (3, dims),
+    ]);
     let out = f32s(&k.run([1, m.div_ceil(16) as u32, batch as u32], &bufs)[&2]);
     let mut want = vec![0.0f32; batch * m * n];
     for z in 0..batch {
         for i in 0..m {
             for j in 0..n {
-                want[z * m * n + i * n + j] = (0..kk).map(|t| a[z * m * kk + i * kk + t] * b[z * kk * n + t * n + j]).sum();
+                want[z * m * n + i * n + j] = (0..kk)
+                    .map(|t| a[z * m * kk + i * kk + t] * b[z * kk * n + t * n + j])
+                    .sum();
             }
         }
     }
@@ -466,8 +639,20 @@ fn tiled_batched_matmul_runs_like_wgsl() {
 
 /// WGSL semantics of `control.wgsl`, written out in Rust.
 fn control_reference(v: i32) -> i32 {
-    let wdiv = |a: i32, b: i32| if b == 0 || (a == i32::MIN && b == -1) { a } else { a / b };
-    let wmod = |a: i32, b: i32| if b == 0 || (a == i32::MIN && b == -1) { 0 } else { a % b };
+    let wdiv = |a: i32, b: i32| {
+        if b == 0 || (a == i32::MIN && b == -1) {
+            a
+        } else {
+            a / b
+        }
+    };
+    let wmod = |a: i32, b: i32| {
+        if b == 0 || (a == i32::MIN && b == -1) {
+            0
+        } else {
+            a % b
+        }
+    };
     let mut acc = v;
     let (lo, mut hi_y, flag) = (v, v as f32, (v as u32) << 3);
     hi_y += 1.0;
@@ -481,14 +666,29 @@ fn control_reference(v: i32) -> i32 {
         .wrapping_add(v ^ 5)
         .wrapping_add(v | 1);
     let rev = ((v as u32).reverse_bits() >> 28) as i32;
-    acc += v.count_ones() as i32 + v.leading_zeros() as i32 + (if v == 0 { 32 } else { v.trailing_zeros() as i32 }) + rev;
+    acc += v.count_ones() as i32
+        + v.leading_zeros() as i32
+        + (if v == 0 {
+            32
+        } else {
+            v.trailing_zeros() as i32
+        })
+        + rev;
     let fl = {
         let u = if v < 0 { !(v as u32) } else { v as u32 };
-        if u == 0 { -1 } else { 31 - u.leading_zeros() as i32 }
+        if u == 0 {
+            -1
+        } else {
+            31 - u.leading_zeros() as i32
+        }
     };
-    let ft = if v == 0 { -1 } else { v.trailing_zeros() as i32 };
+    let ft = if v == 0 {
+        -1
+    } else {
+        v.trailing_zeros() as i32
+    };
     let eb = (v << (32 - 2 - 5)) >> (32 - 5);
-    let ib = ((v as u32 & !(0b11 << 4)) | ((3u32 << 4) & (0b11 << 4))) as i32;
+    let ib = ((v as u32 & !(0b11 << 4)) | (3u32 << 4)) as i32;
     acc += fl + ft + eb + ib;
     acc += v.wrapping_abs() + v.min(3) + v.max(-3) + v.clamp(-10, 10) + v.signum();
     if lo > 0 && flag != 0 {
@@ -516,8 +716,13 @@ fn control_reference(v: i32) -> i32 {
 
 #[test]
 fn integer_semantics_and_control_flow_run_like_wgsl() {
-    let Some(k) = compile_host(FIXTURES[3].1, "control", "control") else { return };
-    let mut src: Vec<i32> = random(61, 8, -5000.0, 5000.0).iter().map(|v| *v as i32).collect();
+    let Some(k) = compile_host(FIXTURES[3].1, "control", "control") else {
+        return;
+    };
+    let mut src: Vec<i32> = random(61, 8, -5000.0, 5000.0)
+        .iter()
+        .map(|v| *v as i32)
+        .collect();
     src.extend([0, 1, -1, -6, 1 << 20, 7]);
     let bufs = BTreeMap::from([(0, bytes(&src)), (1, vec![0u8; (src.len() + 3) * 4])]);
     let out = i32s(&k.run([3, 1, 1], &bufs)[&1]);
@@ -530,17 +735,24 @@ fn integer_semantics_and_control_flow_run_like_wgsl() {
 
 #[test]
 fn atomics_run_like_wgsl() {
-    let Some(k) = compile_host(FIXTURES[4].1, "atomics", "histogram") else { return };
+    let Some(k) = compile_host(FIXTURES[4].1, "atomics", "histogram") else {
+        return;
+    };
     let n = 150usize;
     let bins = 6usize;
     let values = random(n, 9, -0.2, 1.2);
     let counts = vec![0u8; 8 + bins * 4];
-    let bufs = BTreeMap::from([(0, bytes(&values)), (1, counts), (2, vec![0u8; 4]), (3, vec![0u8; n * 4])]);
+    let bufs = BTreeMap::from([
+        (0, bytes(&values)),
+        (1, counts),
+        (2, vec![0u8; 4]),
+        (3, vec![0u8; n * 4]),
+    ]);
     let out = k.run([n.div_ceil(64) as u32, 1, 1], &bufs);
     let c = u32s(&out[&1]);
     assert_eq!(c[0], n as u32, "total");
     let low = values.iter().filter(|v| **v < 0.5).count() as i32;
-    assert_eq!(c[1] as i32, low.max(0).min(1_000_000), "low");
+    assert_eq!(c[1] as i32, low.clamp(0, 1_000_000), "low");
     let mut want = vec![0u32; bins];
     for v in &values {
         let b = (((v.max(0.0)) * bins as f32) as u32).min(bins as u32 - 1);
@@ -549,7 +761,10 @@ fn atomics_run_like_wgsl() {
     assert_eq!(&c[2..], &want[..], "bins");
     let sum = f32::from_bits(u32s(&out[&2])[0]);
     let want_sum: f32 = values.iter().sum();
-    assert!((sum - want_sum).abs() < 1e-3 * want_sum.abs(), "sum {sum} vs {want_sum}");
+    assert!(
+        (sum - want_sum).abs() < 1e-3 * want_sum.abs(),
+        "sum {sum} vs {want_sum}"
+    );
 }
 
 /// Every kernel variant the planner can produce translates for both dialects. With
@@ -578,32 +793,44 @@ fn every_planned_variant_translates() {
             .params
             .iter()
             .filter_map(|p| match p.kind {
-                ParamKind::Storage { binding, read_only, .. } => Some((binding, read_only)),
+                ParamKind::Storage {
+                    binding, read_only, ..
+                } => Some((binding, read_only)),
                 _ => None,
             })
             .collect();
-        assert!(storage.iter().any(|&(b, _)| b == 0), "{label}: no params binding");
+        assert!(
+            storage.iter().any(|&(b, _)| b == 0),
+            "{label}: no params binding"
+        );
         if let Some(d) = &dump {
             let name = format!("{i:03}_{}.cu", label.replace(['.', ' ', '='], "_"));
             std::fs::write(d.join(name), &cuda.source).unwrap();
         }
         // Syntax-check a spread of variants with g++ (all of them take minutes).
-        if i % 16 == 0 {
-            if let Some(cxx) = gxx() {
-                let dir = scratch("variants");
-                let file = dir.join(format!("v{i}.cpp"));
-                std::fs::write(&file, &cuda.source).unwrap();
-                let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cuda_host.h");
-                let out = Command::new(cxx)
-                    .args(["-std=c++20", "-fsyntax-only", "-w", "-include"])
-                    .arg(&shim)
-                    .arg(&file)
-                    .output()
-                    .unwrap();
-                assert!(out.status.success(), "{label}: g++ rejects the translation:\n{}", String::from_utf8_lossy(&out.stderr));
-                host_checked += 1;
-            }
+        if i % 16 == 0
+            && let Some(cxx) = gxx()
+        {
+            let dir = scratch("variants");
+            let file = dir.join(format!("v{i}.cpp"));
+            std::fs::write(&file, &cuda.source).unwrap();
+            let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cuda_host.h");
+            let out = Command::new(cxx)
+                .args(["-std=c++20", "-fsyntax-only", "-w", "-include"])
+                .arg(&shim)
+                .arg(&file)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{label}: g++ rejects the translation:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            host_checked += 1;
         }
     }
-    eprintln!("{} variants translated, {host_checked} syntax-checked with g++", variants.len());
+    eprintln!(
+        "{} variants translated, {host_checked} syntax-checked with g++",
+        variants.len()
+    );
 }

@@ -36,17 +36,18 @@ fn apply(x: {{T}}, y: {{T}}) -> {{TO}} {
     return pow_(x, y);
 #elif OP == maximum && FLOAT
     // NaN propagates
-    return select(max(x, y), x + y, x != x || y != y);
+    return select(max(x, y), x + y, is_nan_(x) || is_nan_(y));
 #elif OP == maximum
     return max(x, y);
 #elif OP == minimum && FLOAT
-    return select(min(x, y), x + y, x != x || y != y);
+    return select(min(x, y), x + y, is_nan_(x) || is_nan_(y));
 #elif OP == minimum
     return min(x, y);
 #elif OP == eq
     return select(0u, 1u, x == y);
 #elif OP == ne
-    return select(0u, 1u, x != y);
+    // not (x == y): true for NaN, where some SPIR-V paths compile `!=` as an ordered compare
+    return select(0u, 1u, !(x == y));
 #elif OP == lt
     return select(0u, 1u, x < y);
 #elif OP == le

@@ -1,6 +1,9 @@
-// Tiled GEMM: each workgroup computes a BM x BN tile of C = A x B for one batch (or group),
-// staging BK-deep slices of A and B in workgroup memory; each invocation accumulates TM x TN
-// results in registers. The MODE picks how A, B and C are addressed, so one kernel serves:
+// Register-tiled GEMM: each workgroup computes a BM x BN tile of C = A x B for one batch (or
+// group). BK-deep slices of A and B are staged in workgroup memory as vec4s (A's along M, B's
+// along N); each invocation keeps a TM x TN block of C in vec4 registers and, for every k of the
+// slice, multiplies TM scalars of A by TN / 4 vec4s of B. Elements past the edges of M, N or K
+// are staged as zeros and never stored, so any size works. The MODE picks how A, B and C are
+// addressed, so one kernel serves:
 //   matmul      A [.., M, K] and B [.., K, N] strided views, broadcast batch, C contiguous
 //   conv        implicit GEMM of conv2d: A = weight (O, C/g * KH * KW), B = im2col(x) on the fly
 //   conv_t      gradient of conv2d wrt its input (= conv_transpose2d): A = weight^T, B = gathered dy
@@ -11,7 +14,9 @@
 //           [12..12+br) batch shape, then a batch view (0, strides[br]) and b batch view
 //   conv*:  [5..20) N C H W O OH OW KH KW sh sw ph pw dh dw (conv2d terms: x is N,C,H,W, weight
 //           O,C/g,KH,KW, y is N,O,OH,OW), [20] a offset, [21] b offset; batches = groups
-// defines: MODE, T, BM BN BK TM TN (tile sizes), WG = (BM / TM) * (BN / TN).
+// grid: x = column tiles, y (* z) = row tiles times batches, each dimension at most 65535.
+// defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4),
+// WG = (BM / TM) * (BN / TN).
 #include "common.wgsl"
 
 @group(0) @binding(1) var<storage, read> a: array<{{T}}>;
@@ -23,12 +28,19 @@ const BN: u32 = {{BN}}u;
 const BK: u32 = {{BK}}u;
 const TM: u32 = {{TM}}u;
 const TN: u32 = {{TN}}u;
-const WG_X: u32 = BN / TN;
-const WG_Y: u32 = BM / TM;
 const WG: u32 = {{WG}}u;
+// invocations along N
+const WG_X: u32 = BN / TN;
+// vec4s per staged row of A (along M) and of B (along N), and per invocation's block of C row
+const BM4: u32 = BM / 4u;
+const BN4: u32 = BN / 4u;
+const TN4: u32 = TN / 4u;
+// where B's slice starts in `tiles`
+const B_AT: u32 = BK * BM4;
 
-var<workgroup> tile_a: array<{{T}}, BK * BM>;
-var<workgroup> tile_b: array<{{T}}, BK * BN>;
+// The staged slices: A's k-th row (rows 4i..4i+3 of M at column k) at tiles[k * BM4 + i],
+// then B's k-th row (columns 4j..4j+3 of N at row k) at tiles[B_AT + k * BN4 + j].
+var<workgroup> tiles: array<vec4<{{T}}>, BK * (BM4 + BN4)>;
 
 #if MODE == matmul
 fn batch_offset(g: u32, which: u32) -> u32 {
@@ -155,57 +167,76 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
 }
 #endif
 
+// Element (mn, k) of operand `which` (0: A at row mn, 1: B at column mn) of batch g; zero
+// outside the matrix.
+fn fetch(which: u32, g: u32, mn: u32, k: u32) -> {{T}} {
+    if (k < params[2]) {
+        if (which == 0u && mn < params[0]) {
+            return load_a(g, mn, k);
+        }
+        if (which == 1u && mn < params[1]) {
+            return load_b(g, k, mn);
+        }
+    }
+    return {{T}}(0);
+}
+
+// Stages the BK-deep slice at k0 of operand `which` (its tile along M or N starts at mn0 and is
+// span4 vec4s wide) into tiles[at..]. Consecutive invocations walk the axis that row-major
+// operands store contiguously: k for A, N for B.
+fn stage(which: u32, g: u32, live: bool, lid: u32, k0: u32, mn0: u32, span4: u32, at: u32) {
+    for (var v = lid; v < BK * span4; v += WG) {
+        var k = v / span4;
+        var q = v % span4;
+        if (which == 0u) {
+            k = v % BK;
+            q = v / BK;
+        }
+        var val = vec4<{{T}}>({{T}}(0));
+        if (live) {
+            let mn = mn0 + 4u * q;
+            val = vec4<{{T}}>(fetch(which, g, mn, k0 + k), fetch(which, g, mn + 1u, k0 + k),
+                fetch(which, g, mn + 2u, k0 + k), fetch(which, g, mn + 3u, k0 + k));
+        }
+        tiles[at + k * span4 + q] = val;
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let m = params[0];
     let n = params[1];
     let k_len = params[2];
     let tiles_m = params[3];
-    // grid: x = column tiles, y * z = row tiles times batches (split so each stays <= 65535)
     let yz = wid.z * 65535u + wid.y;
     let g = yz / tiles_m;
     let row0 = (yz % tiles_m) * BM;
     let col0 = wid.x * BN;
     let live = g < params[4];
+    // this invocation's block of C: rows r0..r0+TM, columns c0..c0+TN
     let tx = lid % WG_X;
     let ty = lid / WG_X;
 
-    var acc: array<{{T}}, TM * TN>;
-    for (var i = 0u; i < TM * TN; i++) {
-        acc[i] = {{T}}(0);
+    var acc: array<vec4<{{T}}>, TM * TN4>;
+    for (var i = 0u; i < TM * TN4; i++) {
+        acc[i] = vec4<{{T}}>({{T}}(0));
     }
     for (var k0 = 0u; k0 < k_len; k0 += BK) {
-        for (var i = lid; i < BM * BK; i += WG) {
-            let r = row0 + i / BK;
-            let k = k0 + i % BK;
-            var v = {{T}}(0);
-            if (live && r < m && k < k_len) {
-                v = load_a(g, r, k);
-            }
-            tile_a[(i % BK) * BM + i / BK] = v;
-        }
-        for (var i = lid; i < BK * BN; i += WG) {
-            let k = k0 + i / BN;
-            let col = col0 + i % BN;
-            var v = {{T}}(0);
-            if (live && col < n && k < k_len) {
-                v = load_b(g, k, col);
-            }
-            tile_b[i] = v;
-        }
+        stage(0u, g, live, lid, k0, row0, BM4, 0u);
+        stage(1u, g, live, lid, k0, col0, BN4, B_AT);
         workgroupBarrier();
         for (var k = 0u; k < BK; k++) {
-            var av: array<{{T}}, TM>;
-            var bv: array<{{T}}, TN>;
-            for (var i = 0u; i < TM; i++) {
-                av[i] = tile_a[k * BM + ty + i * WG_Y];
+            var bv: array<vec4<{{T}}>, TN4>;
+            for (var j = 0u; j < TN4; j++) {
+                bv[j] = tiles[B_AT + k * BN4 + tx * TN4 + j];
             }
-            for (var j = 0u; j < TN; j++) {
-                bv[j] = tile_b[k * BN + tx + j * WG_X];
-            }
-            for (var i = 0u; i < TM; i++) {
-                for (var j = 0u; j < TN; j++) {
-                    acc[i * TN + j] += av[i] * bv[j];
+            for (var i4 = 0u; i4 < TM / 4u; i4++) {
+                let av = tiles[k * BM4 + ty * (TM / 4u) + i4];
+                for (var r = 0u; r < 4u; r++) {
+                    let s = av[r];
+                    for (var j = 0u; j < TN4; j++) {
+                        acc[(i4 * 4u + r) * TN4 + j] += s * bv[j];
+                    }
                 }
             }
         }
@@ -215,11 +246,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     for (var i = 0u; i < TM; i++) {
-        let r = row0 + ty + i * WG_Y;
-        for (var j = 0u; j < TN; j++) {
-            let col = col0 + tx + j * WG_X;
-            if (r < m && col < n) {
-                store_c(g, r, col, acc[i * TN + j]);
+        let r = row0 + ty * TM + i;
+        if (r >= m) {
+            break;
+        }
+        for (var j = 0u; j < TN4; j++) {
+            let v = acc[i * TN4 + j];
+            for (var q = 0u; q < 4u; q++) {
+                let col = col0 + (tx * TN4 + j) * 4u + q;
+                if (col < n) {
+                    store_c(g, r, col, v[q]);
+                }
             }
         }
     }

@@ -18,12 +18,22 @@ fn constant(k: u32) -> {{TI}} {
 fn apply(v: {{TI}}) -> {{TO}} {
 #if OP == copy
     return v;
+#elif OP == cast && TO_BOOL && TI == f32
+    // on the bits, so that NaN is true even where drivers assume no NaNs
+    return select(0u, 1u, (bitcast<u32>(v) & 0x7fffffffu) != 0u);
 #elif OP == cast && TO_BOOL
     return select(0u, 1u, v != {{TI}}(0));
 #elif OP == cast && TI == i32 && TO == u32
-    return u32(max(v, 0));
+    // integers to integers wrap, as Rust's `as`
+    return bitcast<u32>(v);
 #elif OP == cast && TI == u32 && TO == i32
-    return i32(min(v, 2147483647u));
+    return bitcast<i32>(v);
+#elif OP == cast && TI == f32 && TO == i32
+    // floats to integers truncate and saturate as Rust's `as` (WGSL's conversion stops at the
+    // largest f32 below 2^31); NaN gives 0
+    return select(select(i32(v), 2147483647i, v >= 2147483648.0), 0i, is_nan_(v));
+#elif OP == cast && TI == f32 && TO == u32
+    return select(select(u32(v), 4294967295u, v >= 4294967296.0), 0u, is_nan_(v));
 #elif OP == cast
     return {{TO}}(v);
 #elif OP == neg

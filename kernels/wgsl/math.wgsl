@@ -25,3 +25,8 @@ fn pow_(x: f32, p: f32) -> f32 {
     }
     return pow(x, p);
 }
+
+// NaN test on the bits: drivers that assume no NaNs fold `x != x` to false.
+fn is_nan_(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}

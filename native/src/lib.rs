@@ -16,10 +16,10 @@ pub use kiln_core as core;
 
 pub mod bench;
 pub mod checkpoint;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod data;
 pub mod device;
 pub mod models;
 pub mod serve;
 pub mod train;
-#[cfg(feature = "cuda")]
-pub mod cuda;

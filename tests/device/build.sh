@@ -1,21 +1,40 @@
 #!/usr/bin/env bash
-# On the build machine: prepares devcarry/cuda/ (gitignored) for tests/device/run_all.sh:
-# the release `kiln` with --features cuda, the kiln lib test binary (CUDA backend tests and
-# the `cuda::bench` figures), and every translated kernel variant as .cu for nvcc.
+# On the build machine (repository root): prepares devcarry/cuda/ (gitignored) for
+# tests/device/run_all.sh on the GPU machine:
+#   kiln             release `kiln` with --features cuda
+#   kiln-lib-test    kiln's lib tests with --features cuda: the CUDA backend tests (every planned
+#                    kernel variant through NVRTC, ops vs the CPU oracle) and the ignored `cuda::bench`
+#   conformance-ops  the conformance suite (every op forward and backward vs the CPU oracle),
+#                    only when it builds with --features cuda
+#   mnist/           the MNIST .gz files from shared/data/mnist
 set -eu
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 out="$root/devcarry/cuda"
-rm -rf "$out" && mkdir -p "$out/kernels"
-KILN_CUDA_DUMP="$out/kernels" cargo test --release -p kiln-kernels --test translate every_planned_variant
-cargo build --release -p kiln --features cuda --bin kiln
-cp "${CARGO_TARGET_DIR:-target}/release/kiln" "$out/kiln"
-test_bin="$(cargo test --release -p kiln --features cuda --lib --no-run --message-format=json 2>/dev/null \
-  | python3 -c 'import json,sys
+rm -rf "$out" && mkdir -p "$out/mnist"
+target="${CARGO_TARGET_DIR:-$root/target}"
+
+# Prints the executables of the test targets of kind $1 that a `cargo test --no-run` reports.
+executables() {
+  python3 -c 'import json, sys
 for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"]:
-        print(m["executable"])' | tail -n 1)"
-cp "$test_bin" "$out/kiln-lib-test"
-strip "$out/kiln" "$out/kiln-lib-test" || true
+    try: m = json.loads(l)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and sys.argv[1] in m["target"]["kind"] + [m["target"]["name"]]:
+        print(m["executable"])' "$1"
+}
+
+cargo build --release -p kiln --features cuda --bin kiln
+cp "$target/release/kiln" "$out/kiln"
+lib="$(cargo test --release -p kiln --features cuda --lib --no-run --message-format=json | executables lib | tail -n 1)"
+cp "$lib" "$out/kiln-lib-test"
+if ops="$(cargo test --release -p kiln-conformance --features cuda --test ops --no-run --message-format=json | executables ops | tail -n 1)" && [ -n "$ops" ]; then
+  cp "$ops" "$out/conformance-ops"
+else
+  echo "build.sh: the conformance suite did not build with --features cuda; run_all.sh will skip it"
+fi
+data="$(cd "$root/.." && pwd)/shared/data/mnist"
+[ -d "$root/shared/data/mnist" ] && data="$root/shared/data/mnist"
+cp "$data"/*-ubyte.gz "$out/mnist/"
+strip "$out"/kiln "$out"/kiln-lib-test "$out"/conformance-ops 2>/dev/null || true
 du -sh "$out"

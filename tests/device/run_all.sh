@@ -1,35 +1,41 @@
 #!/usr/bin/env bash
-# Everything the CUDA backend is checked by, on the GPU machine (CUDA 13, nvcc, PyTorch, no
-# Rust). Inputs prepared on the build machine by tests/device/build.sh into devcarry/cuda/.
+# Everything the CUDA backend is checked by, on the GPU machine (CUDA 12 or 13 and PyTorch; no
+# Rust), in one call. Its inputs come from tests/device/build.sh, in devcarry/cuda/.
 # Usage (repository root): bash tests/device/run_all.sh [devcarry/cuda]
-set -u
+# Steps: 1. the CUDA backend tests (every planned kernel variant compiled by NVRTC, ops vs the
+# CPU oracle); 2. the conformance suite on cuda, when carried; 3. `kiln train mnist --device cuda
+# --epochs 1`; 4. tests/bench/cuda_vs_torch.py. Exit status 1 if any step failed.
+set -u -o pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${1:-$root/devcarry/cuda}"
-export PATH="/usr/local/cuda/bin:$PATH"
-# NVRTC and cuBLAS: the toolkit's, else PyTorch's wheels.
-libs="/usr/local/cuda/lib64:$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-dirs = set()
-for s in site.getsitepackages():
-    for pat in ("nvidia/*/lib", "nvidia/cu*/lib"):
-        dirs.update(glob.glob(os.path.join(s, pat)))
-print(":".join(sorted(dirs)))
-PY
-)"
-export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+bin="$(cd "${1:-$root/devcarry/cuda}" && pwd)"
+# NVRTC and cuBLAS: the toolkit's, else the ones in PyTorch's nvidia wheels.
+wheels="$(python3 -c 'import glob, site
+print(":".join(sorted({d for s in site.getsitepackages() for d in glob.glob(s + "/nvidia/*/lib")})))' 2>/dev/null)"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${wheels}:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || true
+work="$(mktemp -d)"
 status=0
-echo "== 1. nvcc compile check of every translated kernel variant"
-bash "$root/tests/device/cuda_compile.sh" "$bin/kernels" || status=1
-echo "== 2. kiln CUDA backend tests (vs the CPU oracle)"
-"$bin/kiln-lib-test" cuda:: --test-threads 1 || status=1
-for t in "$bin"/conformance-*; do
-  [ -x "$t" ] || continue
-  echo "== 2b. conformance: $(basename "$t")"
-  KILN_CONFORMANCE_DEVICE=cuda "$t" --test-threads 1 || status=1
-done
-echo "== 3. benchmarks beside PyTorch on the same GPU"
-python3 "$root/tests/bench/cuda_vs_torch.py" --kiln-bin "$bin/kiln" --kiln-lib-test "$bin/kiln-lib-test" \
-  --data "$root/shared/data/mnist" || status=1
+step() { echo; echo "== $*"; }
+
+step "1. CUDA backend tests: NVRTC on every planned kernel variant, ops vs the CPU oracle"
+"$bin/kiln-lib-test" cuda:: --test-threads 1 --nocapture 2>&1 | grep -v '^$' || status=1
+
+step "2. conformance suite on cuda (every op forward and backward vs the CPU oracle)"
+if [ -x "$bin/conformance-ops" ]; then
+  KILN_CONFORMANCE_DEVICE=cuda "$bin/conformance-ops" --test-threads 1 2>&1 | tail -n 40 || status=1
+else
+  echo "not carried (tests/device/build.sh could not build it); skipped"
+fi
+
+step "3. kiln train mnist --device cuda --epochs 1"
+(cd "$work" && "$bin/kiln" train mnist --device cuda --epochs 1 --quiet --data "$bin/mnist" \
+  --out "$work/model.safetensors") 2>&1 | tail -n 20 || status=1
+
+step "4. kiln vs PyTorch on the same GPU"
+python3 "$root/tests/bench/cuda_vs_torch.py" --kiln-bin "$bin/kiln" \
+  --kiln-lib-test "$bin/kiln-lib-test" --data "$bin/mnist" || status=1
+
+rm -rf "$work"
+echo
 echo "run_all: exit $status"
 exit $status

@@ -52,7 +52,10 @@ impl Device {
         match kind.as_deref() {
             Some("cpu") => Ok(KDevice::cpu()),
             Some("webgpu") => WEBGPU.with_borrow(|w| w.clone()).ok_or_else(|| {
-                invalid(op, "WebGPU is not initialised; call `await Device.webgpu()` first")
+                invalid(
+                    op,
+                    "WebGPU is not initialised; call `await Device.webgpu()` first",
+                )
             }),
             _ => Err(invalid(
                 op,
@@ -75,7 +78,9 @@ impl Device {
     /// The GPU through WebGPU. Rejects with an error saying why when the browser has no WebGPU
     /// or no adapter.
     pub async fn webgpu() -> JsResult<Device> {
-        let dev = webgpu_device().await.map_err(|why| invalid("Device.webgpu", why))?;
+        let dev = webgpu_device()
+            .await
+            .map_err(|why| invalid("Device.webgpu", why))?;
         Ok(Device::from_kiln(dev, "requested explicitly"))
     }
 

@@ -38,7 +38,9 @@ pub fn type_name(v: &JsValue) -> String {
     {
         return name;
     }
-    v.js_typeof().as_string().unwrap_or_else(|| "unknown".into())
+    v.js_typeof()
+        .as_string()
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Integers from a number, an array of numbers or a typed array; `what` names the argument in
@@ -47,7 +49,10 @@ pub fn ints(v: &JsValue, op: &'static str, what: &str) -> crate::error::JsResult
     let bad = || {
         crate::error::invalid(
             op,
-            format!("{what} must be an integer or an array of integers, got {}", type_name(v)),
+            format!(
+                "{what} must be an integer or an array of integers, got {}",
+                type_name(v)
+            ),
         )
     };
     let one = |x: &JsValue| match x.as_f64() {
@@ -57,7 +62,10 @@ pub fn ints(v: &JsValue, op: &'static str, what: &str) -> crate::error::JsResult
     if v.as_f64().is_some() {
         return Ok(vec![one(v)?]);
     }
-    if js_sys::Array::is_array(v) || wasm_bindgen::JsCast::is_instance_of::<js_sys::Object>(v) && !get(v, "length").is_undefined() {
+    if js_sys::Array::is_array(v)
+        || wasm_bindgen::JsCast::is_instance_of::<js_sys::Object>(v)
+            && !get(v, "length").is_undefined()
+    {
         return js_sys::Array::from(v).iter().map(|x| one(&x)).collect();
     }
     Err(bad())
@@ -90,7 +98,10 @@ pub fn pair(
         [a, b] => Ok([*a, *b]),
         other => Err(crate::error::invalid(
             op,
-            format!("{what} must be a number or [h, w], got {} values", other.len()),
+            format!(
+                "{what} must be a number or [h, w], got {} values",
+                other.len()
+            ),
         )),
     }
 }

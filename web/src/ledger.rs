@@ -11,7 +11,11 @@ use wasm_bindgen::prelude::*;
 /// What one handle holds: a tensor (from JS or a model's output) or a model's weights.
 enum Entry {
     Tensor(KTensor),
-    Weights { device: String, tensors: usize, bytes: u64 },
+    Weights {
+        device: String,
+        tensors: usize,
+        bytes: u64,
+    },
 }
 
 #[derive(Default)]

@@ -48,13 +48,19 @@ impl Model {
 /// typed array.
 async fn source_bytes(source: &JsValue) -> JsResult<Vec<u8>> {
     let op = "Model.load";
-    let response = if let Some(url) = source
-        .as_string()
-        .or_else(|| (js::type_name(source) == "URL").then(|| js::get(source, "href").as_string()).flatten())
-    {
+    let response = if let Some(url) = source.as_string().or_else(|| {
+        (js::type_name(source) == "URL")
+            .then(|| js::get(source, "href").as_string())
+            .flatten()
+    }) {
         let r = JsFuture::from(global_fetch(&url)?).await.map_err(|e| {
-            let why = js::get(&e, "message").as_string().unwrap_or_else(|| format!("{e:?}"));
-            to_js(&kiln_core::Error::io(op, format!("fetching {url} failed: {why}")))
+            let why = js::get(&e, "message")
+                .as_string()
+                .unwrap_or_else(|| format!("{e:?}"));
+            to_js(&kiln_core::Error::io(
+                op,
+                format!("fetching {url} failed: {why}"),
+            ))
         })?;
         let r: web_sys::Response = r.unchecked_into();
         if !r.ok() {
@@ -66,7 +72,8 @@ async fn source_bytes(source: &JsValue) -> JsResult<Vec<u8>> {
         r
     } else if source.is_instance_of::<web_sys::Response>() {
         source.clone().unchecked_into::<web_sys::Response>()
-    } else if source.is_instance_of::<js_sys::ArrayBuffer>() || js_sys::ArrayBuffer::is_view(source) {
+    } else if source.is_instance_of::<js_sys::ArrayBuffer>() || js_sys::ArrayBuffer::is_view(source)
+    {
         let view = if let Some(b) = source.dyn_ref::<js_sys::ArrayBuffer>() {
             Uint8Array::new(b)
         } else {
@@ -97,7 +104,10 @@ fn describe<'a>(specs: impl IntoIterator<Item = &'a ValueInfo>) -> Array {
             let shape: Array = s
                 .shape
                 .iter()
-                .map(|d| d.map(|d| JsValue::from_f64(d as f64)).unwrap_or(JsValue::NULL))
+                .map(|d| {
+                    d.map(|d| JsValue::from_f64(d as f64))
+                        .unwrap_or(JsValue::NULL)
+                })
                 .collect();
             js::object(&[
                 ("name", s.name.as_str().into()),
@@ -139,7 +149,10 @@ impl Model {
                     .map(|s| {
                         let v = js::get(inputs, &s.name);
                         if v.is_undefined() {
-                            return Err(invalid(op, format!("no tensor given for input {:?}", s.name)));
+                            return Err(invalid(
+                                op,
+                                format!("no tensor given for input {:?}", s.name),
+                            ));
                         }
                         Tensor::from_js(&v, op)
                     })
@@ -148,7 +161,10 @@ impl Model {
                 vec![Tensor::from_js(inputs, op)?]
             };
             let outs = m.run(&ts).js()?;
-            Ok(outs.into_iter().map(|t| JsValue::from(Tensor::wrap(t))).collect())
+            Ok(outs
+                .into_iter()
+                .map(|t| JsValue::from(Tensor::wrap(t)))
+                .collect())
         })
     }
 

@@ -55,9 +55,16 @@ impl Tensor {
                 format!("expected an array of Tensors, got {}", js::type_name(v)),
             ));
         }
-        Array::from(v).iter().map(|t| Self::from_js(&t, op)).collect()
+        Array::from(v)
+            .iter()
+            .map(|t| Self::from_js(&t, op))
+            .collect()
     }
-    fn map(&self, op: &'static str, f: impl FnOnce(&KTensor) -> kiln_core::Result<KTensor>) -> JsResult<Tensor> {
+    fn map(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&KTensor) -> kiln_core::Result<KTensor>,
+    ) -> JsResult<Tensor> {
         Ok(Tensor::wrap(f(&self.kiln(op)?).js()?))
     }
     fn with_other(
@@ -98,7 +105,10 @@ fn axes_arg(v: &JsValue, op: &'static str) -> JsResult<Vec<isize>> {
     if v.is_undefined() || v.is_null() {
         return Ok(Vec::new());
     }
-    Ok(js::ints(v, op, "axes")?.into_iter().map(|a| a as isize).collect())
+    Ok(js::ints(v, op, "axes")?
+        .into_iter()
+        .map(|a| a as isize)
+        .collect())
 }
 
 fn axis_arg(v: Option<i32>) -> isize {
@@ -114,13 +124,25 @@ fn data_from_js(
 ) -> JsResult<TensorData> {
     let (natural, values): (DType, Result<Vec<u8>, Vec<f64>>) =
         if let Some(a) = data.dyn_ref::<Float32Array>() {
-            (DType::F32, Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())))
+            (
+                DType::F32,
+                Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())),
+            )
         } else if let Some(a) = data.dyn_ref::<Float64Array>() {
-            (DType::F64, Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())))
+            (
+                DType::F64,
+                Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())),
+            )
         } else if let Some(a) = data.dyn_ref::<Int32Array>() {
-            (DType::I32, Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())))
+            (
+                DType::I32,
+                Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())),
+            )
         } else if let Some(a) = data.dyn_ref::<Uint32Array>() {
-            (DType::U32, Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())))
+            (
+                DType::U32,
+                Ok(raw_bytes(a.buffer(), a.byte_offset(), a.byte_length())),
+            )
         } else if js_sys::ArrayBuffer::is_view(data) && !data.is_instance_of::<js_sys::DataView>() {
             // Other typed arrays (Uint8Array from canvas pixels, Int16Array...): convert.
             (DType::F32, Err(Float64Array::new(data).to_vec()))
@@ -165,7 +187,10 @@ fn data_from_js(
     if shape.numel() != len {
         return Err(to_js(&kiln_core::Error::shape(
             op,
-            format!("{len} values given for shape {shape}, which holds {}", shape.numel()),
+            format!(
+                "{len} values given for shape {shape}, which holds {}",
+                shape.numel()
+            ),
         )));
     }
     let want = dtype.unwrap_or(natural);
@@ -203,7 +228,12 @@ fn flatten(
     bools: &mut bool,
     op: &'static str,
 ) -> JsResult<()> {
-    let ragged = || invalid(op, "nested arrays must be rectangular (every row the same length)");
+    let ragged = || {
+        invalid(
+            op,
+            "nested arrays must be rectangular (every row the same length)",
+        )
+    };
     if Array::is_array(v) {
         let a: &Array = v.unchecked_ref();
         if dims.get(depth) != Some(&(a.length() as usize)) {
@@ -225,7 +255,10 @@ fn flatten(
     } else {
         return Err(invalid(
             op,
-            format!("array elements must be numbers or booleans, got {}", js::type_name(v)),
+            format!(
+                "array elements must be numbers or booleans, got {}",
+                js::type_name(v)
+            ),
         ));
     }
     Ok(())
@@ -292,7 +325,10 @@ fn conv_params(options: &JsValue, op: &'static str) -> JsResult<Conv2dParams> {
 fn pool_params(options: &JsValue, op: &'static str) -> JsResult<Pool2dParams> {
     let kernel = js::get(options, "kernel");
     if kernel.is_undefined() {
-        return Err(invalid(op, "options.kernel (a number or [h, w]) is required"));
+        return Err(invalid(
+            op,
+            "options.kernel (a number or [h, w]) is required",
+        ));
     }
     let kernel = js::pair(&kernel, [1, 1], op, "kernel")?;
     Ok(Pool2dParams {
@@ -300,7 +336,9 @@ fn pool_params(options: &JsValue, op: &'static str) -> JsResult<Pool2dParams> {
         stride: js::pair(&js::get(options, "stride"), kernel, op, "stride")?,
         padding: js::pair(&js::get(options, "padding"), [0, 0], op, "padding")?,
         dilation: js::pair(&js::get(options, "dilation"), [1, 1], op, "dilation")?,
-        count_include_pad: js::get(options, "countIncludePad").as_bool().unwrap_or(true),
+        count_include_pad: js::get(options, "countIncludePad")
+            .as_bool()
+            .unwrap_or(true),
     })
 }
 
@@ -372,7 +410,10 @@ impl Tensor {
     pub fn full(shape: &JsValue, value: f64, options: &JsValue) -> JsResult<Tensor> {
         let op = "Tensor.full";
         let dims = js::sizes(shape, op, "shape")?;
-        let (dtype, dev) = (options_dtype(options, op)?, Device::from_options(options, op)?);
+        let (dtype, dev) = (
+            options_dtype(options, op)?,
+            Device::from_options(options, op)?,
+        );
         Ok(Tensor::wrap(KTensor::full(dims, value, dtype, &dev).js()?))
     }
     /// Zeros.
@@ -386,7 +427,10 @@ impl Tensor {
     /// `start, start + step, ...` up to but excluding `end`.
     pub fn arange(start: f64, end: f64, step: Option<f64>, options: &JsValue) -> JsResult<Tensor> {
         let op = "Tensor.arange";
-        let (dtype, dev) = (options_dtype(options, op)?, Device::from_options(options, op)?);
+        let (dtype, dev) = (
+            options_dtype(options, op)?,
+            Device::from_options(options, op)?,
+        );
         Ok(Tensor::wrap(
             KTensor::arange(start, end, step.unwrap_or(1.0), dtype, &dev).js()?,
         ))
@@ -394,7 +438,10 @@ impl Tensor {
     /// The `n x n` identity.
     pub fn eye(n: usize, options: &JsValue) -> JsResult<Tensor> {
         let op = "Tensor.eye";
-        let (dtype, dev) = (options_dtype(options, op)?, Device::from_options(options, op)?);
+        let (dtype, dev) = (
+            options_dtype(options, op)?,
+            Device::from_options(options, op)?,
+        );
         Ok(Tensor::wrap(KTensor::eye(n, dtype, &dev).js()?))
     }
     /// Uniform random values in `[options.low ?? 0, options.high ?? 1)`, reproducible by `options.seed`.
@@ -402,30 +449,50 @@ impl Tensor {
     pub fn rand_uniform(shape: &JsValue, options: &JsValue) -> JsResult<Tensor> {
         let op = "Tensor.randUniform";
         let dims = js::sizes(shape, op, "shape")?;
-        let (dtype, dev) = (options_dtype(options, op)?, Device::from_options(options, op)?);
-        let (lo, hi) = (js::num(options, "low").unwrap_or(0.0), js::num(options, "high").unwrap_or(1.0));
+        let (dtype, dev) = (
+            options_dtype(options, op)?,
+            Device::from_options(options, op)?,
+        );
+        let (lo, hi) = (
+            js::num(options, "low").unwrap_or(0.0),
+            js::num(options, "high").unwrap_or(1.0),
+        );
         let seed = js::num(options, "seed").unwrap_or(0.0) as u64;
-        Ok(Tensor::wrap(KTensor::rand_uniform(dims, lo, hi, seed, dtype, &dev).js()?))
+        Ok(Tensor::wrap(
+            KTensor::rand_uniform(dims, lo, hi, seed, dtype, &dev).js()?,
+        ))
     }
     /// Normal random values with `options.mean ?? 0` and `options.std ?? 1`, reproducible by `options.seed`.
     #[wasm_bindgen(js_name = randNormal)]
     pub fn rand_normal(shape: &JsValue, options: &JsValue) -> JsResult<Tensor> {
         let op = "Tensor.randNormal";
         let dims = js::sizes(shape, op, "shape")?;
-        let (dtype, dev) = (options_dtype(options, op)?, Device::from_options(options, op)?);
-        let (mean, std) = (js::num(options, "mean").unwrap_or(0.0), js::num(options, "std").unwrap_or(1.0));
+        let (dtype, dev) = (
+            options_dtype(options, op)?,
+            Device::from_options(options, op)?,
+        );
+        let (mean, std) = (
+            js::num(options, "mean").unwrap_or(0.0),
+            js::num(options, "std").unwrap_or(1.0),
+        );
         let seed = js::num(options, "seed").unwrap_or(0.0) as u64;
-        Ok(Tensor::wrap(KTensor::rand_normal(dims, mean, std, seed, dtype, &dev).js()?))
+        Ok(Tensor::wrap(
+            KTensor::rand_normal(dims, mean, std, seed, dtype, &dev).js()?,
+        ))
     }
     /// Joins tensors along an existing axis.
     pub fn concat(tensors: &JsValue, axis: Option<i32>) -> JsResult<Tensor> {
         let ts = Self::many_from_js(tensors, "Tensor.concat")?;
-        Ok(Tensor::wrap(KTensor::concat(&ts, axis.unwrap_or(0) as isize).js()?))
+        Ok(Tensor::wrap(
+            KTensor::concat(&ts, axis.unwrap_or(0) as isize).js()?,
+        ))
     }
     /// Joins tensors along a new axis.
     pub fn stack(tensors: &JsValue, axis: Option<i32>) -> JsResult<Tensor> {
         let ts = Self::many_from_js(tensors, "Tensor.stack")?;
-        Ok(Tensor::wrap(KTensor::stack(&ts, axis.unwrap_or(0) as isize).js()?))
+        Ok(Tensor::wrap(
+            KTensor::stack(&ts, axis.unwrap_or(0) as isize).js()?,
+        ))
     }
 
     // ------------------------------------------------------------------ properties
@@ -434,7 +501,10 @@ impl Tensor {
     #[wasm_bindgen(getter)]
     pub fn shape(&self) -> JsResult<Array> {
         let t = self.kiln("shape")?;
-        Ok(t.dims().iter().map(|&d| JsValue::from_f64(d as f64)).collect())
+        Ok(t.dims()
+            .iter()
+            .map(|&d| JsValue::from_f64(d as f64))
+            .collect())
     }
     /// The element type: `"f32"`, `"f64"`, `"f16"`, `"i32"`, `"u32"` or `"bool"`.
     #[wasm_bindgen(getter)]
@@ -509,7 +579,12 @@ impl Tensor {
     #[wasm_bindgen(js_name = toString)]
     pub fn to_string_js(&self) -> String {
         match self.kiln("toString") {
-            Ok(t) => format!("Tensor({} {} on {})", t.dtype(), t.shape(), kind_of(t.device())),
+            Ok(t) => format!(
+                "Tensor({} {} on {})",
+                t.dtype(),
+                t.shape(),
+                kind_of(t.device())
+            ),
             Err(_) => "Tensor(disposed)".into(),
         }
     }
@@ -548,8 +623,7 @@ impl Tensor {
     }
     /// Converts to another dtype.
     pub fn cast(&self, dtype: &JsValue) -> JsResult<Tensor> {
-        let d = dtype_arg(dtype, "cast")?
-            .ok_or_else(|| invalid("cast", "a dtype is required"))?;
+        let d = dtype_arg(dtype, "cast")?.ok_or_else(|| invalid("cast", "a dtype is required"))?;
         self.map("cast", |t| t.cast(d))
     }
 
@@ -581,17 +655,28 @@ impl Tensor {
         self.map("prod", |t| t.prod(&a, keepdim.unwrap_or(false)))
     }
     /// Variance over `axes` with `correction` (default 1, unbiased).
-    pub fn var(&self, axes: &JsValue, correction: Option<usize>, keepdim: Option<bool>) -> JsResult<Tensor> {
+    pub fn var(
+        &self,
+        axes: &JsValue,
+        correction: Option<usize>,
+        keepdim: Option<bool>,
+    ) -> JsResult<Tensor> {
         let a = axes_arg(axes, "var")?;
-        self.map("var", |t| t.var(&a, correction.unwrap_or(1), keepdim.unwrap_or(false)))
+        self.map("var", |t| {
+            t.var(&a, correction.unwrap_or(1), keepdim.unwrap_or(false))
+        })
     }
     /// Index of the maximum along `axis` (default -1), as i32.
     pub fn argmax(&self, axis: Option<i32>, keepdim: Option<bool>) -> JsResult<Tensor> {
-        self.map("argmax", |t| t.argmax(axis_arg(axis), keepdim.unwrap_or(false)))
+        self.map("argmax", |t| {
+            t.argmax(axis_arg(axis), keepdim.unwrap_or(false))
+        })
     }
     /// Index of the minimum along `axis` (default -1), as i32.
     pub fn argmin(&self, axis: Option<i32>, keepdim: Option<bool>) -> JsResult<Tensor> {
-        self.map("argmin", |t| t.argmin(axis_arg(axis), keepdim.unwrap_or(false)))
+        self.map("argmin", |t| {
+            t.argmin(axis_arg(axis), keepdim.unwrap_or(false))
+        })
     }
     /// Softmax along `axis` (default -1).
     pub fn softmax(&self, axis: Option<i32>) -> JsResult<Tensor> {
@@ -619,7 +704,10 @@ impl Tensor {
 
     /// The same elements under a new shape; one dimension may be -1.
     pub fn reshape(&self, shape: &JsValue) -> JsResult<Tensor> {
-        let dims: Vec<isize> = js::ints(shape, "reshape", "shape")?.into_iter().map(|d| d as isize).collect();
+        let dims: Vec<isize> = js::ints(shape, "reshape", "shape")?
+            .into_iter()
+            .map(|d| d as isize)
+            .collect();
         self.map("reshape", |t| t.reshape_infer(&dims))
     }
     /// Reorders axes: output axis `i` is input axis `dims[i]`.
@@ -629,7 +717,9 @@ impl Tensor {
     }
     /// Swaps two axes (the last two by default).
     pub fn transpose(&self, a: Option<i32>, b: Option<i32>) -> JsResult<Tensor> {
-        self.map("transpose", |t| t.transpose(a.unwrap_or(-2) as isize, b.unwrap_or(-1) as isize))
+        self.map("transpose", |t| {
+            t.transpose(a.unwrap_or(-2) as isize, b.unwrap_or(-1) as isize)
+        })
     }
     /// Takes a range along each leading axis: each entry is `[start, end]`, `[start, end, step]`
     /// or `null` (the whole axis); negative start/end count from the end.
@@ -637,29 +727,53 @@ impl Tensor {
         let op = "slice";
         let t = self.kiln(op)?;
         if !Array::is_array(ranges) {
-            return Err(invalid(op, "ranges must be an array of [start, end, step?] or null"));
+            return Err(invalid(
+                op,
+                "ranges must be an array of [start, end, step?] or null",
+            ));
         }
         let ranges = Array::from(ranges);
         if ranges.length() as usize > t.rank() {
             return Err(to_js(&kiln_core::Error::index(
                 op,
-                format!("{} ranges given for a tensor of rank {}", ranges.length(), t.rank()),
+                format!(
+                    "{} ranges given for a tensor of rank {}",
+                    ranges.length(),
+                    t.rank()
+                ),
             )));
         }
         let mut out = Vec::new();
         for (axis, &n) in t.dims().iter().enumerate() {
             let r = ranges.get(axis as u32);
-            let full = SliceRange { start: 0, end: n, step: 1 };
+            let full = SliceRange {
+                start: 0,
+                end: n,
+                step: 1,
+            };
             if r.is_undefined() || r.is_null() {
                 out.push(full);
                 continue;
             }
             let v = js::ints(&r, op, "a range")?;
-            let at = |i: i64| if i < 0 { (n as i64 + i).max(0) as usize } else { (i as usize).min(n) };
+            let at = |i: i64| {
+                if i < 0 {
+                    (n as i64 + i).max(0) as usize
+                } else {
+                    (i as usize).min(n)
+                }
+            };
             let (start, end, step) = match v.as_slice() {
                 [s, e] => (at(*s), at(*e), 1),
                 [s, e, st] if *st > 0 => (at(*s), at(*e), *st as usize),
-                _ => return Err(invalid(op, format!("range for axis {axis} must be [start, end] or [start, end, step > 0], got {v:?}"))),
+                _ => {
+                    return Err(invalid(
+                        op,
+                        format!(
+                            "range for axis {axis} must be [start, end] or [start, end, step > 0], got {v:?}"
+                        ),
+                    ));
+                }
             };
             out.push(SliceRange { start, end, step });
         }
@@ -667,7 +781,9 @@ impl Tensor {
     }
     /// Merges axes `start..=end` (defaults: all) into one.
     pub fn flatten(&self, start: Option<i32>, end: Option<i32>) -> JsResult<Tensor> {
-        self.map("flatten", |t| t.flatten(start.unwrap_or(0) as isize, end.unwrap_or(-1) as isize))
+        self.map("flatten", |t| {
+            t.flatten(start.unwrap_or(0) as isize, end.unwrap_or(-1) as isize)
+        })
     }
     /// Removes an axis of size 1.
     pub fn squeeze(&self, axis: i32) -> JsResult<Tensor> {
@@ -711,7 +827,11 @@ impl Tensor {
     pub fn conv2d(&self, weight: &JsValue, bias: &JsValue, options: &JsValue) -> JsResult<Tensor> {
         let op = "conv2d";
         let w = Self::from_js(weight, op)?;
-        let b = if bias.is_undefined() || bias.is_null() { None } else { Some(Self::from_js(bias, op)?) };
+        let b = if bias.is_undefined() || bias.is_null() {
+            None
+        } else {
+            Some(Self::from_js(bias, op)?)
+        };
         let p = conv_params(options, op)?;
         self.map(op, |t| t.conv2d(&w, b.as_ref(), p))
     }

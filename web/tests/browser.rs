@@ -7,7 +7,7 @@
 
 use js_sys::{Array, Float32Array, Reflect};
 use kiln_core::model::save_model;
-use kiln_core::nn::{Forward, Init, Linear};
+use kiln_core::nn::{Conv2d, Flatten, Forward, Init, Linear, MaxPool2d, ReLU, Sequential};
 use kiln_core::{DType, Device as KDevice, Tensor as KTensor};
 use kiln_web::{Device, Model, Tensor, memory_report as memory};
 use wasm_bindgen::{JsCast, JsValue};
@@ -38,7 +38,10 @@ fn obj(pairs: &[(&str, JsValue)]) -> JsValue {
 }
 
 fn shape(dims: &[u32]) -> JsValue {
-    dims.iter().map(|&d| JsValue::from(d)).collect::<Array>().into()
+    dims.iter()
+        .map(|&d| JsValue::from(d))
+        .collect::<Array>()
+        .into()
 }
 
 fn tensor(v: &[f32], dims: &[u32], device: &Device) -> Tensor {
@@ -46,85 +49,339 @@ fn tensor(v: &[f32], dims: &[u32], device: &Device) -> Tensor {
     Tensor::from(&Float32Array::from(v).into(), &shape(dims), &opts).unwrap()
 }
 
+/// The f32 values of a tensor (other dtypes are cast first), or kiln's error message.
+async fn try_read(t: &Tensor) -> Result<Vec<f32>, String> {
+    let t = if t.dtype().map_err(|e| message(&e))? == "f32" {
+        t.clone_handle()
+    } else {
+        t.cast(&"f32".into())
+    }
+    .map_err(|e| message(&e))?;
+    let v = JsFuture::from(t.data()).await.map_err(|e| message(&e));
+    t.dispose();
+    Ok(v?.unchecked_into::<Float32Array>().to_vec())
+}
+
 async fn read(t: &Tensor) -> Vec<f32> {
-    let v = JsFuture::from(t.data()).await.unwrap();
-    v.dyn_into::<Float32Array>().unwrap().to_vec()
+    try_read(t).await.unwrap()
+}
+
+/// `await v.data()` on a JS-side f32 Tensor object, through the JS method.
+async fn read_js(v: &JsValue) -> Vec<f32> {
+    let f: js_sys::Function = Reflect::get(v, &"data".into()).unwrap().unchecked_into();
+    let p: js_sys::Promise = f.call0(v).unwrap().unchecked_into();
+    JsFuture::from(p)
+        .await
+        .unwrap()
+        .unchecked_into::<Float32Array>()
+        .to_vec()
+}
+
+/// Frees a JS-side Tensor object through its own `dispose()`, as JS callers do.
+fn dispose(v: &JsValue) {
+    let f: js_sys::Function = Reflect::get(v, &"dispose".into()).unwrap().unchecked_into();
+    f.call0(v).unwrap();
 }
 
 fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
+    if let Err(e) = check_close(got, want, tol) {
+        panic!("{what}: {e}");
     }
+}
+
+fn check_close(got: &[f32], want: &[f32], tol: f32) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} values, expected {}", got.len(), want.len()));
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let same_nan = g.is_nan() && w.is_nan();
+        // NaN compares false, so a NaN where a number is expected is caught here.
+        let within = (g - w).abs() <= tol * (1.0 + w.abs());
+        if !same_nan && !within {
+            return Err(format!("element {i}: {g} vs {w}"));
+        }
+    }
+    Ok(())
 }
 
 fn message(e: &JsValue) -> String {
-    Reflect::get(e, &"message".into()).unwrap().as_string().unwrap_or_default()
+    Reflect::get(e, &"message".into())
+        .ok()
+        .and_then(|m| m.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
 }
 
-/// The ops of the JS API on one device; returns every result, flattened, in order.
-async fn op_suite(dev: &Device) -> Vec<Vec<f32>> {
-    let a = tensor(&rand(3 * 5, 1), &[3, 5], dev);
-    let b = tensor(&rand(5 * 7, 2), &[5, 7], dev);
-    let r = tensor(&rand(5, 3), &[5], dev);
-    let x = tensor(&rand(2 * 3 * 6 * 5, 4), &[2, 3, 6, 5], dev);
-    let w = tensor(&rand(4 * 3 * 3 * 3, 5), &[4, 3, 3, 3], dev);
-    let bias = tensor(&rand(4, 6), &[4], dev);
-    let (bj, rj): (JsValue, JsValue) = (b.clone_handle().unwrap().into(), r.clone_handle().unwrap().into());
-    let mut outs = Vec::new();
-    let results = [
-        a.matmul(&bj).unwrap(),
-        a.add(&rj).unwrap(),
-        a.mul(&JsValue::from(1.5)).unwrap().sub(&rj).unwrap(),
-        a.exp().unwrap(),
-        a.tanh().unwrap(),
-        a.relu().unwrap(),
-        a.softmax(Some(-1)).unwrap(),
-        a.sum(&JsValue::from(1), None).unwrap(),
-        a.mean(&JsValue::UNDEFINED, None).unwrap(),
-        a.max(&JsValue::from(0), None).unwrap(),
-        a.permute(&shape(&[1, 0])).unwrap().reshape(&shape(&[15])).unwrap(),
-        a.slice(&Array::of2(&JsValue::NULL, &shape(&[1, 5, 2])).into()).unwrap(),
-        x.conv2d(&w.clone_handle().unwrap().into(), &bias.clone_handle().unwrap().into(), &obj(&[("padding", 1.into()), ("stride", shape(&[1, 2]))]))
-            .unwrap(),
-        x.max_pool2d(&obj(&[("kernel", 2.into())])).unwrap(),
-        x.avg_pool2d(&obj(&[("kernel", 3.into()), ("stride", 1.into())])).unwrap(),
-        a.argmax(Some(-1), None).unwrap().cast(&"f32".into()).unwrap(),
-    ];
-    for t in &results {
-        outs.push(read(t).await);
+/// One op of the suite: its name and how to compute it from the suite's inputs.
+type OpCase = (&'static str, fn(&Inputs) -> Result<Tensor, JsValue>);
+
+/// The suite's inputs on one device (random values, odd shapes), as JS sees them.
+struct Inputs {
+    a: Tensor,
+    /// A second handle on `a`, as JS passes tensors to ops.
+    a_js: JsValue,
+    pos: Tensor,
+    pos_js: JsValue,
+    b: JsValue,
+    r: JsValue,
+    c: JsValue,
+    bat: Tensor,
+    bat_rhs: JsValue,
+    x: Tensor,
+    w: JsValue,
+    bias: JsValue,
+    idx: JsValue,
+    cls: Tensor,
+}
+
+impl Inputs {
+    fn new(dev: &Device) -> Inputs {
+        let js = |t: Tensor| -> JsValue { t.into() };
+        let pos = tensor(
+            &rand(15, 12)
+                .iter()
+                .map(|v| v.abs() + 0.1)
+                .collect::<Vec<_>>(),
+            &[3, 5],
+            dev,
+        );
+        let idx_opts = obj(&[("device", dev.clone().into()), ("dtype", "i32".into())]);
+        let ints = |v: &[i32]| -> JsValue { js_sys::Int32Array::from(v).into() };
+        let a = tensor(&rand(3 * 5, 1), &[3, 5], dev);
+        Inputs {
+            a_js: a.clone_handle().unwrap().into(),
+            a,
+            pos_js: pos.clone_handle().unwrap().into(),
+            pos,
+            b: js(tensor(&rand(5 * 7, 2), &[5, 7], dev)),
+            r: js(tensor(&rand(5, 3), &[5], dev)),
+            c: js(tensor(&rand(3 * 5, 13), &[3, 5], dev)),
+            bat: tensor(&rand(2 * 3 * 5, 14), &[2, 3, 5], dev),
+            bat_rhs: js(tensor(&rand(2 * 5 * 4, 15), &[2, 5, 4], dev)),
+            x: tensor(&rand(2 * 3 * 6 * 5, 4), &[2, 3, 6, 5], dev),
+            w: js(tensor(&rand(4 * 3 * 3 * 3, 5), &[4, 3, 3, 3], dev)),
+            bias: js(tensor(&rand(4, 6), &[4], dev)),
+            idx: Tensor::from(&ints(&[2, 0, 2, 1]), &JsValue::UNDEFINED, &idx_opts)
+                .unwrap()
+                .into(),
+            cls: Tensor::from(&ints(&[3, 0, 1, 3, 2]), &JsValue::UNDEFINED, &idx_opts).unwrap(),
+        }
     }
+
+    fn dispose(self) {
+        for t in [&self.a, &self.pos, &self.bat, &self.x, &self.cls] {
+            t.dispose();
+        }
+        for v in [
+            &self.a_js,
+            &self.pos_js,
+            &self.b,
+            &self.r,
+            &self.c,
+            &self.bat_rhs,
+            &self.w,
+            &self.bias,
+            &self.idx,
+        ] {
+            dispose(v);
+        }
+    }
+}
+
+/// Every op family of the JS API, each on random inputs.
+const OPS: &[OpCase] = &[
+    ("matmul", |i| i.a.matmul(&i.b)),
+    ("batched matmul", |i| i.bat.matmul(&i.bat_rhs)),
+    ("add (broadcast)", |i| i.a.add(&i.r)),
+    ("mul scalar, sub", |i| i.a.mul(&1.5.into())?.sub(&i.r)),
+    ("div", |i| i.a.div(&i.pos_js)),
+    ("pow", |i| i.pos.pow(&i.c)),
+    ("maximum", |i| i.a.maximum(&i.c)),
+    ("minimum", |i| i.a.minimum(&i.c)),
+    ("lt", |i| i.a.lt(&i.c)),
+    ("eq (self)", |i| i.a.eq(&i.a_js)),
+    ("where", |i| {
+        i.a.gt(&0.0.into())?.where_(&i.c, &(-2.0).into())
+    }),
+    ("neg", |i| i.a.neg()),
+    ("abs", |i| i.a.abs()),
+    ("exp", |i| i.a.exp()),
+    ("log", |i| i.pos.log()),
+    ("sqrt", |i| i.pos.sqrt()),
+    ("rsqrt", |i| i.pos.rsqrt()),
+    ("recip", |i| i.pos.recip()),
+    ("sin", |i| i.a.sin()),
+    ("cos", |i| i.a.cos()),
+    ("tanh", |i| i.a.tanh()),
+    ("sigmoid", |i| i.a.sigmoid()),
+    ("relu", |i| i.a.relu()),
+    ("gelu", |i| i.a.gelu()),
+    ("erf", |i| i.a.erf()),
+    ("floor", |i| i.a.mul(&3.0.into())?.floor()),
+    ("ceil", |i| i.a.mul(&3.0.into())?.ceil()),
+    ("sign", |i| i.a.sign()),
+    ("clamp", |i| i.a.clamp(-0.5, 0.25)),
+    ("softmax", |i| i.a.softmax(Some(-1))),
+    ("logSoftmax", |i| i.a.log_softmax(Some(0))),
+    ("sum axis 1", |i| i.a.sum(&1.into(), None)),
+    ("mean all", |i| i.a.mean(&JsValue::UNDEFINED, None)),
+    ("max axis 0", |i| i.a.max(&0.into(), None)),
+    ("min keepdim", |i| i.a.min(&1.into(), Some(true))),
+    ("prod", |i| i.a.prod(&1.into(), None)),
+    ("var", |i| i.a.var(&1.into(), None, None)),
+    ("argmax", |i| i.a.argmax(Some(-1), None)),
+    ("argmin", |i| i.a.argmin(Some(0), None)),
+    ("cumsum", |i| i.a.cumsum(Some(1))),
+    ("permute + reshape", |i| {
+        i.a.permute(&shape(&[1, 0]))?.reshape(&shape(&[15]))
+    }),
+    ("transpose (batched)", |i| i.bat.transpose(None, None)),
+    ("slice with step", |i| {
+        i.a.slice(&Array::of2(&JsValue::NULL, &shape(&[1, 5, 2])).into())
+    }),
+    ("strided view + exp", |i| {
+        i.x.permute(&shape(&[0, 2, 3, 1]))?.exp()
+    }),
+    ("expand", |i| {
+        i.a.unsqueeze(0)?
+            .expand(&shape(&[2, 3, 5]))?
+            .add(&1.0.into())
+    }),
+    ("pad", |i| {
+        i.a.pad(
+            &Array::of2(&shape(&[1, 0]), &shape(&[2, 1])).into(),
+            Some(0.5),
+        )
+    }),
+    ("concat", |i| {
+        Tensor::concat(&Array::of2(&i.a_js, &i.c).into(), Some(0))
+    }),
+    ("stack", |i| {
+        Tensor::stack(&Array::of2(&i.a_js, &i.c).into(), Some(1))
+    }),
+    ("indexSelect", |i| i.a.index_select(1, &i.idx)),
+    ("oneHot", |i| i.cls.one_hot(4, &JsValue::UNDEFINED)),
+    ("conv2d stride/padding", |i| {
+        i.x.conv2d(
+            &i.w,
+            &i.bias,
+            &obj(&[("padding", 1.into()), ("stride", shape(&[1, 2]))]),
+        )
+    }),
+    ("conv2d dilation", |i| {
+        i.x.conv2d(
+            &i.w,
+            &JsValue::NULL,
+            &obj(&[("dilation", 2.into()), ("padding", 2.into())]),
+        )
+    }),
+    ("maxPool2d", |i| {
+        i.x.max_pool2d(&obj(&[("kernel", 2.into())]))
+    }),
+    ("avgPool2d", |i| {
+        i.x.avg_pool2d(&obj(&[("kernel", 3.into()), ("stride", 1.into())]))
+    }),
+    ("adaptiveAvgPool2d", |i| {
+        i.x.adaptive_avg_pool2d(&shape(&[2, 3]))
+    }),
+];
+
+/// Runs [`OPS`] on one device; each result is read back at once (so an error the GPU reports
+/// asynchronously is charged to its own op) as f32 values, or kiln's error message.
+async fn op_suite(dev: &Device) -> Vec<Result<Vec<f32>, String>> {
+    let inputs = Inputs::new(dev);
+    let mut outs = Vec::new();
+    for (_, op) in OPS {
+        let r = match op(&inputs) {
+            Ok(t) => {
+                let v = try_read(&t).await;
+                t.dispose();
+                v
+            }
+            Err(e) => Err(message(&e)),
+        };
+        outs.push(r);
+    }
+    inputs.dispose();
     outs
+}
+
+fn out(outs: &[Result<Vec<f32>, String>], name: &str) -> Vec<f32> {
+    let i = OPS.iter().position(|(n, _)| *n == name).unwrap();
+    match &outs[i] {
+        Ok(v) => v.clone(),
+        Err(e) => panic!("{name} failed on the CPU: {e}"),
+    }
 }
 
 #[wasm_bindgen_test]
 async fn cpu_ops_match_independent_references() {
-    let cpu = Device::cpu();
-    let outs = op_suite(&cpu).await;
-    let (a, b, r) = (rand(15, 1), rand(35, 2), rand(5, 3));
+    let before = live_bytes();
+    let outs = op_suite(&Device::cpu()).await;
+    assert_eq!(
+        live_bytes(),
+        before,
+        "the suite disposed everything it made"
+    );
+    let failed: Vec<String> = OPS
+        .iter()
+        .zip(&outs)
+        .filter_map(|((n, _), r)| r.as_ref().err().map(|e| format!("{n}: {e}")))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "ops failed on the CPU:\n{}",
+        failed.join("\n")
+    );
+    let (a, b, r, c) = (rand(15, 1), rand(35, 2), rand(5, 3), rand(15, 13));
     let mut mm = vec![0f32; 21];
     for i in 0..3 {
         for j in 0..7 {
             mm[i * 7 + j] = (0..5).map(|k| a[i * 5 + k] * b[k * 7 + j]).sum();
         }
     }
-    assert_close(&outs[0], &mm, 1e-5, "matmul");
+    assert_close(&out(&outs, "matmul"), &mm, 1e-5, "matmul");
     let add: Vec<f32> = a.iter().enumerate().map(|(i, v)| v + r[i % 5]).collect();
-    assert_close(&outs[1], &add, 1e-6, "add");
+    assert_close(&out(&outs, "add (broadcast)"), &add, 1e-6, "add");
+    let wh: Vec<f32> = a
+        .iter()
+        .zip(&c)
+        .map(|(x, y)| if *x > 0.0 { *y } else { -2.0 })
+        .collect();
+    assert_eq!(out(&outs, "where"), wh, "where");
     let mut sm = Vec::new();
     for row in a.chunks(5) {
         let m = row.iter().cloned().fold(f32::MIN, f32::max);
         let z: f32 = row.iter().map(|v| (v - m).exp()).sum();
         sm.extend(row.iter().map(|v| (v - m).exp() / z));
     }
-    assert_close(&outs[6], &sm, 1e-5, "softmax");
+    assert_close(&out(&outs, "softmax"), &sm, 1e-5, "softmax");
     let sums: Vec<f32> = a.chunks(5).map(|r| r.iter().sum()).collect();
-    assert_close(&outs[7], &sums, 1e-5, "sum");
+    assert_close(&out(&outs, "sum axis 1"), &sums, 1e-5, "sum");
+    let cums: Vec<f32> = a
+        .chunks(5)
+        .flat_map(|r| {
+            r.iter()
+                .scan(0.0, |s, v| {
+                    *s += v;
+                    Some(*s)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_close(&out(&outs, "cumsum"), &cums, 1e-5, "cumsum");
     let argmax: Vec<f32> = a
         .chunks(5)
-        .map(|r| r.iter().enumerate().fold(0, |bi, (i, v)| if *v > r[bi] { i } else { bi }) as f32)
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .fold(0, |bi, (i, v)| if *v > r[bi] { i } else { bi }) as f32
+        })
         .collect();
-    assert_eq!(outs[15], argmax, "argmax");
+    assert_eq!(out(&outs, "argmax"), argmax, "argmax");
+    let sel: Vec<f32> = a.chunks(5).flat_map(|r| [r[2], r[0], r[2], r[1]]).collect();
+    assert_eq!(out(&outs, "indexSelect"), sel, "indexSelect");
+    let clamp: Vec<f32> = a.iter().map(|v| v.clamp(-0.5, 0.25)).collect();
+    assert_eq!(out(&outs, "clamp"), clamp, "clamp");
 }
 
 #[wasm_bindgen_test]
@@ -132,16 +389,62 @@ async fn webgpu_ops_match_the_cpu() {
     let gpu = match Device::webgpu().await {
         Ok(d) => d,
         Err(e) => {
-            web_sys::console::log_1(&format!("SKIP webgpu_ops_match_the_cpu: {}", message(&e)).into());
+            web_sys::console::log_1(
+                &format!("SKIP webgpu_ops_match_the_cpu: {}", message(&e)).into(),
+            );
             return;
         }
     };
     assert_eq!(gpu.kind(), "webgpu");
+    assert!(gpu.name().starts_with("wgpu"), "{}", gpu.name());
     let want = op_suite(&Device::cpu()).await;
     let got = op_suite(&gpu).await;
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_close(g, w, 1e-4, &format!("op {i} on webgpu"));
+    let mut failed = Vec::new();
+    for (((name, _), g), w) in OPS.iter().zip(&got).zip(&want) {
+        let w = w
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{name} failed on the CPU: {e}"));
+        match g {
+            Err(e) => failed.push(format!("{name}: {e}")),
+            Ok(g) => {
+                if let Err(e) = check_close(g, w, 1e-4) {
+                    failed.push(format!("{name}: {e}"));
+                }
+            }
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "{} of {} ops differ on WebGPU:\n{}",
+        failed.len(),
+        OPS.len(),
+        failed.join("\n")
+    );
+}
+
+#[wasm_bindgen_test]
+async fn auto_picks_webgpu_when_an_adapter_exists_and_says_why() {
+    let auto = Device::auto().await;
+    match Device::webgpu().await {
+        Ok(_) => {
+            assert_eq!(auto.kind(), "webgpu");
+            assert!(
+                auto.reason().contains("WebGPU adapter"),
+                "{}",
+                auto.reason()
+            );
+        }
+        Err(e) => {
+            assert_eq!(auto.kind(), "cpu");
+            assert!(
+                auto.reason().starts_with("WebGPU unavailable"),
+                "{}",
+                auto.reason()
+            );
+            assert!(auto.reason().contains(&message(&e)) || !message(&e).is_empty());
+        }
+    }
+    assert_eq!(Device::cpu().kind(), "cpu");
 }
 
 #[wasm_bindgen_test]
@@ -154,10 +457,34 @@ fn errors_cross_into_js_with_kiln_messages() {
     assert_eq!(Reflect::get(&e, &"name".into()).unwrap(), "KilnError");
     assert_eq!(Reflect::get(&e, &"kind".into()).unwrap(), "shape");
     let m = message(&e);
-    assert!(m.starts_with("matmul:") && m.contains('3') && m.contains('4'), "{m}");
-    let e = Tensor::from(&Float32Array::from(&[1.0f32; 5][..]).into(), &shape(&[2, 3]), &JsValue::UNDEFINED)
-        .unwrap_err();
-    assert!(message(&e).contains("5 values given for shape [2, 3]"), "{}", message(&e));
+    assert!(
+        m.starts_with("matmul:") && m.contains('3') && m.contains('4'),
+        "{m}"
+    );
+    let e = Tensor::from(
+        &Float32Array::from(&[1.0f32; 5][..]).into(),
+        &shape(&[2, 3]),
+        &JsValue::UNDEFINED,
+    )
+    .unwrap_err();
+    assert!(
+        message(&e).contains("5 values given for shape [2, 3]"),
+        "{}",
+        message(&e)
+    );
+    // Wrong argument types are kiln errors too, never panics.
+    let e = a.matmul(&JsValue::from_str("nope")).unwrap_err();
+    assert_eq!(Reflect::get(&e, &"name".into()).unwrap(), "KilnError");
+    assert!(
+        message(&e).contains("expected a Tensor, got string"),
+        "{}",
+        message(&e)
+    );
+    let e = a.reshape(&shape(&[4, 4])).unwrap_err();
+    assert!(message(&e).starts_with("reshape"), "{}", message(&e));
+    let e = Tensor::zeros(&shape(&[2]), &obj(&[("dtype", "q8".into())])).unwrap_err();
+    assert!(message(&e).contains("got q8"), "{}", message(&e));
+    dispose(&b);
     a.dispose();
     assert!(message(&a.relu().unwrap_err()).contains("disposed"));
 }
@@ -179,54 +506,169 @@ async fn model_file_loads_and_runs_like_the_module() {
     let inputs = model.inputs().unwrap();
     assert_eq!(inputs.length(), 1);
     let xv = rand(3 * 16, 9);
-    let x = tensor(&xv, &[3, 16], &Device::cpu());
-    let y = model.forward(&x.clone_handle().unwrap().into()).unwrap();
+    let x: JsValue = tensor(&xv, &[3, 16], &Device::cpu()).into();
+    let y = model.forward(&x).unwrap();
+    dispose(&x);
     let want = fc
         .forward(&KTensor::from_slice(&xv, [3, 16], &KDevice::cpu()).unwrap())
         .unwrap()
         .to_vec::<f32>()
         .unwrap();
     assert_close(&read(&y).await, &want, 1e-6, "model output");
+    y.dispose();
+    model.dispose();
+    let e = model.forward(&JsValue::NULL).unwrap_err();
+    assert!(message(&e).contains("disposed"), "{}", message(&e));
 
     let bad: JsValue = js_sys::Uint8Array::from(&bytes[..bytes.len() / 2]).into();
     let e = Model::load(bad, JsValue::UNDEFINED).await.err().unwrap();
     assert!(message(&e).contains("Model::load"), "{}", message(&e));
-    let e = Model::load("/no/such/model.safetensors".into(), JsValue::UNDEFINED).await.err().unwrap();
+    let e = Model::load("/no/such/model.safetensors".into(), JsValue::UNDEFINED)
+        .await
+        .err()
+        .unwrap();
     assert!(message(&e).contains("HTTP 404"), "{}", message(&e));
 }
 
+/// A small CNN shaped like the MNIST demo's: conv, relu, max-pool, flatten, linear.
+fn small_cnn() -> (Vec<u8>, Sequential) {
+    let dev = KDevice::cpu();
+    let mut init = Init::new(&dev, 21);
+    let mut net = Sequential::new()
+        .with(Conv2d::new(&mut init, 1, 4, 3).unwrap())
+        .with(ReLU)
+        .with(MaxPool2d::new(2))
+        .with(Flatten::new())
+        .with(Linear::new(&mut init, 4 * 3 * 3, 10).unwrap());
+    let sample = KTensor::rand_normal([2, 1, 8, 8], 0.0, 1.0, 22, DType::F32, &dev).unwrap();
+    let bytes = save_model(&mut net, &sample, &Default::default()).unwrap();
+    (bytes, net)
+}
+
+/// A `blob:` URL serving `bytes`, so `Model.load(url)` goes through `fetch` like a page's would.
+fn blob_url(bytes: &[u8]) -> String {
+    let parts = Array::of1(&js_sys::Uint8Array::from(bytes));
+    let blob = web_sys::Blob::new_with_u8_array_sequence(&parts).unwrap();
+    web_sys::Url::create_object_url_with_blob(&blob).unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn cnn_model_from_a_url_runs_on_every_device_like_the_module() {
+    let (bytes, net) = small_cnn();
+    let url = blob_url(&bytes);
+    let xv = rand(3 * 64, 23);
+    let want = net
+        .forward(&KTensor::from_slice(&xv, [3, 1, 8, 8], &KDevice::cpu()).unwrap())
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let mut devices = vec![Device::cpu()];
+    if let Ok(gpu) = Device::webgpu().await {
+        devices.push(gpu);
+    }
+    for dev in devices {
+        let before = live_bytes();
+        let model = Model::load(url.clone().into(), obj(&[("device", dev.clone().into())]))
+            .await
+            .unwrap();
+        assert_eq!(model.device().kind(), dev.kind());
+        let spec = model.inputs().unwrap().get(0);
+        let name = Reflect::get(&spec, &"name".into())
+            .unwrap()
+            .as_string()
+            .unwrap();
+        let dims: Vec<JsValue> =
+            Array::from(&Reflect::get(&spec, &"shape".into()).unwrap()).to_vec();
+        assert_eq!(dims.len(), 4, "input shape {dims:?}");
+        assert!(dims[0].is_null(), "the batch axis is free: {dims:?}");
+        assert_eq!(model.outputs().unwrap().length(), 1);
+        let x: JsValue = tensor(&xv, &[3, 1, 8, 8], &dev).into();
+        // `run` with inputs keyed by name, and `forward`, agree with the Rust module.
+        let outs = model.run(&obj(&[(name.as_str(), x.clone())])).unwrap();
+        assert_eq!(outs.length(), 1);
+        assert_close(
+            &read_js(&outs.get(0)).await,
+            &want,
+            1e-4,
+            &format!("CNN run on {}", dev.kind()),
+        );
+        let y = model.forward(&x).unwrap();
+        assert_close(
+            &read(&y).await,
+            &want,
+            1e-4,
+            &format!("CNN forward on {}", dev.kind()),
+        );
+        let probs = model.forward(&x).unwrap().softmax(None).unwrap();
+        let p = read(&probs).await;
+        assert!(
+            (p[..10].iter().sum::<f32>() - 1.0).abs() < 1e-5,
+            "softmax of the logits: {p:?}"
+        );
+        for o in outs.iter() {
+            dispose(&o);
+        }
+        dispose(&x);
+        y.dispose();
+        probs.dispose();
+        model.dispose();
+        assert_eq!(live_bytes(), before, "everything freed on {}", dev.kind());
+    }
+    web_sys::Url::revoke_object_url(&url).unwrap();
+}
+
 fn live_bytes() -> f64 {
-    Reflect::get(&memory(), &"bytes".into()).unwrap().as_f64().unwrap()
+    Reflect::get(&memory(), &"bytes".into())
+        .unwrap()
+        .as_f64()
+        .unwrap()
 }
 
 async fn leak_check(device: Device) {
     let (bytes, _) = small_model();
     let src: JsValue = js_sys::Uint8Array::from(bytes.as_slice()).into();
-    let model = Model::load(src, obj(&[("device", device.clone().into())])).await.unwrap();
+    let model = Model::load(src, obj(&[("device", device.clone().into())]))
+        .await
+        .unwrap();
     let xv = rand(16, 11);
     let before = live_bytes();
     let mut after_warmup = None;
     for i in 0..10_000 {
-        let x = tensor(&xv, &[1, 16], &device);
-        let y = model.forward(&x.clone_handle().unwrap().into()).unwrap();
+        let x: JsValue = tensor(&xv, &[1, 16], &device).into();
+        let y = model.forward(&x).unwrap();
         if i % 1000 == 999 {
             assert_eq!(read(&y).await.len(), 8);
         }
-        x.dispose();
+        dispose(&x);
         y.dispose();
         if i == 99 {
             after_warmup = Some(memory());
         }
     }
     let end = memory();
-    assert_eq!(live_bytes(), before, "live bytes after 10,000 runs on {}", device.kind());
+    assert_eq!(
+        live_bytes(),
+        before,
+        "live bytes after 10,000 runs on {}",
+        device.kind()
+    );
     // The backend's own allocation (WebGPU buffers and pool) must not grow after warm-up either.
     let dev_alloc = |m: &JsValue| {
-        let d = Reflect::get(&Reflect::get(m, &"devices".into()).unwrap(), &device.kind().into()).unwrap();
-        Reflect::get(&d, &"allocatedBytes".into()).ok().and_then(|v| v.as_f64())
+        let d = Reflect::get(
+            &Reflect::get(m, &"devices".into()).unwrap(),
+            &device.kind().into(),
+        )
+        .unwrap();
+        Reflect::get(&d, &"allocatedBytes".into())
+            .ok()
+            .and_then(|v| v.as_f64())
     };
     if let (Some(a), Some(b)) = (after_warmup.as_ref().and_then(dev_alloc), dev_alloc(&end)) {
-        assert!(b <= a, "{} backend grew from {a} to {b} bytes", device.kind());
+        assert!(
+            b <= a,
+            "{} backend grew from {a} to {b} bytes",
+            device.kind()
+        );
     }
     model.dispose();
     assert_eq!(live_bytes(), before - 16.0 * 8.0 * 4.0 - 8.0 * 4.0);
@@ -241,6 +683,8 @@ async fn ten_thousand_runs_leave_live_bytes_flat_on_cpu() {
 async fn ten_thousand_runs_leave_live_bytes_flat_on_webgpu() {
     match Device::webgpu().await {
         Ok(d) => leak_check(d).await,
-        Err(e) => web_sys::console::log_1(&format!("SKIP webgpu leak check: {}", message(&e)).into()),
+        Err(e) => {
+            web_sys::console::log_1(&format!("SKIP webgpu leak check: {}", message(&e)).into())
+        }
     }
 }

@@ -207,10 +207,18 @@ impl Names {
         if stem.starts_with('_') || stem.starts_with("k_") || stem.starts_with("karr_") {
             stem.insert(0, 'v');
         }
+        // Collisions take a numeric suffix, `x_1`, but never one that would make a reserved
+        // prefix (`k` + `_1`) or a double underscore (`a_` + `_1`): those get `k1`, `a_1`.
+        // Then no suffixed name is reserved by prefix, so the search ends.
+        let sep = if stem.ends_with('_') || is_reserved(&format!("{stem}_")) {
+            ""
+        } else {
+            "_"
+        };
         let mut name = stem.clone();
-        let mut n = 1;
+        let mut n = 1u64;
         while is_reserved(&name) || self.used.contains(&name) {
-            name = format!("{stem}_{n}");
+            name = format!("{stem}{sep}{n}");
             n += 1;
         }
         self.used.insert(name.clone());
@@ -243,6 +251,15 @@ mod tests {
         assert_eq!(n.fresh(Some("_a__b"), "v"), "v_a_b");
         assert_eq!(n.fresh(None, "e"), "e");
         assert_eq!(n.fresh(Some("é"), "v"), "v_");
+        // `k` and `karr` are fine names, but their suffixed forms must avoid the prelude's
+        // `k_` / `karr_` prefixes (a loop over `k_1`, `k_2`, ... would never end).
+        assert_eq!(n.fresh(Some("k"), "v"), "k");
+        assert_eq!(n.fresh(Some("k"), "v"), "k1");
+        assert_eq!(n.fresh(Some("k"), "v"), "k2");
+        assert_eq!(n.fresh(Some("karr"), "v"), "karr");
+        assert_eq!(n.fresh(Some("karr"), "v"), "karr1");
+        assert_eq!(n.fresh(Some("a_"), "v"), "a_");
+        assert_eq!(n.fresh(Some("a_"), "v"), "a_1");
         assert!(n.claim_exact("main_kernel"));
         assert!(!n.claim_exact("main_kernel"));
         assert!(!n.claim_exact("float"));

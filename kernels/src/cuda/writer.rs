@@ -368,10 +368,10 @@ impl<'a> Writer<'a> {
             .chain(self.module.entry_points.iter().map(|ep| &ep.function));
         for f in funcs {
             for (_, e) in f.expressions.iter() {
-                if let Expression::ArrayLength(p) = *e {
-                    if let Some(g) = Self::root_global(&f.expressions, p) {
-                        self.lengths.insert(g);
-                    }
+                if let Expression::ArrayLength(p) = *e
+                    && let Some(g) = Self::root_global(&f.expressions, p)
+                {
+                    self.lengths.insert(g);
                 }
             }
         }
@@ -394,7 +394,7 @@ impl<'a> Writer<'a> {
             .collect();
         if by_binding {
             v.sort_by_key(|h| {
-                let b = self.module.global_variables[*h].binding.clone();
+                let b = self.module.global_variables[*h].binding;
                 b.map(|b| (b.group, b.binding))
             });
         }
@@ -972,10 +972,10 @@ impl<'a> Writer<'a> {
 
     /// Text of an expression: its bound name if it has one.
     fn expr(&self, scope: Scope<'_, 'a>, h: Handle<Expression>) -> Result<String> {
-        if let Scope::Local(f) = scope {
-            if let Some(n) = &f.baked[h.index()] {
-                return Ok(n.clone());
-            }
+        if let Scope::Local(f) = scope
+            && let Some(n) = &f.baked[h.index()]
+        {
+            return Ok(n.clone());
         }
         self.expr_text(scope, h)
     }
@@ -1131,12 +1131,10 @@ impl<'a> Writer<'a> {
                 accept,
                 reject,
             } => {
+                // A vector condition selects per component; a scalar one the whole value.
                 let c = e(condition)?;
-                let size = self.vector_size(scope, accept);
                 if self.vector_size(scope, condition).is_some() {
                     format!("k_select({c}, {}, {})", e(accept)?, e(reject)?)
-                } else if size.is_some() {
-                    format!("({c} ? {} : {})", e(accept)?, e(reject)?)
                 } else {
                     format!("({c} ? {} : {})", e(accept)?, e(reject)?)
                 }

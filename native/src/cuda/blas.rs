@@ -1,4 +1,5 @@
-//! f32 matmul and batched matmul on cuBLAS (`cublasSgemmStridedBatched`).
+//! f32 matmul and batched matmul on cuBLAS (`cublasGemmStridedBatchedEx`, with the compute type
+//! of [`MatmulPrecision`]: strict fp32 unless TF32 or bf16 was asked for).
 //!
 //! cuBLAS is column-major: a row-major `C[m, n] = A[m, k] B[k, n]` is computed as the
 //! column-major `C^T = B^T A^T`. A view whose last two axes are row- or column-contiguous maps to
@@ -6,13 +7,13 @@
 //! stride map to the strided batch. Anything else (and integer matmul) falls back to the
 //! translated WGSL GEMM.
 
-use super::{Buf, CudaBackend};
+use super::{Buf, CudaBackend, MatmulPrecision};
 use cudarc::cublas::{result as blas, sys};
 use kiln_core::{Error, Result, Shape, View};
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 pub(super) struct Blas {
-    handle: sys::cublasHandle_t,
+    pub(super) handle: sys::cublasHandle_t,
 }
 // SAFETY: the handle is used under the backend's lock, with its context bound.
 unsafe impl Send for Blas {}
@@ -37,8 +38,15 @@ fn operand(rows: usize, cols: usize, sr: isize, sc: isize) -> Option<(bool, usiz
 }
 
 /// `Some(output)` when cuBLAS took the matmul, `None` to fall back to the planned kernels.
-pub(super) fn matmul(b: &CudaBackend, inputs: &[View<'_>], bufs: &[&Buf], out: &Shape) -> Result<Option<Buf>> {
-    let (Some(x), Some(y)) = (inputs.first(), inputs.get(1)) else { return Ok(None) };
+pub(super) fn matmul(
+    b: &CudaBackend,
+    inputs: &[View<'_>],
+    bufs: &[&Buf],
+    out: &Shape,
+) -> Result<Option<Buf>> {
+    let (Some(x), Some(y)) = (inputs.first(), inputs.get(1)) else {
+        return Ok(None);
+    };
     let (xd, yd) = (x.layout.shape().dims(), y.layout.shape().dims());
     if xd.len() < 2 || yd.len() < 2 || x.dtype != kiln_core::DType::F32 {
         return Ok(None);
@@ -60,10 +68,18 @@ pub(super) fn matmul(b: &CudaBackend, inputs: &[View<'_>], bufs: &[&Buf], out: &
     let batch_strides = |d: &[usize], s: &[isize]| -> Option<Vec<usize>> {
         let off = nb + 2 - d.len();
         (0..nb)
-            .map(|i| if i < off || d[i - off] == 1 { Some(0) } else { usize::try_from(s[i - off]).ok() })
+            .map(|i| {
+                if i < off || d[i - off] == 1 {
+                    Some(0)
+                } else {
+                    usize::try_from(s[i - off]).ok()
+                }
+            })
             .collect()
     };
-    let (Some(xb), Some(yb)) = (batch_strides(xd, xs), batch_strides(yd, ys)) else { return Ok(None) };
+    let (Some(xb), Some(yb)) = (batch_strides(xd, xs), batch_strides(yd, ys)) else {
+        return Ok(None);
+    };
     let ob: Vec<usize> = {
         let mut acc = m * n;
         let mut v = vec![0; nb];
@@ -79,11 +95,20 @@ pub(super) fn matmul(b: &CudaBackend, inputs: &[View<'_>], bufs: &[&Buf], out: &
     }
     let batch = dims.first().copied().unwrap_or(1);
     let pick = |i: usize| strides.get(i).and_then(|s| s.first()).copied().unwrap_or(0);
-    let (sx, sy, so) = if batch == 1 { (0, 0, m * n) } else { (pick(0), pick(1), pick(2)) };
+    let (sx, sy, so) = if batch == 1 {
+        (0, 0, m * n)
+    } else {
+        (pick(0), pick(1), pick(2))
+    };
     let to_int = |v: usize| c_int::try_from(v).ok();
-    let (Some(mi), Some(ni), Some(ki), Some(ldai), Some(ldbi), Some(bi)) =
-        (to_int(m), to_int(n), to_int(k), to_int(lda), to_int(ldb), to_int(batch))
-    else {
+    let (Some(mi), Some(ni), Some(ki), Some(ldai), Some(ldbi), Some(bi)) = (
+        to_int(m),
+        to_int(n),
+        to_int(k),
+        to_int(lda),
+        to_int(ldb),
+        to_int(batch),
+    ) else {
         return Ok(None);
     };
 
@@ -101,51 +126,69 @@ pub(super) fn matmul(b: &CudaBackend, inputs: &[View<'_>], bufs: &[&Buf], out: &
                 "cuBLAS (libcublas.so) was not found; install the CUDA toolkit or add its lib64 to LD_LIBRARY_PATH",
             ));
         }
-        let handle = blas::create_handle().map_err(|e| Error::device("matmul", format!("creating a cuBLAS handle: {e:?}")))?;
-        let mode = if inner.options.tf32 {
-            sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
-        } else {
-            sys::cublasMath_t::CUBLAS_DEFAULT_MATH
-        };
+        let handle = blas::create_handle()
+            .map_err(|e| Error::device("matmul", format!("creating a cuBLAS handle: {e:?}")))?;
         // SAFETY: a fresh handle; the stream outlives it (both live as long as the backend).
         unsafe {
             blas::set_stream(handle, inner.raw.stream.cast())
                 .map_err(|e| Error::device("matmul", format!("cuBLAS stream: {e:?}")))?;
-            sys::cublasSetMathMode(handle, mode)
+            // The default math mode allows no TF32; reduced precision comes only from the
+            // compute type asked for below.
+            sys::cublasSetMathMode(handle, sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
                 .result()
                 .map_err(|e| Error::device("matmul", format!("cuBLAS math mode: {e:?}")))?;
         }
         *guard = Some(Blas { handle });
     }
-    let handle = guard.as_ref().map(|g| g.handle).ok_or_else(|| Error::device("matmul", "no cuBLAS handle"))?;
-    let op = |t: bool| if t { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
+    let handle = guard
+        .as_ref()
+        .map(|g| g.handle)
+        .ok_or_else(|| Error::device("matmul", "no cuBLAS handle"))?;
+    let op = |t: bool| {
+        if t {
+            sys::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            sys::cublasOperation_t::CUBLAS_OP_N
+        }
+    };
     let (alpha, beta) = (1.0f32, 0.0f32);
-    let xp = (bufs[0].ptr + 4 * x.layout.offset() as u64) as *const f32;
-    let yp = (bufs[1].ptr + 4 * y.layout.offset() as u64) as *const f32;
+    let compute = match inner.options.matmul {
+        MatmulPrecision::Strict => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        MatmulPrecision::Tf32 => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        MatmulPrecision::Bf16 => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF,
+    };
+    let f32_type = sys::cudaDataType::CUDA_R_32F;
+    let xp = (bufs[0].ptr + 4 * x.layout.offset() as u64) as *const c_void;
+    let yp = (bufs[1].ptr + 4 * y.layout.offset() as u64) as *const c_void;
     // SAFETY: pointers and extents describe live allocations of this context, checked above.
     unsafe {
-        blas::sgemm_strided_batched(
+        blas::gemm_strided_batched_ex(
             handle,
             op(tb),
             op(ta),
             ni,
             mi,
             ki,
-            &alpha,
+            (&alpha as *const f32).cast(),
             yp,
+            f32_type,
             ldbi,
             sy as i64,
             xp,
+            f32_type,
             ldai,
             sx as i64,
-            &beta,
-            out_buf.ptr as *mut f32,
+            (&beta as *const f32).cast(),
+            out_buf.ptr as *mut c_void,
+            f32_type,
             ni,
             so as i64,
             bi,
+            compute,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
-    .map_err(|e| Error::device("matmul", format!("cublasSgemmStridedBatched: {e:?}")))?;
+    .map_err(|e| Error::device("matmul", format!("cublasGemmStridedBatchedEx: {e:?}")))?;
     Ok(Some(out_buf))
 }
 

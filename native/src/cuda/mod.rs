@@ -30,12 +30,35 @@ use std::ffi::{CString, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The arithmetic cuBLAS may use for f32 matmul.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatmulPrecision {
+    /// Strict fp32 (the default): products and sums in f32, as the CPU backend computes.
+    #[default]
+    Strict,
+    /// Inputs rounded to TF32 (10 mantissa bits) on tensor cores, f32 accumulation.
+    Tf32,
+    /// Inputs rounded to bf16 (7 mantissa bits) on tensor cores, f32 accumulation.
+    Bf16,
+}
+
 /// How the CUDA backend computes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaOptions {
-    /// Let cuBLAS use TF32 tensor cores for f32 matmul (about 10 mantissa bits; faster).
-    /// Off by default: results are strict fp32.
-    pub tf32: bool,
+    /// The arithmetic of f32 matmul on cuBLAS; [`MatmulPrecision::Strict`] by default.
+    pub matmul: MatmulPrecision,
+    /// Run f32 matmul on cuBLAS (the default). `false` runs every matmul through the translated
+    /// WGSL GEMM, the kernel the other backends run (for comparisons).
+    pub cublas: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            matmul: MatmulPrecision::Strict,
+            cublas: true,
+        }
+    }
 }
 
 /// A kiln [`Device`] on CUDA GPU `index` with strict fp32.
@@ -68,6 +91,7 @@ unsafe impl Send for Raw {}
 unsafe impl Sync for Raw {}
 
 struct Compiled {
+    module: sys::CUmodule,
     function: sys::CUfunction,
     kernel: kiln_kernels::cuda::Kernel,
 }
@@ -88,7 +112,32 @@ struct Inner {
 
 impl Inner {
     fn bind(&self) -> Result<()> {
-        self.ctx.bind_to_thread().map_err(driver_err("binding the context"))
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver_err("binding the context"))
+    }
+}
+
+impl Drop for Inner {
+    /// Runs when the backend and every buffer are gone: waits for the stream, then releases
+    /// the cuBLAS handle, the kernel modules and the stream.
+    fn drop(&mut self) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: nothing uses these handles any more; the stream is drained first.
+        unsafe {
+            let _ = cu::stream::synchronize(self.raw.stream);
+            if let Ok(Some(b)) = self.blas.get_mut().map(Option::take) {
+                let _ = cudarc::cublas::result::destroy_handle(b.handle);
+            }
+            if let Ok(kernels) = self.kernels.get_mut() {
+                for (_, k) in kernels.drain() {
+                    let _ = cu::module::unload(k.module);
+                }
+            }
+            let _ = cu::stream::destroy(self.raw.stream);
+        }
     }
 }
 
@@ -118,7 +167,9 @@ impl Drop for Buf {
         let _ = self.inner.bind();
         // SAFETY: `ptr` came from `malloc_async` on this stream and is no longer referenced.
         let _ = unsafe { cu::free_async(self.ptr, self.inner.raw.stream) };
-        self.inner.allocated.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.inner
+            .allocated
+            .fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
@@ -131,16 +182,18 @@ impl CudaBackend {
                 "the CUDA driver library (libcuda.so / nvcuda.dll) was not found; install the NVIDIA driver",
             ));
         }
-        let count = cudarc::driver::CudaContext::device_count()
-            .map_err(driver_err("counting devices"))?;
+        let count =
+            cudarc::driver::CudaContext::device_count().map_err(driver_err("counting devices"))?;
         if index >= count.max(0) as usize {
             return Err(Error::device(
                 "cuda",
                 format!("no CUDA device {index}: this machine has {count}"),
             ));
         }
-        let ctx = cudarc::driver::CudaContext::new(index).map_err(driver_err("creating the context"))?;
-        ctx.bind_to_thread().map_err(driver_err("binding the context"))?;
+        let ctx =
+            cudarc::driver::CudaContext::new(index).map_err(driver_err("creating the context"))?;
+        ctx.bind_to_thread()
+            .map_err(driver_err("binding the context"))?;
         let name = ctx.name().map_err(driver_err("reading the device name"))?;
         let (major, minor) = ctx
             .compute_capability()
@@ -179,7 +232,10 @@ impl CudaBackend {
         } else {
             // SAFETY: a fresh stream-ordered allocation.
             unsafe { cu::malloc_async(self.inner.raw.stream, bytes as usize) }.map_err(|e| {
-                Error::device("cuda", format!("allocating {bytes} bytes failed (out of memory?): {e:?}"))
+                Error::device(
+                    "cuda",
+                    format!("allocating {bytes} bytes failed (out of memory?): {e:?}"),
+                )
             })?
         };
         self.inner.allocated.fetch_add(bytes, Ordering::Relaxed);
@@ -208,11 +264,10 @@ impl CudaBackend {
         let label = key.label();
         let wgsl = key.wgsl()?;
         let translated = kiln_kernels::cuda::translate(&wgsl, &label, Dialect::Cuda)?;
-        let kernel = translated
-            .kernels
-            .first()
-            .cloned()
-            .ok_or_else(|| Error::invalid("cuda", format!("{label}: no compute entry point")))?;
+        let kernel =
+            translated.kernels.first().cloned().ok_or_else(|| {
+                Error::invalid("cuda", format!("{label}: no compute entry point"))
+            })?;
         // SAFETY: only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(Error::device(
@@ -221,7 +276,10 @@ impl CudaBackend {
             ));
         }
         let opts = cudarc::nvrtc::CompileOptions {
-            options: vec![format!("--gpu-architecture={}", self.inner.arch), "-std=c++17".into()],
+            options: vec![
+                format!("--gpu-architecture={}", self.inner.arch),
+                "-std=c++17".into(),
+            ],
             ..Default::default()
         };
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(&translated.source, opts)
@@ -229,20 +287,33 @@ impl CudaBackend {
         let image = CString::new(ptx.to_src())
             .map_err(|_| Error::device("cuda", format!("{label}: PTX with a NUL byte")))?;
         self.inner.bind()?;
-        let function = unsafe {
-            // SAFETY: `image` is NUL-terminated PTX; the module lives as long as the process.
-            let module = cu::module::load_data(image.as_ptr().cast())
-                .map_err(driver_err("loading a compiled kernel"))?;
-            let name = CString::new(kernel.name.clone())
-                .map_err(|_| Error::device("cuda", "kernel name with a NUL byte"))?;
-            cu::module::get_function(module, name).map_err(driver_err("finding a kernel"))?
+        let name = CString::new(kernel.name.clone())
+            .map_err(|_| Error::device("cuda", "kernel name with a NUL byte"))?;
+        // SAFETY: `image` is NUL-terminated PTX; the module is unloaded when the backend goes.
+        let module = unsafe { cu::module::load_data(image.as_ptr().cast()) }
+            .map_err(driver_err("loading a compiled kernel"))?;
+        // SAFETY: `module` was just loaded.
+        let function = match unsafe { cu::module::get_function(module, name) } {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: nothing refers to the module.
+                let _ = unsafe { cu::module::unload(module) };
+                return Err(driver_err("finding a kernel")(e));
+            }
         };
-        let compiled = Arc::new(Compiled { function, kernel });
-        self.inner
-            .kernels
-            .lock()
-            .map_err(poisoned)?
-            .insert(key.clone(), compiled.clone());
+        let compiled = Arc::new(Compiled {
+            module,
+            function,
+            kernel,
+        });
+        let mut cache = self.inner.kernels.lock().map_err(poisoned)?;
+        // Another thread may have compiled the same variant meanwhile: keep the first.
+        if let Some(k) = cache.get(key) {
+            // SAFETY: this module was never launched or shared.
+            let _ = unsafe { cu::module::unload(compiled.module) };
+            return Ok(k.clone());
+        }
+        cache.insert(key.clone(), compiled.clone());
         Ok(compiled)
     }
 
@@ -271,7 +342,10 @@ impl CudaBackend {
                 .ok_or_else(|| {
                     Error::invalid(
                         name.to_string(),
-                        format!("{}: binding {b} has no buffer in the plan", d.kernel.label()),
+                        format!(
+                            "{}: binding {b} has no buffer in the plan",
+                            d.kernel.label()
+                        ),
                     )
                 })
             };
@@ -280,37 +354,63 @@ impl CudaBackend {
             for p in &k.kernel.params {
                 values.push(match p.kind {
                     ParamKind::Storage { binding, .. } => buffer(binding as usize)?.ptr,
-                    ParamKind::ArrayLength { binding, offset, stride, .. } => {
+                    ParamKind::ArrayLength {
+                        binding,
+                        offset,
+                        stride,
+                        ..
+                    } => {
                         let bytes = buffer(binding as usize)?.bytes;
-                        (bytes.saturating_sub(u64::from(offset)) / u64::from(stride.max(1))) as u32 as u64
+                        (bytes.saturating_sub(u64::from(offset)) / u64::from(stride.max(1))) as u32
+                            as u64
                     }
                     ParamKind::Uniform { .. } => {
                         return Err(Error::unsupported(
                             name.to_string(),
-                            format!("{}: uniform buffers are not used by kiln's plans", d.kernel.label()),
+                            format!(
+                                "{}: uniform buffers are not used by kiln's plans",
+                                d.kernel.label()
+                            ),
                         ));
                     }
                 });
             }
-            let mut args: Vec<*mut c_void> =
-                values.iter_mut().map(|v| (v as *mut u64).cast::<c_void>()).collect();
+            let mut args: Vec<*mut c_void> = values
+                .iter_mut()
+                .map(|v| (v as *mut u64).cast::<c_void>())
+                .collect();
             let [x, y, z] = d.workgroups;
             let [bx, by, bz] = k.kernel.workgroup_size;
             self.inner.bind()?;
             // SAFETY: every pointer parameter is a live allocation of this context bound as the
             // plan says; `u32` lengths are read from the low bytes of a little-endian u64.
             unsafe {
-                cu::launch_kernel(k.function, (x, y, z), (bx, by, bz), 0, self.inner.raw.stream, &mut args)
+                cu::launch_kernel(
+                    k.function,
+                    (x, y, z),
+                    (bx, by, bz),
+                    0,
+                    self.inner.raw.stream,
+                    &mut args,
+                )
             }
-            .map_err(|e| Error::device(name.to_string(), format!("launching {}: {e:?}", d.kernel.label())))?;
+            .map_err(|e| {
+                Error::device(
+                    name.to_string(),
+                    format!("launching {}: {e:?}", d.kernel.label()),
+                )
+            })?;
         }
         Ok(out)
     }
 
     fn buf<'v>(&self, v: &View<'v>) -> Result<&'v Buf> {
-        v.storage
-            .downcast::<Buf>()
-            .ok_or_else(|| Error::invalid("cuda", "a tensor from another device was given to the CUDA backend"))
+        v.storage.downcast::<Buf>().ok_or_else(|| {
+            Error::invalid(
+                "cuda",
+                "a tensor from another device was given to the CUDA backend",
+            )
+        })
     }
 }
 
@@ -322,7 +422,11 @@ fn poisoned<T>(_: T) -> Error {
 fn to_device_bytes(data: &TensorData) -> Result<Vec<u8>> {
     match data.dtype() {
         DType::F32 | DType::I32 | DType::U32 => Ok(data.as_bytes().to_vec()),
-        DType::Bool => Ok(data.as_bytes().iter().flat_map(|&b| u32::from(b != 0).to_le_bytes()).collect()),
+        DType::Bool => Ok(data
+            .as_bytes()
+            .iter()
+            .flat_map(|&b| u32::from(b != 0).to_le_bytes())
+            .collect()),
         other => Err(Error::unsupported(
             "cuda upload",
             format!("{other} tensors are not supported on CUDA (f32, i32, u32 and bool are)"),
@@ -339,17 +443,29 @@ impl Backend for CudaBackend {
         self.inner.bind()?;
         let bytes = to_device_bytes(data)?;
         // Empty tensors still get a buffer, as plans assume.
-        let buf = if bytes.is_empty() { self.alloc(plan::ELEM_BYTES)? } else { self.upload_bytes(&bytes)? };
+        let buf = if bytes.is_empty() {
+            self.alloc(plan::ELEM_BYTES)?
+        } else {
+            self.upload_bytes(&bytes)?
+        };
         Ok(Storage::new(buf))
     }
 
-    fn execute(&self, op: &Op, inputs: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<Storage> {
+    fn execute(
+        &self,
+        op: &Op,
+        inputs: &[View<'_>],
+        out_dtype: DType,
+        out_shape: &Shape,
+    ) -> Result<Storage> {
         self.inner.bind()?;
         let bufs: Vec<&Buf> = inputs.iter().map(|v| self.buf(v)).collect::<Result<_>>()?;
-        if matches!(op, Op::Matmul) && out_dtype == DType::F32 {
-            if let Some(out) = blas::matmul(self, inputs, &bufs, out_shape)? {
-                return Ok(Storage::new(out));
-            }
+        if matches!(op, Op::Matmul)
+            && out_dtype == DType::F32
+            && self.inner.options.cublas
+            && let Some(out) = blas::matmul(self, inputs, &bufs, out_shape)?
+        {
+            return Ok(Storage::new(out));
         }
         let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
         let p = plan::plan(op, &metas, out_dtype, out_shape)?;
@@ -379,11 +495,15 @@ impl Backend for CudaBackend {
                 unsafe {
                     cu::memcpy_dtoh_async(&mut host[..], src.ptr, self.inner.raw.stream)
                         .map_err(driver_err("copying to the host"))?;
-                    cu::stream::synchronize(self.inner.raw.stream).map_err(driver_err("waiting for the GPU"))?;
+                    cu::stream::synchronize(self.inner.raw.stream)
+                        .map_err(driver_err("waiting for the GPU"))?;
                 }
             }
             let bytes = match input.dtype {
-                DType::Bool => host.chunks_exact(4).map(|c| u8::from(c != [0, 0, 0, 0])).collect(),
+                DType::Bool => host
+                    .chunks_exact(4)
+                    .map(|c| u8::from(c != [0, 0, 0, 0]))
+                    .collect(),
                 _ => host,
             };
             TensorData::from_bytes(bytes, input.dtype, shape)
@@ -402,7 +522,8 @@ impl Backend for CudaBackend {
     fn synchronize(&self) -> Result<()> {
         self.inner.bind()?;
         // SAFETY: the stream belongs to this backend.
-        unsafe { cu::stream::synchronize(self.inner.raw.stream) }.map_err(driver_err("waiting for the GPU"))
+        unsafe { cu::stream::synchronize(self.inner.raw.stream) }
+            .map_err(driver_err("waiting for the GPU"))
     }
 }
 

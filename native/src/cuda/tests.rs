@@ -1,7 +1,11 @@
 //! The CUDA backend against the CPU oracle on random inputs. Without a GPU (or without the
 //! driver) every test prints a notice and passes: CI builds this code, the GPU machine runs it.
 
-use kiln_core::{BinaryOp, CmpOp, Conv2dParams, DType, Device, Pool2dParams, Result, Tensor, UnaryOp};
+use kiln_core::{
+    BinaryOp, CmpOp, Conv2dParams, DType, Device, Pool2dParams, Result, Tensor, UnaryOp, block_on,
+};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The GPU, or `None` with a notice.
 pub(super) fn gpu() -> Option<Device> {
@@ -18,16 +22,28 @@ pub(super) fn gpu() -> Option<Device> {
     }
 }
 
+/// `t` copied to `dev`.
+pub(super) fn on(t: &Tensor, dev: &Device) -> Result<Tensor> {
+    block_on(t.to_device(dev))
+}
+
 fn random(shape: &[usize], seed: u64, dev: &Device) -> Result<Tensor> {
-    Tensor::rand_uniform(shape.to_vec(), -2.0, 2.0, seed, DType::F32, &Device::cpu())?.to_device(dev)
+    let t = Tensor::rand_uniform(shape.to_vec(), -2.0, 2.0, seed, DType::F32, &Device::cpu())?;
+    on(&t, dev)
 }
 
 /// Both results as f32, compared with a relative tolerance.
 fn assert_close(label: &str, gpu: &Tensor, cpu: &Tensor, tol: f32) -> Result<()> {
     assert_eq!(gpu.shape(), cpu.shape(), "{label}: shape");
-    let (g, c) = (gpu.cast(DType::F32)?.to_vec::<f32>()?, cpu.cast(DType::F32)?.to_vec::<f32>()?);
+    let (g, c) = (
+        gpu.cast(DType::F32)?.to_vec::<f32>()?,
+        cpu.cast(DType::F32)?.to_vec::<f32>()?,
+    );
     for (i, (a, b)) in g.iter().zip(&c).enumerate() {
-        assert!((a - b).abs() <= tol * (1.0 + b.abs()), "{label}[{i}]: cuda {a}, cpu {b}");
+        assert!(
+            (a - b).abs() <= tol * (1.0 + b.abs()),
+            "{label}[{i}]: cuda {a}, cpu {b}"
+        );
     }
     Ok(())
 }
@@ -51,26 +67,53 @@ fn elementwise_reductions_and_views_match_the_cpu() -> Result<()> {
     let cpu = Device::cpu();
     let x = random(&[7, 33, 5], 1, &cpu)?;
     let y = random(&[33, 1], 2, &cpu)?;
-    let (xg, yg) = (x.to_device(&dev)?, y.to_device(&dev)?);
-    for u in [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Round, UnaryOp::Abs] {
+    let (xg, yg) = (on(&x, &dev)?, on(&y, &dev)?);
+    for u in [
+        UnaryOp::Exp,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::Round,
+        UnaryOp::Abs,
+    ] {
         assert_close(u.name(), &xg.unary(u)?, &x.unary(u)?, 1e-5)?;
     }
     for b in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max] {
         assert_close(b.name(), &xg.binary(b, &yg)?, &x.binary(b, &y)?, 1e-5)?;
     }
-    assert_close("lt", &xg.compare(CmpOp::Lt, &yg)?, &x.compare(CmpOp::Lt, &y)?, 0.0)?;
+    assert_close(
+        "lt",
+        &xg.compare(CmpOp::Lt, &yg)?,
+        &x.compare(CmpOp::Lt, &y)?,
+        0.0,
+    )?;
     // Non-contiguous views: a permutation and a strided slice.
     let (p, pg) = (x.permute(&[2, 0, 1])?, xg.permute(&[2, 0, 1])?);
     assert_close("permute", &pg.contiguous()?, &p.contiguous()?, 0.0)?;
-    assert_close("slice", &xg.slice_axis(1, 3, 30, 4)?, &x.slice_axis(1, 3, 30, 4)?, 0.0)?;
+    assert_close(
+        "slice",
+        &xg.slice_axis(1, 3, 30, 4)?,
+        &x.slice_axis(1, 3, 30, 4)?,
+        0.0,
+    )?;
     assert_close("sum", &xg.sum(&[1], false)?, &x.sum(&[1], false)?, 1e-4)?;
     assert_close("max", &xg.max(&[0, 2], true)?, &x.max(&[0, 2], true)?, 0.0)?;
     assert_close("softmax", &pg.softmax(-1)?, &p.softmax(-1)?, 1e-5)?;
     assert_close("argmax", &xg.argmax(1, false)?, &x.argmax(1, false)?, 0.0)?;
     let i = Tensor::from_vec(vec![3i32, -7, 11, 0, 5], [5], &cpu)?;
-    assert_close("i32 abs", &i.to_device(&dev)?.unary(UnaryOp::Abs)?, &i.unary(UnaryOp::Abs)?, 0.0)?;
+    assert_close(
+        "i32 abs",
+        &on(&i, &dev)?.unary(UnaryOp::Abs)?,
+        &i.unary(UnaryOp::Abs)?,
+        0.0,
+    )?;
     let bools = x.compare(CmpOp::Gt, &y)?;
-    assert_eq!(bools.to_device(&dev)?.to_vec::<bool>()?, bools.to_vec::<bool>()?, "bool round trip");
+    assert_eq!(
+        on(&bools, &dev)?.to_vec::<bool>()?,
+        bools.to_vec::<bool>()?,
+        "bool round trip"
+    );
     Ok(())
 }
 
@@ -80,18 +123,38 @@ fn matmul_on_cublas_and_fallback_match_the_cpu() -> Result<()> {
     let cpu = Device::cpu();
     let a = random(&[3, 37, 29], 3, &cpu)?;
     let b = random(&[29, 41], 4, &cpu)?;
-    let (ag, bg) = (a.to_device(&dev)?, b.to_device(&dev)?);
-    assert_close("batched, broadcast rhs", &ag.matmul(&bg)?, &a.matmul(&b)?, 1e-4)?;
+    let (ag, bg) = (on(&a, &dev)?, on(&b, &dev)?);
+    assert_close(
+        "batched, broadcast rhs",
+        &ag.matmul(&bg)?,
+        &a.matmul(&b)?,
+        1e-4,
+    )?;
     // Transposed operands go to cuBLAS with the transpose flags.
     let (at, bt) = (a.transpose(-1, -2)?, b.t()?);
-    assert_close("transposed", &at.to_device(&dev)?.matmul(&ag)?, &at.matmul(&a)?, 1e-4)?;
+    assert_close(
+        "transposed",
+        &on(&at, &dev)?.matmul(&ag)?,
+        &at.matmul(&a)?,
+        1e-4,
+    )?;
     assert_close("t rhs", &bg.t()?.matmul(&bg)?, &bt.matmul(&b)?, 1e-4)?;
     // A strided view no BLAS layout fits falls back to the translated WGSL GEMM.
     let s = a.slice_axis(2, 0, 29, 2)?;
     let w = random(&[15, 8], 5, &cpu)?;
-    assert_close("strided", &ag.slice_axis(2, 0, 29, 2)?.matmul(&w.to_device(&dev)?)?, &s.matmul(&w)?, 1e-4)?;
+    assert_close(
+        "strided",
+        &ag.slice_axis(2, 0, 29, 2)?.matmul(&on(&w, &dev)?)?,
+        &s.matmul(&w)?,
+        1e-4,
+    )?;
     let i = Tensor::from_vec((0..12).map(|v| v - 5).collect::<Vec<i32>>(), [3, 4], &cpu)?;
-    assert_close("i32", &i.to_device(&dev)?.matmul(&i.t()?.to_device(&dev)?)?, &i.matmul(&i.t()?)?, 0.0)?;
+    assert_close(
+        "i32",
+        &on(&i, &dev)?.matmul(&on(&i.t()?, &dev)?)?,
+        &i.matmul(&i.t()?)?,
+        0.0,
+    )?;
     Ok(())
 }
 
@@ -101,11 +164,78 @@ fn convolution_and_pooling_match_the_cpu() -> Result<()> {
     let cpu = Device::cpu();
     let x = random(&[2, 3, 11, 9], 6, &cpu)?;
     let w = random(&[5, 3, 3, 3], 7, &cpu)?;
-    let p = Conv2dParams { stride: [2, 1], padding: [1, 1], ..Conv2dParams::default() };
+    let p = Conv2dParams {
+        stride: [2, 1],
+        padding: [1, 1],
+        ..Conv2dParams::default()
+    };
     let y = x.conv2d(&w, None, p)?;
-    let yg = x.to_device(&dev)?.conv2d(&w.to_device(&dev)?, None, p)?;
+    let yg = on(&x, &dev)?.conv2d(&on(&w, &dev)?, None, p)?;
     assert_close("conv2d", &yg, &y, 1e-4)?;
-    let pp = Pool2dParams { kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1], count_include_pad: true };
+    let pp = Pool2dParams {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        dilation: [1, 1],
+        count_include_pad: true,
+    };
     assert_close("max_pool2d", &yg.max_pool2d(pp)?, &y.max_pool2d(pp)?, 0.0)?;
+    Ok(())
+}
+
+#[test]
+fn every_planned_variant_compiles_with_nvrtc() -> Result<()> {
+    if gpu().is_none() {
+        return Ok(());
+    }
+    let backend = super::CudaBackend::new(0, super::CudaOptions::default())?;
+    let variants = kiln_kernels::plan::variants();
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(16));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while let Some(key) = variants.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if let Err(e) = backend.kernel(key) {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{}: {e}", key.label()));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    eprintln!(
+        "nvrtc: {} of {} planned kernel variants compiled and loaded on {}",
+        variants.len() - failures.len(),
+        variants.len(),
+        backend.inner.name
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    Ok(())
+}
+
+#[test]
+fn matmul_options_match_the_cpu() -> Result<()> {
+    let Some(_) = gpu() else { return Ok(()) };
+    let cpu = Device::cpu();
+    let a = random(&[2, 65, 300], 8, &cpu)?;
+    let b = random(&[300, 70], 9, &cpu)?;
+    let want = a.matmul(&b)?;
+    // Sums of 300 products of values in [-2, 2]: tolerances scale with that magnitude.
+    let cases = [
+        (super::MatmulPrecision::Strict, true, 1e-4),
+        (super::MatmulPrecision::Strict, false, 1e-4),
+        (super::MatmulPrecision::Tf32, true, 2e-2),
+        (super::MatmulPrecision::Bf16, true, 1e-1),
+    ];
+    for (matmul, cublas, tol) in cases {
+        let dev = super::device_with(0, super::CudaOptions { matmul, cublas })?;
+        let got = on(&a, &dev)?.matmul(&on(&b, &dev)?)?;
+        assert_close(&format!("{matmul:?}, cublas {cublas}"), &got, &want, tol)?;
+    }
     Ok(())
 }

@@ -1,23 +1,53 @@
 //! Helpers of the conformance suite: devices under test, random inputs, and the comparison of
 //! every op (forward and backward) against the CPU oracle.
 
-use kiln_core::{DType, Device, Result, Tensor, TensorData};
+use kiln_core::{DType, Device, ErrorKind, Result, Tensor, TensorData};
 use std::sync::OnceLock;
 
-/// The wgpu device, or `None` (with a printed notice) when this machine has no adapter.
-pub fn wgpu() -> Option<Device> {
+/// The environment variable that picks the device under test: `wgpu` (the default), `cuda` or
+/// `cuda:N` (with the `cuda` feature), or `cpu` (the oracle against itself).
+pub const DEVICE_VAR: &str = "KILN_CONFORMANCE_DEVICE";
+
+/// The device under test (see [`DEVICE_VAR`]), opened once, or `None` (with a printed notice)
+/// when this machine has no such device (a [`ErrorKind::Device`] error), so that the suite skips
+/// there. Panics with the message when the name is unknown or this build lacks the backend,
+/// since such a run would test nothing.
+pub fn device() -> Option<Device> {
     static DEV: OnceLock<Option<Device>> = OnceLock::new();
-    DEV.get_or_init(|| match kiln_kernels::wgpu_device() {
-        Ok(d) => {
-            eprintln!("conformance: running on {}", d.name());
-            Some(d)
-        }
-        Err(e) => {
-            eprintln!("conformance: SKIPPED, no wgpu adapter: {e}");
-            None
+    DEV.get_or_init(|| {
+        let name = std::env::var(DEVICE_VAR).unwrap_or_else(|_| "wgpu".to_string());
+        match open(name.trim()) {
+            Ok(d) => {
+                eprintln!("conformance: running on {}", d.name());
+                Some(d)
+            }
+            Err(e) if e.kind() != ErrorKind::Device => panic!("{DEVICE_VAR}={name}: {e}"),
+            Err(e) => {
+                eprintln!("conformance: SKIPPED, no {name} device on this machine: {e}");
+                None
+            }
         }
     })
     .clone()
+}
+
+/// Opens the device called `name` through `kiln::device::select`, which knows every backend.
+#[cfg(feature = "cuda")]
+fn open(name: &str) -> Result<Device> {
+    kiln::device::select(name)
+}
+
+/// Opens the device called `name`; without the `cuda` feature only `wgpu` and `cpu` exist.
+#[cfg(not(feature = "cuda"))]
+fn open(name: &str) -> Result<Device> {
+    match name.to_ascii_lowercase().as_str() {
+        "wgpu" | "webgpu" => kiln_kernels::wgpu_device(),
+        "cpu" => Ok(Device::cpu()),
+        other if other.starts_with("cuda") => panic!(
+            "{DEVICE_VAR}={other}: this build has no CUDA backend; run `cargo test -p kiln-conformance --features cuda`"
+        ),
+        other => panic!("{DEVICE_VAR}: expected wgpu, cuda, cuda:N or cpu, found {other:?}"),
+    }
 }
 
 /// Deterministic values in `[lo, hi)` (a 64-bit LCG; never all zeros).

@@ -1,15 +1,17 @@
-//! Every op on the wgpu backend against the CPU oracle, forward and backward, on random inputs,
-//! odd and large shapes and strided views. Skips with a notice when no adapter exists.
+//! Every op on the device under test (`KILN_CONFORMANCE_DEVICE`: wgpu by default, or cuda)
+//! against the CPU oracle, forward and backward, on random inputs, odd and large shapes and
+//! strided views. Skips with a notice when the machine has no such device.
 
-use kiln_conformance::{check, data, same, wgpu};
-use kiln_core::{Conv2dParams, DType, Device, Pool2dParams, Result, Tensor, UnaryOp};
+use kiln_conformance::{check, data, same};
+use kiln_core::{BinaryOp, Conv2dParams, DType, Device, Pool2dParams, Result, Tensor, UnaryOp};
+use std::slice::from_ref;
 
 const F: DType = DType::F32;
 const TOL: (f64, f64) = (1e-4, 1e-5);
 
 fn t(i: usize, x: Tensor) -> Result<Tensor> {
-    // a non-contiguous view of the same logical shape: transpose the last two axes twice,
-    // materialising neither (slice of a larger padded tensor would change values)
+    // a non-contiguous view with the same values: the transpose made contiguous, then viewed
+    // transposed back (strides (1, rows) instead of (cols, 1))
     let _ = i;
     if x.rank() >= 2 {
         x.transpose(-1, -2)?.contiguous()?.transpose(-1, -2)
@@ -27,7 +29,7 @@ fn transposed(_: usize, x: Tensor) -> Result<Tensor> {
 }
 
 fn dev() -> Option<Device> {
-    wgpu()
+    kiln_conformance::device()
 }
 
 #[test]
@@ -68,7 +70,7 @@ fn unary_ops_forward_and_backward() {
         check(
             &format!("{op:?}"),
             &dev,
-            &[x.clone()],
+            from_ref(&x),
             &same,
             &|v| v[0].unary(op),
             true,
@@ -135,6 +137,18 @@ fn binary_compare_where_cast() {
             TOL,
         );
     }
+    // NaN (the square root of a's negatives) propagates through maximum and minimum
+    for (name, f) in &ops[4..6] {
+        check(
+            &format!("{name} with NaN"),
+            &dev,
+            &[a.clone(), b.clone()],
+            &same,
+            &|v| f(&v[0].sqrt()?, &v[1]),
+            false,
+            (0.0, 0.0),
+        );
+    }
     for dt in [DType::I32, DType::U32] {
         let x = data(&[4, 6], dt, 5, 0.0, 40.0);
         let y = data(&[6], dt, 6, 0.0, 7.0);
@@ -172,6 +186,15 @@ fn binary_compare_where_cast() {
             (0.0, 0.0),
         );
         check(
+            &format!("{name} f32 with NaN"),
+            &dev,
+            &[a.clone(), b.clone()],
+            &same,
+            &|v| f(&v[0].sqrt()?, &v[1].sub(&v[1])?.sqrt()?),
+            false,
+            (0.0, 0.0),
+        );
+        check(
             &format!("{name} f32"),
             &dev,
             &[a.clone(), b.clone()],
@@ -195,16 +218,29 @@ fn binary_compare_where_cast() {
         check(
             &format!("cast f32->{to}"),
             &dev,
-            &[x.clone()],
+            from_ref(&x),
             &transposed,
             &|v| v[0].cast(to),
+            false,
+            (0.0, 0.0),
+        );
+        // beyond i32's range (saturates) and NaN (sqrt of the negatives: gives 0, or true)
+        check(
+            &format!("cast of huge and NaN f32->{to}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| {
+                let huge = v[0].binary_scalar(BinaryOp::Mul, 1e8)?;
+                Tensor::concat(&[huge, v[0].sqrt()?], 0)?.cast(to)
+            },
             false,
             (0.0, 0.0),
         );
         check(
             &format!("cast i32->{to}"),
             &dev,
-            &[ai.clone()],
+            from_ref(&ai),
             &same,
             &|v| v[0].cast(to),
             false,
@@ -213,7 +249,7 @@ fn binary_compare_where_cast() {
         check(
             &format!("cast bool->{to}"),
             &dev,
-            &[ai.clone()],
+            from_ref(&ai),
             &same,
             &|v| v[0].gt(&v[0].zeros_like()?)?.cast(to),
             false,
@@ -233,7 +269,7 @@ fn reductions() {
             check(
                 &format!("sum {w}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &t,
                 &|v| v[0].sum(ax, keep),
                 true,
@@ -242,7 +278,7 @@ fn reductions() {
             check(
                 &format!("mean {w}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &same,
                 &|v| v[0].mean(ax, keep),
                 true,
@@ -251,7 +287,7 @@ fn reductions() {
             check(
                 &format!("max {w}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &transposed,
                 &|v| v[0].max(ax, keep),
                 true,
@@ -260,7 +296,7 @@ fn reductions() {
             check(
                 &format!("min {w}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &same,
                 &|v| v[0].min(ax, keep),
                 true,
@@ -269,7 +305,7 @@ fn reductions() {
             check(
                 &format!("var {w}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &same,
                 &|v| v[0].var(ax, 1, keep),
                 true,
@@ -281,7 +317,7 @@ fn reductions() {
     check(
         "prod",
         &dev,
-        &[small.clone()],
+        from_ref(&small),
         &same,
         &|v| v[0].prod(&[1], false),
         true,
@@ -291,7 +327,7 @@ fn reductions() {
         check(
             &format!("argmax {axis}"),
             &dev,
-            &[x.clone()],
+            from_ref(&x),
             &transposed,
             &|v| v[0].argmax(axis, false),
             false,
@@ -300,7 +336,7 @@ fn reductions() {
         check(
             &format!("argmin {axis}"),
             &dev,
-            &[x.clone()],
+            from_ref(&x),
             &same,
             &|v| v[0].argmin(axis, true),
             false,
@@ -311,7 +347,7 @@ fn reductions() {
     check(
         "sum i32",
         &dev,
-        &[xi.clone()],
+        from_ref(&xi),
         &same,
         &|v| v[0].sum(&[1], false),
         false,
@@ -337,7 +373,7 @@ fn softmax_log_softmax_cumsum() {
             check(
                 &format!("softmax {shape:?} {axis}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &transposed,
                 &|v| v[0].softmax(axis),
                 true,
@@ -346,7 +382,7 @@ fn softmax_log_softmax_cumsum() {
             check(
                 &format!("log_softmax {shape:?} {axis}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &same,
                 &|v| v[0].log_softmax(axis),
                 true,
@@ -355,7 +391,7 @@ fn softmax_log_softmax_cumsum() {
             check(
                 &format!("cumsum {shape:?} {axis}"),
                 &dev,
-                &[x.clone()],
+                from_ref(&x),
                 &transposed,
                 &|v| v[0].cumsum(axis),
                 true,
@@ -368,8 +404,10 @@ fn softmax_log_softmax_cumsum() {
 #[test]
 fn matmul_shapes_batches_and_views() {
     let Some(dev) = dev() else { return };
-    let cases: [(&[usize], &[usize]); 8] = [
+    // odd sizes for each gemm tile shape (64x64, 128x64, 128x128 blocks), edges included
+    let cases: [(&[usize], &[usize]); 9] = [
         (&[1, 1], &[1, 1]),
+        (&[521, 67], &[67, 530]),
         (&[17, 33], &[33, 29]),
         (&[130, 70], &[70, 150]),
         (&[2, 1, 5, 7], &[3, 7, 4]),
@@ -440,6 +478,10 @@ fn convolutions_forward_and_backward() {
             },
         ),
     ];
+    let cases = cases.into_iter().chain([
+        // 520 output channels: the conv and its weight gradient use the largest gemm tiles
+        ([1, 60, 25, 25], [520, 60, 3, 3], Conv2dParams::default()),
+    ]);
     for (xs, ws, p) in cases {
         let x = data(&xs, F, 70, -1.0, 1.0);
         let w = data(&ws, F, 71, -1.0, 1.0);
@@ -503,7 +545,7 @@ fn pooling_forward_and_backward() {
         check(
             &format!("max_pool2d {p:?}"),
             &dev,
-            &[x.clone()],
+            from_ref(&x),
             &same,
             &|v| v[0].max_pool2d(p),
             true,
@@ -512,7 +554,7 @@ fn pooling_forward_and_backward() {
         check(
             &format!("avg_pool2d {p:?}"),
             &dev,
-            &[x.clone()],
+            from_ref(&x),
             &t,
             &|v| v[0].avg_pool2d(p),
             true,
@@ -529,7 +571,7 @@ fn pooling_forward_and_backward() {
     check(
         "max_pool2d dilated",
         &dev,
-        &[x.clone()],
+        from_ref(&x),
         &same,
         &|v| v[0].max_pool2d(dil),
         true,
@@ -539,7 +581,7 @@ fn pooling_forward_and_backward() {
         check(
             &format!("adaptive_avg_pool2d {out:?}"),
             &dev,
-            &[x.clone()],
+            from_ref(&x),
             &same,
             &|v| v[0].adaptive_avg_pool2d(out),
             true,
@@ -585,7 +627,7 @@ fn indexing_and_data_movement() {
     check(
         "pad",
         &dev,
-        &[x.clone()],
+        from_ref(&x),
         &transposed,
         &|v| v[0].pad(&[(1, 2), (0, 3)], 0.5),
         true,
@@ -658,12 +700,24 @@ fn large_dispatches_over_65535_workgroups() {
         false,
         (0.0, 0.0),
     );
+    // 70000 one-row matmuls: 70000 row tiles, a grid of 65535 x 2 along y and z
+    let a = data(&[70000, 1, 3], F, 103, -1.0, 1.0);
+    let b = data(&[70000, 3, 2], F, 104, -1.0, 1.0);
+    check(
+        "matmul over 70000 batches",
+        &dev,
+        &[a, b],
+        &same,
+        &|v| v[0].matmul(&v[1]),
+        false,
+        (1e-5, 1e-6),
+    );
     // 70000 rows, one workgroup each
     let x = data(&[70000, 70], F, 102, -1.0, 1.0);
     check(
         "sum over 70000 workgroups",
         &dev,
-        &[x.clone()],
+        from_ref(&x),
         &same,
         &|v| v[0].sum(&[1], false),
         false,

@@ -1,11 +1,12 @@
 // The packed npm tarball in a fresh Vite project: `npm install ./kiln-ml-*.tgz`, `vite build`,
 // then headless Chromium (playwright-core, Debian's chromium) opens the built page and checks
-// that kiln ran in it (a matmul and a softmax computed on the device Device.auto() chose).
+// that kiln ran in it (a matmul and a softmax computed on the device Device.auto() chose, and on
+// the CPU when that was WebGPU), with every tensor disposed and no console error.
 //   node tests/web/vite/run.mjs   (after scripts/build-web.sh made npm/kiln-ml-*.tgz)
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
 import { createServer } from "node:http";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,22 +20,34 @@ const app = mkdtempSync(join(tmpdir(), "kiln-vite-"));
 writeFileSync(join(app, "package.json"), JSON.stringify({ name: "kiln-vite-check", private: true, type: "module" }));
 writeFileSync(
   join(app, "index.html"),
-  `<!doctype html><html><body><pre id="out">running</pre><script type="module" src="/main.js"></script></body></html>`,
+  `<!doctype html><html><head><link rel="icon" href="data:,"></head><body><pre id="out">running</pre><script type="module" src="/main.js"></script></body></html>`,
 );
 writeFileSync(
   join(app, "main.js"),
   `import init, { Device, Tensor, memory, version } from "kiln-ml";
 const out = document.getElementById("out");
-try {
-  await init();
-  const device = await Device.auto();
+async function compute(device) {
   const a = Tensor.from([[1, 2], [3, 4]], null, { device });
   const p = a.matmul(a);
   const s = p.softmax(-1);
-  out.textContent = JSON.stringify({ kind: device.kind, reason: device.reason, version: version(),
-    product: await p.array(), softmax: Array.from(await s.data()), live: memory().tensors });
+  const r = { kind: device.kind, reason: device.reason, product: await p.array(), softmax: Array.from(await s.data()) };
+  a.dispose(); p.dispose(); s.dispose();
+  return r;
+}
+const results = [];
+try {
+  await init();
+  const auto = await Device.auto();
+  for (const device of auto.kind === "cpu" ? [auto] : [auto, Device.cpu()]) {
+    try {
+      results.push(await compute(device));
+    } catch (e) {
+      results.push({ kind: device.kind, error: e.name + ": " + e.message });
+    }
+  }
+  out.textContent = JSON.stringify({ version: version(), results, live: memory().tensors });
 } catch (e) {
-  out.textContent = "error: " + e.message;
+  out.textContent = JSON.stringify({ error: e.name + ": " + e.message });
 }
 `,
 );
@@ -52,7 +65,7 @@ const server = createServer((req, res) => {
 });
 await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
 const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  executablePath: process.env.CHROMIUM ?? "/usr/lib/chromium/chromium",
   args: ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--enable-unsafe-webgpu"],
 });
 let ok = false;
@@ -67,17 +80,20 @@ try {
   console.log(`vite page says: ${text}`);
   const r = JSON.parse(text);
   const e0 = Math.exp(7 - 10), e1 = Math.exp(15 - 22);
-  ok =
-    JSON.stringify(r.product) === "[[7,10],[15,22]]" &&
-    Math.abs(r.softmax[0] - e0 / (1 + e0)) < 1e-6 &&
-    Math.abs(r.softmax[2] - e1 / (1 + e1)) < 1e-6 &&
-    errors.length === 0;
+  const good = (x) =>
+    !x.error &&
+    JSON.stringify(x.product) === "[[7,10],[15,22]]" &&
+    Math.abs(x.softmax[0] - e0 / (1 + e0)) < 1e-6 &&
+    Math.abs(x.softmax[2] - e1 / (1 + e1)) < 1e-6;
+  for (const x of r.results ?? []) console.log(`${good(x) ? "ok  " : "FAIL"} ${x.kind}${x.error ? `: ${x.error}` : ""}`);
+  ok = !r.error && r.results.length > 0 && r.results.every(good) && r.live === 0 && errors.length === 0;
   if (errors.length) console.log(`console errors: ${errors.join(" | ")}`);
 } catch (e) {
   console.log(`FAIL: ${e.message}`);
 } finally {
   await browser.close();
   server.close();
+  if (!process.env.KILN_KEEP_TMP) rmSync(app, { recursive: true, force: true });
 }
 console.log(ok ? "ok   kiln-ml from the packed tarball runs in a fresh Vite project" : "FAIL kiln-ml in a fresh Vite project");
 process.exit(ok ? 0 : 1);
