@@ -6,6 +6,7 @@
 #                    kernel variant through NVRTC, ops vs the CPU oracle) and the ignored `cuda::bench`
 #   conformance-ops  the conformance suite (every op forward and backward vs the CPU oracle),
 #                    only when it builds with --features cuda
+#   wgpu_bench       kernels/examples/wgpu_bench.rs (matmul, add, sum, copy on wgpu's device)
 #   mnist/           the MNIST .gz files from shared/data/mnist
 set -eu
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -33,8 +34,10 @@ if ops="$(cargo test --release -p kiln-conformance --features cuda --test ops --
 else
   echo "build.sh: the conformance suite did not build with --features cuda; run_all.sh will skip it"
 fi
+cargo build --release -p kiln-kernels --example wgpu_bench
+cp "$target/release/examples/wgpu_bench" "$out/wgpu_bench"
 data="$(cd "$root/.." && pwd)/shared/data/mnist"
 [ -d "$root/shared/data/mnist" ] && data="$root/shared/data/mnist"
 cp "$data"/*-ubyte.gz "$out/mnist/"
-strip "$out"/kiln "$out"/kiln-lib-test "$out"/conformance-ops 2>/dev/null || true
+strip "$out"/kiln "$out"/kiln-lib-test "$out"/conformance-ops "$out"/wgpu_bench 2>/dev/null || true
 du -sh "$out"

@@ -4,7 +4,8 @@
 # Usage (repository root): bash tests/device/run_all.sh [devcarry/cuda]
 # Steps: 1. the CUDA backend tests (every planned kernel variant compiled by NVRTC, ops vs the
 # CPU oracle); 2. the conformance suite on cuda, when carried; 3. `kiln train mnist --device cuda
-# --epochs 1`; 4. tests/bench/cuda_vs_torch.py. Exit status 1 if any step failed.
+# --epochs 1`; 4. tests/bench/cuda_vs_torch.py; 5. wgpu through Vulkan: conformance, training,
+# tests/bench/wgpu_vs_torch.py; 6. CPU training bench vs PyTorch CPU. Exit status 1 if any failed.
 set -u -o pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$(cd "${1:-$root/devcarry/cuda}" && pwd)"
@@ -34,6 +35,31 @@ step "3. kiln train mnist --device cuda --epochs 1"
 step "4. kiln vs PyTorch on the same GPU"
 python3 "$root/tests/bench/cuda_vs_torch.py" --kiln-bin "$bin/kiln" \
   --kiln-lib-test "$bin/kiln-lib-test" --data "$bin/mnist" || status=1
+
+# wgpu on the same GPU through Vulkan: the loader comes from the carried .gl/ debs (see README).
+step "5. wgpu on Vulkan: conformance suite, kiln train mnist --device wgpu --epochs 1, bench vs PyTorch"
+if [ -d "$root/.gl" ]; then
+  for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export WGPU_BACKEND=vulkan
+if [ -x "$bin/conformance-ops" ]; then
+  KILN_CONFORMANCE_DEVICE=wgpu "$bin/conformance-ops" --test-threads 1 2>&1 | tail -n 20 || status=1
+fi
+(cd "$work" && "$bin/kiln" train mnist --device wgpu --epochs 1 --quiet --data "$bin/mnist" \
+  --out "$work/model-wgpu.safetensors") 2>&1 | tail -n 5 || status=1
+"$bin/kiln" bench train-mnist --device wgpu --data "$bin/mnist" 2>&1 | tail -n 3 || status=1
+if [ -x "$bin/wgpu_bench" ]; then
+  python3 "$root/tests/bench/wgpu_vs_torch.py" --kiln-bench "$bin/wgpu_bench" 2>&1 | tail -n 30 || status=1
+fi
+
+step "6. CPU: kiln bench train-mnist vs PyTorch CPU, same machine, 2 and 16 threads"
+export KILN_MNIST_DIR="$bin/mnist"
+for t in 2 16; do
+  RAYON_NUM_THREADS=$t python3 "$root/tests/bench/mnist_torch_cpu.py" --threads $t --run-kiln \
+    --kiln-bin "$bin/kiln" --data "$bin/mnist" 2>&1 | tail -n 6 || status=1
+done
 
 rm -rf "$work"
 echo
