@@ -23,13 +23,13 @@
 //! @group(0) @binding(0) var<storage, read> x: array<f32>;
 //! @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 //! @compute @workgroup_size(64)
-//! fn double(@builtin(global_invocation_id) id: vec3<u32>) {
+//! fn twice(@builtin(global_invocation_id) id: vec3<u32>) {
 //!     if id.x < arrayLength(&x) { y[id.x] = 2.0 * x[id.x]; }
 //! }";
-//! let m = translate(wgsl, "double", Dialect::Cuda)?;
+//! let m = translate(wgsl, "twice", Dialect::Cuda)?;
 //! assert!(m.source.contains("extern \"C\" __global__"));
 //! let k = &m.kernels[0];
-//! assert_eq!((k.name.as_str(), k.workgroup_size), ("double", [64, 1, 1]));
+//! assert_eq!((k.name.as_str(), k.workgroup_size), ("twice", [64, 1, 1]));
 //! assert!(matches!(k.params[2].kind, ParamKind::ArrayLength { binding: 0, .. }));
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
