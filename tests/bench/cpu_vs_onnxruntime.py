@@ -7,14 +7,17 @@ prints throughput and the ratio kiln/onnxruntime (1.0 = as fast; the matmul goal
 
     pip install onnxruntime onnx numpy
     python3 tests/bench/cpu_vs_onnxruntime.py
+    python3 tests/bench/cpu_vs_onnxruntime.py --threads 2 --bench-bin PATH   # no cargo: a built
+        # `cargo bench -p kiln-core --bench ops --no-run` executable (e.g. on the GPU machine)
 """
-import json, os, subprocess, time
+import argparse, json, os, subprocess, time
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 import onnxruntime as ort
 
 BIG = 16 << 20
+THREADS = 0  # 0: each library's default; else both kiln (rayon) and onnxruntime use this many
 CONVS = {"mnist_conv1": ([64, 1, 28, 28], [32, 1, 3, 3], 0),
          "mnist_conv2": ([64, 32, 26, 26], [64, 32, 3, 3], 0),
          "resnet_64c_56x56": ([8, 64, 56, 56], [64, 64, 3, 3], 1)}
@@ -25,7 +28,10 @@ def session(nodes, inputs, output):
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, f, s) for n, s in inputs],
                           [helper.make_tensor_value_info(output, f, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    opts = ort.SessionOptions()
+    if THREADS:
+        opts.intra_op_num_threads = THREADS
+    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def median_seconds(sess, feeds):
@@ -56,17 +62,27 @@ def onnxruntime_times():
     return out
 
 
-def kiln_results():
+def kiln_results(bench_bin):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, KILN_BENCH_JSON="1")
-    p = subprocess.run(["cargo", "bench", "-q", "-p", "kiln-core", "--bench", "ops"], cwd=root,
-                       env=env, check=True, capture_output=True, text=True)
+    if THREADS:
+        env["RAYON_NUM_THREADS"] = str(THREADS)
+    cmd = [bench_bin, "--bench"] if bench_bin else ["cargo", "bench", "-q", "-p", "kiln-core",
+                                                   "--bench", "ops"]
+    p = subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True, text=True)
     return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
 def main():
-    kiln = kiln_results()
+    global THREADS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=0, help="threads for both (0: defaults)")
+    ap.add_argument("--bench-bin", help="kiln-core's built `ops` bench executable (else cargo)")
+    a = ap.parse_args()
+    THREADS = a.threads
+    kiln = kiln_results(a.bench_bin)
     onnx_t = onnxruntime_times()
+    print(f"threads: {THREADS or 'default'}")
     print(f"{'workload':<26}{'kiln':>16}{'onnxruntime':>16}{'kiln/ort':>10}")
     for k in kiln:
         o = onnx_t[k["name"]]
