@@ -48,6 +48,29 @@ struct Inner {
     allocated: AtomicU64,
     /// The first error wgpu reported outside a call that could return it.
     error: Arc<Mutex<Option<String>>>,
+    /// Ops recorded but not yet submitted: one submission per op costs more than most small
+    /// kernels, so ops are batched (see [`BATCH_OPS`]).
+    batch: Mutex<Batch>,
+}
+
+/// Ops per submission at most. Work is also submitted before anything that must see it:
+/// an upload (`write_buffer` runs before the next submission, and could otherwise overwrite
+/// a pooled buffer that recorded ops still read), a read and a synchronize.
+const BATCH_OPS: usize = 32;
+
+#[derive(Default)]
+struct Batch {
+    encoder: Option<wgpu::CommandEncoder>,
+    ops: usize,
+}
+
+impl Batch {
+    fn submit(&mut self, queue: &wgpu::Queue) {
+        self.ops = 0;
+        if let Some(e) = self.encoder.take() {
+            queue.submit([e.finish()]);
+        }
+    }
 }
 
 /// A device buffer holding one tensor's elements (4 bytes each); back to the pool on drop.
@@ -133,6 +156,7 @@ impl WgpuBackend {
                 pool: Mutex::default(),
                 allocated: AtomicU64::new(0),
                 error,
+                batch: Mutex::default(),
             }),
         })
     }
@@ -156,6 +180,18 @@ impl WgpuBackend {
     /// The queue this backend submits to.
     pub fn wgpu_queue(&self) -> &wgpu::Queue {
         &self.inner.queue
+    }
+
+    /// Submits the recorded ops, then runs `then` before any other thread can record or submit
+    /// (a `write_buffer` from another thread could otherwise slip ahead of this submission).
+    fn flushed<R>(&self, op: &str, then: impl FnOnce() -> R) -> Result<R> {
+        let mut batch = self
+            .inner
+            .batch
+            .lock()
+            .map_err(|_| Error::device(op.to_string(), "the command batch lock is poisoned"))?;
+        batch.submit(&self.inner.queue);
+        Ok(then())
     }
 
     /// Fails with the first error wgpu reported asynchronously, naming `op`.
@@ -261,8 +297,6 @@ impl WgpuBackend {
             return Ok(out);
         }
         let device = &self.inner.device;
-        let mut encoder =
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(name) });
         let mut groups = Vec::with_capacity(plan.dispatches.len());
         for d in &plan.dispatches {
             let pipeline = self.pipeline(&d.kernel)?;
@@ -310,6 +344,14 @@ impl WgpuBackend {
             groups.push((pipeline, group, d.workgroups));
         }
         {
+            let mut batch = self.inner.batch.lock().map_err(|_| {
+                Error::device(name.to_string(), "the command batch lock is poisoned")
+            })?;
+            let encoder = batch.encoder.get_or_insert_with(|| {
+                device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("kiln batch"),
+                })
+            });
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(name),
                 timestamp_writes: None,
@@ -319,8 +361,12 @@ impl WgpuBackend {
                 pass.set_bind_group(0, group, &[]);
                 pass.dispatch_workgroups(*x, *y, *z);
             }
+            drop(pass);
+            batch.ops += 1;
+            if batch.ops >= BATCH_OPS {
+                batch.submit(&self.inner.queue);
+            }
         }
-        self.inner.queue.submit([encoder.finish()]);
         self.check(name)?;
         Ok(out)
     }
@@ -363,7 +409,9 @@ impl Backend for WgpuBackend {
         };
         let buf = self.alloc(bytes.len() as u64, "upload")?;
         if !bytes.is_empty() {
-            self.inner.queue.write_buffer(&buf.buffer, 0, &bytes);
+            self.flushed("upload", || {
+                self.inner.queue.write_buffer(&buf.buffer, 0, &bytes)
+            })?;
         }
         self.check("upload")?;
         Ok(Storage::new(buf))
@@ -417,7 +465,7 @@ impl Backend for WgpuBackend {
                         label: Some("read"),
                     });
             encoder.copy_buffer_to_buffer(from, offset, &staging, 0, bytes);
-            self.inner.queue.submit([encoder.finish()]);
+            self.flushed("read", || self.inner.queue.submit([encoder.finish()]))?;
             let state: Arc<Mutex<MapState>> = Arc::default();
             let s = state.clone();
             staging.map_async(wgpu::MapMode::Read, .., move |r| {
@@ -461,6 +509,7 @@ impl Backend for WgpuBackend {
     }
 
     fn synchronize(&self) -> Result<()> {
+        self.flushed("synchronize", || ())?;
         #[cfg(not(target_arch = "wasm32"))]
         self.inner
             .device

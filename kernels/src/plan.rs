@@ -249,7 +249,14 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             op: r,
             axes,
             keepdim: _,
-        } => p.reduce(*r, axes, &inputs[0], wgsl_type(inputs[0].dtype, name)?, ty),
+        } => p.reduce(
+            *r,
+            axes,
+            &inputs[0].layout,
+            [Buffer::Input(0), Buffer::Output],
+            wgsl_type(inputs[0].dtype, name)?,
+            ty,
+        ),
         Op::Cumsum { axis, reverse } => p.rows("cumsum", &inputs[0], *axis, *reverse, ty),
         Op::Softmax { axis } => p.rows("softmax", &inputs[0], *axis, false, ty),
         Op::LogSoftmax { axis } => p.rows("log_softmax", &inputs[0], *axis, false, ty),
@@ -463,6 +470,26 @@ impl ConvGeometry {
     }
 }
 
+/// Split-K aims at about this many workgroups for GEMMs whose output has few tiles...
+const SPLIT_K_WORKGROUPS: usize = 256;
+/// ...giving each split at least this much of K...
+const SPLIT_K_MIN_DEPTH: usize = 256;
+/// ...and keeping the partial products within this many elements (64 MiB).
+const SPLIT_K_MAX_PARTIALS: usize = 16 << 20;
+
+/// How many chunks to cut K into for a GEMM of `tiles` output tiles and `outputs` elements:
+/// 1 when the tiles alone keep the GPU busy.
+fn split_k(tiles: usize, k: usize, outputs: usize) -> usize {
+    if tiles >= SPLIT_K_WORKGROUPS / 4 {
+        return 1;
+    }
+    SPLIT_K_WORKGROUPS
+        .div_ceil(tiles.max(1))
+        .min(k / SPLIT_K_MIN_DEPTH)
+        .min(SPLIT_K_MAX_PARTIALS / outputs.max(1))
+        .max(1)
+}
+
 fn adaptive_params() -> Pool2dParams {
     Pool2dParams {
         kernel: [1, 1],
@@ -643,11 +670,12 @@ impl Planner {
         &mut self,
         op: ReduceOp,
         axes: &[usize],
-        x: &ViewMeta,
+        x: &Layout,
+        bufs: [Buffer; 2],
         ty: &'static str,
         to: &'static str,
     ) -> Result<()> {
-        let dims = x.layout.shape().dims();
+        let dims = x.shape().dims();
         let rank = dims.len();
         let reduced: Vec<usize> = if axes.is_empty() {
             (0..rank).collect()
@@ -655,7 +683,7 @@ impl Planner {
             axes.to_vec()
         };
         let kept: Vec<usize> = (0..rank).filter(|a| !reduced.contains(a)).collect();
-        let strides = strides_u32(x.layout.strides(), self.name)?;
+        let strides = strides_u32(x.strides(), self.name)?;
         let pick = |ax: &[usize], v: &[usize]| -> Vec<usize> { ax.iter().map(|&a| v[a]).collect() };
         let (kd, ks) = (pick(&kept, dims), pick(&kept, &strides));
         let (rd, rs) = (pick(&reduced, dims), pick(&reduced, &strides));
@@ -669,7 +697,7 @@ impl Planner {
         };
         let mut params = vec![n_out, kd.len() as u32, rd.len() as u32, len, correction];
         params.extend(kd.iter().chain(&rd).map(|&d| d as u32));
-        push_view(&mut params, x.layout.offset() as u32, &ks[0]);
+        push_view(&mut params, x.offset() as u32, &ks[0]);
         push_view(&mut params, 0, &rs[0]);
         let per_thread = len <= 64;
         let (lowest, highest) = match ty {
@@ -689,7 +717,7 @@ impl Planner {
                 ("WG", "256"),
             ],
         );
-        let bufs = vec![Buffer::Input(0), Buffer::Output];
+        let bufs = bufs.to_vec();
         if per_thread {
             self.launch(key, params, bufs, n_out)
         } else {
@@ -809,12 +837,15 @@ impl Planner {
         let (abs, bbs) = (batch_strides(&ad, &as_), batch_strides(&bd, &bs));
         let (batch, bstr) = coalesce(&batch, vec![abs, bbs]);
         let batches: usize = batch.iter().product();
+        // [3], [5], [6] (row tiles, k chunk, splits) are filled by `gemm`
         let mut params = vec![
             m as u32,
             nn as u32,
             k as u32,
             0,
             batches as u32,
+            0,
+            0,
             batch.len() as u32,
         ];
         params
@@ -844,7 +875,7 @@ impl Planner {
     ) -> Result<()> {
         let (abuf, aoff) = self.contiguous(1, &inputs[1], ty)?;
         let (bbuf, boff) = self.contiguous(0, &inputs[0], ty)?;
-        let mut params = vec![mnk[0] as u32, mnk[1] as u32, mnk[2] as u32, 0, geo.1];
+        let mut params = vec![mnk[0] as u32, mnk[1] as u32, mnk[2] as u32, 0, geo.1, 0, 0];
         params.extend_from_slice(&geo.0);
         params.extend([aoff, boff]);
         let groups = geo.1 as usize;
@@ -857,7 +888,8 @@ impl Planner {
         )
     }
 
-    /// Launches gemm.wgsl; fills params[3] (row tiles) and picks the tile shape.
+    /// Launches gemm.wgsl; fills params[3] (row tiles), [5] and [6] (k chunk, splits) and picks
+    /// the tile shape and, for outputs of few tiles, the split of K.
     fn gemm(
         &mut self,
         mode: &str,
@@ -866,7 +898,7 @@ impl Planner {
         ab: [Buffer; 2],
         ty: &'static str,
     ) -> Result<()> {
-        let [m, n, _, batches] = mnkb;
+        let [m, n, k, batches] = mnkb;
         // (BM, BN, BK, TM, TN), 256 invocations each: the larger the block of C per invocation,
         // the more multiply-adds per value read from workgroup memory, so large tiles where there
         // is enough output to keep the GPU busy. Workgroup memory: 4 * BK * (BM + BN) bytes
@@ -880,8 +912,17 @@ impl Planner {
         };
         let tiles_m = m.div_ceil(bm);
         let tiles_n = n.div_ceil(bn);
+        let outputs = batches * m * n;
+        let splits = match mode {
+            "matmul" | "conv_wgrad" => split_k(tiles_m * tiles_n * batches, k, outputs),
+            _ => 1,
+        };
+        let k_chunk = k.div_ceil(splits).next_multiple_of(bk);
+        let splits = if k_chunk == 0 { 1 } else { k.div_ceil(k_chunk) };
         params[3] = tiles_m as u32;
-        let rows = tiles_m as u64 * batches as u64;
+        params[5] = k_chunk as u32;
+        params[6] = splits as u32;
+        let rows = (tiles_m * batches) as u64 * splits as u64;
         let (y, z) = if rows <= MAX_GRID as u64 {
             (rows, 1)
         } else {
@@ -913,13 +954,23 @@ impl Planner {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         };
+        let c = if splits > 1 {
+            self.scratch(splits * outputs)
+        } else {
+            Buffer::Output
+        };
         self.push(
             key,
             params,
-            vec![ab[0], ab[1], Buffer::Output],
+            vec![ab[0], ab[1], c],
             [tiles_n as u32, y as u32, z as u32],
         );
-        Ok(())
+        if splits == 1 {
+            return Ok(());
+        }
+        // the partial products, [splits, outputs], summed over the splits
+        let partial = Layout::contiguous(Shape::from([splits, outputs]));
+        self.reduce(ReduceOp::Sum, &[0], &partial, [c, Buffer::Output], ty, ty)
     }
 
     fn pool(
@@ -1336,4 +1387,39 @@ pub fn variants() -> Vec<KernelKey> {
     keys.sort();
     keys.dedup();
     keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matmul_plan(m: usize, k: usize, n: usize) -> Plan {
+        let a = Layout::contiguous(Shape::from([m, k]));
+        let b = Layout::contiguous(Shape::from([k, n]));
+        let metas = [ViewMeta::new(&a, DType::F32), ViewMeta::new(&b, DType::F32)];
+        plan(&Op::Matmul, &metas, DType::F32, &Shape::from([m, n])).unwrap()
+    }
+
+    #[test]
+    fn long_k_with_few_output_tiles_is_split_and_summed() {
+        let p = matmul_plan(6, 3000, 5);
+        assert_eq!(p.dispatches.len(), 2);
+        let (gemm, sum) = (&p.dispatches[0], &p.dispatches[1]);
+        let (k_chunk, splits) = (gemm.params[5] as usize, gemm.params[6] as usize);
+        assert!(splits > 1 && k_chunk % 16 == 0);
+        assert!(k_chunk * (splits - 1) < 3000 && k_chunk * splits >= 3000);
+        assert_eq!(gemm.buffers[2], Buffer::Scratch(0));
+        assert_eq!(p.scratch_bytes, vec![(splits * 6 * 5) as u64 * ELEM_BYTES]);
+        assert_eq!(sum.kernel.file, "reduce.wgsl");
+        assert_eq!(sum.buffers, vec![Buffer::Scratch(0), Buffer::Output]);
+    }
+
+    #[test]
+    fn outputs_of_many_tiles_or_short_k_are_not_split() {
+        for (m, k, n) in [(1024, 4096, 1024), (6, 200, 5), (3, 0, 4)] {
+            let p = matmul_plan(m, k, n);
+            assert_eq!(p.dispatches.len(), 1, "{m}x{k}x{n}");
+            assert_eq!(p.dispatches[0].params[6], 1);
+        }
+    }
 }

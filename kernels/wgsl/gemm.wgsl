@@ -9,12 +9,19 @@
 //   conv_t      gradient of conv2d wrt its input (= conv_transpose2d): A = weight^T, B = gathered dy
 //   conv_wgrad  gradient of conv2d wrt its weight: A = dy, B = im2col(x)^T
 //
-// params: [M, N, K, tiles_m, batches, mode params...]
-//   matmul: [5] batch rank br, [6..9) a offset/row/col strides, [9..12) b offset/row/col strides,
-//           [12..12+br) batch shape, then a batch view (0, strides[br]) and b batch view
-//   conv*:  [5..20) N C H W O OH OW KH KW sh sw ph pw dh dw (conv2d terms: x is N,C,H,W, weight
-//           O,C/g,KH,KW, y is N,O,OH,OW), [20] a offset, [21] b offset; batches = groups
-// grid: x = column tiles, y (* z) = row tiles times batches, each dimension at most 65535.
+// Split-K: when the output has too few tiles to fill the GPU but K is long, K is cut into
+// `splits` chunks of k_chunk (a multiple of BK); split s computes its chunk's partial product
+// and stores it as batch s * batches + g of a [splits, batches, M, N] scratch, which a
+// reduction then sums (only for modes that store C as plain [batches, M, N]: matmul,
+// conv_wgrad).
+//
+// params: [M, N, K, tiles_m, batches, k_chunk, splits, mode params...]
+//   matmul: [7] batch rank br, [8..11) a offset/row/col strides, [11..14) b offset/row/col
+//           strides, [14..14+br) batch shape, then a batch view (0, strides[br]) and b batch view
+//   conv*:  [7..22) N C H W O OH OW KH KW sh sw ph pw dh dw (conv2d terms: x is N,C,H,W, weight
+//           O,C/g,KH,KW, y is N,O,OH,OW), [22] a offset, [23] b offset; batches = groups
+// grid: x = column tiles, y (* z) = row tiles times batches times splits, each dimension at
+// most 65535.
 // defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4),
 // WG = (BM / TM) * (BN / TN).
 #include "common.wgsl"
@@ -44,14 +51,14 @@ var<workgroup> tiles: array<vec4<{{T}}>, BK * (BM4 + BN4)>;
 
 #if MODE == matmul
 fn batch_offset(g: u32, which: u32) -> u32 {
-    let br = params[5];
-    return strided_index(g, br, 12u, 12u + br + which * (1u + br));
+    let br = params[7];
+    return strided_index(g, br, 14u, 14u + br + which * (1u + br));
 }
 fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
-    return a[params[6] + batch_offset(g, 0u) + row * params[7] + k * params[8]];
+    return a[params[8] + batch_offset(g, 0u) + row * params[9] + k * params[10]];
 }
 fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
-    return b[params[9] + batch_offset(g, 1u) + k * params[10] + col * params[11]];
+    return b[params[11] + batch_offset(g, 1u) + k * params[12] + col * params[13]];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     c[(g * params[0] + row) * params[1] + col] = v;
@@ -63,23 +70,23 @@ struct Conv {
     sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, groups: u32,
 }
 fn conv() -> Conv {
-    return Conv(params[5], params[6], params[7], params[8], params[9], params[10], params[11],
-        params[12], params[13], params[14], params[15], params[16], params[17], params[18],
-        params[19], params[4]);
+    return Conv(params[7], params[8], params[9], params[10], params[11], params[12], params[13],
+        params[14], params[15], params[16], params[17], params[18], params[19], params[20],
+        params[21], params[4]);
 }
 // Element (n, ch, iy, ix) of the conv input x at a signed position; 0 in the padding.
 fn x_at(p: Conv, n: u32, ch: u32, iy: i32, ix: i32) -> {{T}} {
     if (iy < 0 || ix < 0 || iy >= i32(p.h) || ix >= i32(p.w)) {
         return {{T}}(0);
     }
-    return b[params[21] + ((n * p.ci + ch) * p.h + u32(iy)) * p.w + u32(ix)];
+    return b[params[23] + ((n * p.ci + ch) * p.h + u32(iy)) * p.w + u32(ix)];
 }
 #endif
 
 #if MODE == conv
 // A = weight rows of group g: (o, (c, ky, kx)); B = im2col(x): ((c, ky, kx), (n, oy, ox)).
 fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
-    return a[params[20] + (g * params[0] + row) * params[2] + k];
+    return a[params[22] + (g * params[0] + row) * params[2] + k];
 }
 fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
     let p = conv();
@@ -109,7 +116,7 @@ fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
     let kk = p.kh * p.kw;
     let cg = p.ci / p.groups;
     let o = g * (p.co / p.groups) + k / kk;
-    return a[params[20] + (o * cg + row) * kk + k % kk];
+    return a[params[22] + (o * cg + row) * kk + k % kk];
 }
 fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
     let p = conv();
@@ -131,7 +138,7 @@ fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
     if (oy >= p.oh || ox >= p.ow) {
         return {{T}}(0);
     }
-    return b[params[21] + ((n * p.co + o) * p.oh + oy) * p.ow + ox];
+    return b[params[23] + ((n * p.co + o) * p.oh + oy) * p.ow + ox];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     let p = conv();
@@ -146,7 +153,7 @@ fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
     let p = conv();
     let plane = p.oh * p.ow;
     let n = k / plane;
-    return a[params[20] + (n * p.co + g * params[0] + row) * plane + k % plane];
+    return a[params[22] + (n * p.co + g * params[0] + row) * plane + k % plane];
 }
 fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
     let p = conv();
@@ -209,10 +216,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let k_len = params[2];
     let tiles_m = params[3];
     let yz = wid.z * 65535u + wid.y;
-    let g = yz / tiles_m;
+    // batch g of split s, stored as batch gs (= g without split-K)
+    let gs = yz / tiles_m;
+    let g = gs % params[4];
+    let k_begin = (gs / params[4]) * params[5];
+    let k_end = min(k_len, k_begin + params[5]);
     let row0 = (yz % tiles_m) * BM;
     let col0 = wid.x * BN;
-    let live = g < params[4];
+    let live = gs < params[4] * params[6];
     // this invocation's block of C: rows r0..r0+TM, columns c0..c0+TN
     let tx = lid % WG_X;
     let ty = lid / WG_X;
@@ -221,7 +232,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var i = 0u; i < TM * TN4; i++) {
         acc[i] = vec4<{{T}}>({{T}}(0));
     }
-    for (var k0 = 0u; k0 < k_len; k0 += BK) {
+    for (var k0 = k_begin; k0 < k_end; k0 += BK) {
         stage(0u, g, live, lid, k0, row0, BM4, 0u);
         stage(1u, g, live, lid, k0, col0, BN4, B_AT);
         workgroupBarrier();
@@ -255,7 +266,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var q = 0u; q < 4u; q++) {
                 let col = col0 + (tx * TN4 + j) * 4u + q;
                 if (col < n) {
-                    store_c(g, r, col, v[q]);
+                    store_c(gs, r, col, v[q]);
                 }
             }
         }

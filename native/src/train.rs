@@ -6,7 +6,7 @@ use crate::checkpoint;
 use crate::core::autodiff::no_grad;
 use crate::core::nn::{Forward, Init, Module, loss};
 use crate::core::optim::{Adam, Constant, Cosine, Optimizer, Schedule};
-use crate::core::{Device, Error, Result, Tensor};
+use crate::core::{DType, Device, Error, Result, Tensor};
 use crate::data::mnist::{Mnist, Split, normalize};
 use crate::models::MnistCnn;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -18,6 +18,9 @@ use std::time::Instant;
 
 /// Images per forward pass when evaluating.
 const EVAL_BATCH: usize = 1000;
+/// Steps between reads of the running loss and accuracy: a read waits for the GPU to finish
+/// everything queued, so reading every step would stall the queue once per step.
+const READ_EVERY: usize = 16;
 
 /// How to train (the `kiln train mnist` options).
 #[derive(Clone, Debug)]
@@ -117,6 +120,30 @@ pub enum Outcome {
     Stopped,
 }
 
+/// The summed loss and number of correct predictions of one or more steps, as f32 scalars
+/// on the training device.
+pub struct StepStats {
+    /// Cross-entropy summed over the images.
+    pub loss_sum: Tensor,
+    /// Images whose largest logit is their label.
+    pub correct: Tensor,
+}
+
+impl StepStats {
+    /// The stats of both `self`'s and `other`'s steps.
+    pub fn add(&self, other: &StepStats) -> Result<StepStats> {
+        Ok(StepStats {
+            loss_sum: self.loss_sum.add(&other.loss_sum)?,
+            correct: self.correct.add(&other.correct)?,
+        })
+    }
+
+    /// `(summed loss, correct)` on the host, once the steps have run.
+    pub fn read(&self) -> Result<(f64, u64)> {
+        Ok((self.loss_sum.to_scalar()?, self.correct.to_scalar()? as u64))
+    }
+}
+
 /// A model, its optimizer and where training stands.
 pub struct Trainer {
     /// The network being trained.
@@ -165,15 +192,19 @@ impl Trainer {
         checkpoint::save(path, &self.model, &self.optimizer, &self.progress)
     }
 
-    /// One optimisation step on the images `idx` of `split`: `(summed loss, correct)`.
-    pub fn step(&mut self, split: &Split, idx: &[usize]) -> Result<(f64, u64)> {
+    /// One optimisation step on the images `idx` of `split`. Its loss and accuracy stay on
+    /// the device until [`StepStats::read`], so steps queue without waiting for each other.
+    pub fn step(&mut self, split: &Split, idx: &[usize]) -> Result<StepStats> {
         let (x, y) = batch(split, idx, &self.device)?;
         let logits = self.model.forward(&x)?;
         let loss = loss::cross_entropy(&logits, &y, 0.0)?;
         let grads = loss.backward()?;
         self.optimizer.step(&mut self.model, &grads)?;
-        let correct = count_correct(&logits.detach(), split, idx)?;
-        Ok((loss.to_scalar()? * idx.len() as f64, correct))
+        let hits = logits.detach().argmax(-1, false)?.eq(&y)?;
+        Ok(StepStats {
+            loss_sum: loss.detach().mul_scalar(idx.len() as f64)?,
+            correct: hits.cast(DType::F32)?.sum_all()?,
+        })
     }
 
     /// Trains until `cfg.epochs` epochs are done, `stop` is raised, or `cfg.max_steps` is reached.
@@ -201,29 +232,38 @@ impl Trainer {
             let bar = progress_bar(cfg.progress, steps, self.progress.epoch + 1, cfg.epochs);
             bar.set_position(self.progress.step as u64);
             self.model.set_training(true);
+            let mut pending: Option<StepStats> = None;
             while self.progress.step < steps {
                 let started = Instant::now();
                 let s = self.progress.step;
                 let idx = &order[s * cfg.batch_size..((s + 1) * cfg.batch_size).min(n)];
                 let lr = schedule.lr(self.progress.total_steps as usize);
                 self.optimizer.set_lr(lr);
-                let (loss_sum, correct) = self.step(train, idx)?;
+                let stats = self.step(train, idx)?;
+                pending = Some(match pending {
+                    Some(sum) => sum.add(&stats)?,
+                    None => stats,
+                });
                 let p = &mut self.progress;
                 p.step += 1;
                 p.total_steps += 1;
-                p.loss_sum += loss_sum;
-                p.correct += correct;
                 p.seen += idx.len() as u64;
+                let limit_hit = cfg.max_steps.is_some_and(|m| p.total_steps >= m);
+                let stopping = stop.load(Ordering::SeqCst) || limit_hit;
+                if p.step.is_multiple_of(READ_EVERY) || p.step == steps || stopping {
+                    let (loss_sum, correct) = pending.take().map_or(Ok((0.0, 0)), |s| s.read())?;
+                    p.loss_sum += loss_sum;
+                    p.correct += correct;
+                    bar.set_message(format!(
+                        "loss {:.4}  acc {:.4}  {:.0} img/s",
+                        p.loss_sum / p.seen as f64,
+                        p.correct as f64 / p.seen as f64,
+                        p.seen as f64 / (p.seconds + started.elapsed().as_secs_f64()).max(1e-9)
+                    ));
+                }
                 p.seconds += started.elapsed().as_secs_f64();
                 bar.inc(1);
-                bar.set_message(format!(
-                    "loss {:.4}  acc {:.4}  {:.0} img/s",
-                    p.loss_sum / p.seen as f64,
-                    p.correct as f64 / p.seen as f64,
-                    p.seen as f64 / p.seconds.max(1e-9)
-                ));
-                let limit_hit = cfg.max_steps.is_some_and(|m| p.total_steps >= m);
-                if stop.load(Ordering::SeqCst) || limit_hit {
+                if stopping {
                     bar.abandon();
                     self.save_checkpoint(&cfg.checkpoint)?;
                     return Ok(Outcome::Stopped);

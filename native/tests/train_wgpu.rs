@@ -24,6 +24,7 @@ fn losses(data: &Mnist, device: &Device) -> Vec<f64> {
             let idx: Vec<usize> = (s * BATCH..(s + 1) * BATCH).collect();
             let (sum, _) = t
                 .step(&data.train, &idx)
+                .and_then(|stats| stats.read())
                 .unwrap_or_else(|e| panic!("step {s} on {}: {e}", device.name()));
             sum / BATCH as f64
         })

@@ -77,6 +77,9 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// Alignment of each dispatch's params within a plan's one params upload.
+const PARAMS_ALIGN: usize = 256;
+
 fn driver_err(what: &str) -> impl Fn(cu::DriverError) -> Error + '_ {
     move |e| Error::device("cuda", format!("{what}: {e:?}"))
 }
@@ -325,13 +328,21 @@ impl CudaBackend {
             .iter()
             .map(|&b| self.alloc(b))
             .collect::<Result<_>>()?;
+        // Every dispatch's params in one upload, each at a multiple of PARAMS_ALIGN bytes.
+        let mut words: Vec<u8> = Vec::new();
+        let mut at = Vec::with_capacity(plan.dispatches.len());
         for d in &plan.dispatches {
+            words.resize(words.len().next_multiple_of(PARAMS_ALIGN), 0);
+            at.push((words.len() as u64, 4 * d.params.len() as u64));
+            words.extend(d.params.iter().flat_map(|w| w.to_le_bytes()));
+        }
+        let params = self.upload_bytes(&words)?;
+        for (d, &(offset, len)) in plan.dispatches.iter().zip(&at) {
             let k = self.kernel(&d.kernel)?;
-            let words: Vec<u8> = d.params.iter().flat_map(|w| w.to_le_bytes()).collect();
-            let params = self.upload_bytes(&words)?;
-            let buffer = |b: usize| -> Result<&Buf> {
+            // (device pointer, bytes) of binding `b`
+            let buffer = |b: usize| -> Result<(u64, u64)> {
                 if b == 0 {
-                    return Ok(&params);
+                    return Ok((params.ptr + offset, len));
                 }
                 match d.buffers.get(b - 1) {
                     Some(Buffer::Input(i)) => inputs.get(*i).copied(),
@@ -339,6 +350,7 @@ impl CudaBackend {
                     Some(Buffer::Scratch(i)) => scratch.get(*i),
                     None => None,
                 }
+                .map(|b| (b.ptr, b.bytes))
                 .ok_or_else(|| {
                     Error::invalid(
                         name.to_string(),
@@ -353,14 +365,14 @@ impl CudaBackend {
             let mut values: Vec<u64> = Vec::with_capacity(k.kernel.params.len());
             for p in &k.kernel.params {
                 values.push(match p.kind {
-                    ParamKind::Storage { binding, .. } => buffer(binding as usize)?.ptr,
+                    ParamKind::Storage { binding, .. } => buffer(binding as usize)?.0,
                     ParamKind::ArrayLength {
                         binding,
                         offset,
                         stride,
                         ..
                     } => {
-                        let bytes = buffer(binding as usize)?.bytes;
+                        let bytes = buffer(binding as usize)?.1;
                         (bytes.saturating_sub(u64::from(offset)) / u64::from(stride.max(1))) as u32
                             as u64
                     }

@@ -411,8 +411,9 @@ fn softmax_log_softmax_cumsum() {
 #[test]
 fn matmul_shapes_batches_and_views() {
     let Some(dev) = dev() else { return };
-    // odd sizes for each gemm tile shape (64x64, 128x64, 128x128 blocks), edges included
-    let cases: [(&[usize], &[usize]); 9] = [
+    // odd sizes for each gemm tile shape (64x64, 128x64, 128x128 blocks), edges included; the
+    // last two have few output tiles and a long K, so K is split (a ragged last chunk, batches)
+    let cases: [(&[usize], &[usize]); 11] = [
         (&[1, 1], &[1, 1]),
         (&[521, 67], &[67, 530]),
         (&[17, 33], &[33, 29]),
@@ -422,6 +423,8 @@ fn matmul_shapes_batches_and_views() {
         (&[3, 9], &[9]),
         (&[4, 65, 3], &[3, 200]),
         (&[257, 129], &[129, 300]),
+        (&[6, 3000], &[3000, 5]),
+        (&[3, 5, 1100], &[1100, 7]),
     ];
     for (i, (a, b)) in cases.iter().enumerate() {
         let x = data(a, F, 20 + i as u64, -1.0, 1.0);
@@ -488,6 +491,16 @@ fn convolutions_forward_and_backward() {
     let cases = cases.into_iter().chain([
         // 520 output channels: the conv and its weight gradient use the largest gemm tiles
         ([1, 60, 25, 25], [520, 60, 3, 3], Conv2dParams::default()),
+        // weight gradients with K = N * OH * OW long enough to be split, one and two groups
+        ([4, 3, 20, 20], [5, 3, 3, 3], Conv2dParams::default()),
+        (
+            [2, 4, 24, 24],
+            [6, 2, 3, 3],
+            Conv2dParams {
+                groups: 2,
+                ..Conv2dParams::default()
+            },
+        ),
     ]);
     for (xs, ws, p) in cases {
         let x = data(&xs, F, 70, -1.0, 1.0);
