@@ -407,6 +407,20 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             let (oh, ow) = pool_out(name, p, x)?;
             Ok((dt, Shape::from([x[0], x[1], oh, ow])))
         }
+        Op::AdamStep(_) => {
+            want(4)?;
+            let dt = same_float(name, inputs)?;
+            let s = &inputs[0].1;
+            if let Some((_, other)) = inputs.iter().find(|(_, o)| o != s) {
+                return Err(Error::shape(
+                    name,
+                    format!("expects param, grad and moments of one shape, got {s} and {other}"),
+                ));
+            }
+            let mut dims = alloc::vec![3];
+            dims.extend_from_slice(s.dims());
+            Ok((dt, Shape::from(dims)))
+        }
         Op::MaxPool2dBackward(_) => {
             want(2)?;
             let dt = same_float(name, inputs)?;

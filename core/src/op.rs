@@ -234,6 +234,40 @@ impl Default for Conv2dParams {
     }
 }
 
+/// One Adam or AdamW step ([`Op::AdamStep`]), as `torch.optim.Adam` / `AdamW` compute it:
+/// `m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+/// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`, with weight decay added to
+/// the gradient (`g += wd p`, Adam) or, `decoupled`, applied to the parameter first
+/// (`p *= 1 - lr wd`, AdamW).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdamParams {
+    /// learning rate
+    pub lr: f64,
+    /// decay of the first moment
+    pub beta1: f64,
+    /// decay of the second moment
+    pub beta2: f64,
+    /// added to the denominator
+    pub eps: f64,
+    /// weight decay (0: none)
+    pub weight_decay: f64,
+    /// AdamW's decoupled weight decay
+    pub decoupled: bool,
+    /// this step's number, from 1 (for the bias corrections)
+    pub step: u64,
+}
+
+impl AdamParams {
+    /// The bias corrections folded into two factors: `lr / (1 - b1^t)` for the step and
+    /// `1 / sqrt(1 - b2^t)` for `sqrt(v)`.
+    pub fn corrections(&self) -> (f64, f64) {
+        let t = self.step.min(i32::MAX as u64) as f64;
+        let bc1 = 1.0 - libm::pow(self.beta1, t);
+        let bc2 = 1.0 - libm::pow(self.beta2, t);
+        (self.lr / bc1, 1.0 / libm::sqrt(bc2))
+    }
+}
+
 /// Parameters of 2-D pooling over NCHW input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Pool2dParams {
@@ -377,6 +411,12 @@ pub enum Op {
     AdaptiveAvgPool2d { output: [usize; 2] },
     /// inputs: `[grad_out]`; output shape `input`
     AdaptiveAvgPool2dBackward { input: Shape },
+
+    // ---- optimisation
+    /// inputs: `[param, grad, exp_avg, exp_avg_sq]` (float, one shape); one fused Adam step
+    /// (a dozen elementwise ops in one pass); output `[3, ..shape]`: the new param, exp_avg and
+    /// exp_avg_sq
+    AdamStep(AdamParams),
 }
 
 /// The dtype and shape of an op's input or output.
@@ -417,6 +457,7 @@ impl Op {
             Op::Conv2dBackwardWeight { .. } => "conv2d_backward_weight",
             Op::MaxPool2d(_) => "max_pool2d",
             Op::MaxPool2dBackward(_) => "max_pool2d_backward",
+            Op::AdamStep(_) => "adam_step",
             Op::AvgPool2d(_) => "avg_pool2d",
             Op::AvgPool2dBackward { .. } => "avg_pool2d_backward",
             Op::AdaptiveAvgPool2d { .. } => "adaptive_avg_pool2d",

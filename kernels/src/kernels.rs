@@ -6,6 +6,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("common.wgsl", include_str!("../wgsl/common.wgsl")),
     ("math.wgsl", include_str!("../wgsl/math.wgsl")),
     ("map.wgsl", include_str!("../wgsl/map.wgsl")),
+    ("adam.wgsl", include_str!("../wgsl/adam.wgsl")),
     ("binary.wgsl", include_str!("../wgsl/binary.wgsl")),
     ("reduce.wgsl", include_str!("../wgsl/reduce.wgsl")),
     ("rows.wgsl", include_str!("../wgsl/rows.wgsl")),

@@ -27,8 +27,8 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use kiln_core::{
-    BinaryOp, Conv2dParams, DType, Error, Layout, Op, Pool2dParams, ReduceOp, Result, Shape,
-    UnaryOp, View,
+    AdamParams, BinaryOp, Conv2dParams, DType, Error, Layout, Op, Pool2dParams, ReduceOp, Result,
+    Shape, UnaryOp, View,
 };
 
 /// Bytes of one element on the device, for every dtype a plan accepts.
@@ -366,6 +366,37 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
                 Buffer::Output,
             ];
             p.launch(key, params, bufs, n)
+        }
+        Op::AdamStep(a) => {
+            if ty != "f32" {
+                return Err(Error::unsupported(
+                    name,
+                    format!("expects f32 tensors on the GPU, got {}", inputs[0].dtype),
+                ));
+            }
+            let mut params = vec![n / 3];
+            let mut bufs = Vec::with_capacity(5);
+            for (i, input) in inputs.iter().enumerate() {
+                let (buf, offset) = p.contiguous(i, input, ty)?;
+                bufs.push(buf);
+                params.push(offset);
+            }
+            bufs.push(Buffer::Output);
+            let (step_size, inv_sqrt_bc2) = a.corrections();
+            let shrink = 1.0 - a.lr * a.weight_decay;
+            let constants = [
+                a.beta1,
+                a.beta2,
+                a.eps,
+                a.weight_decay,
+                step_size,
+                inv_sqrt_bc2,
+                shrink,
+            ];
+            params.extend(constants.map(|c| (c as f32).to_bits()));
+            params.push(u32::from(a.decoupled));
+            let key = KernelKey::new("adam.wgsl", &[("WG", "256")]);
+            p.launch(key, params, bufs, n / 3)
         }
         Op::OneHot { classes, .. } => {
             let idt = wgsl_type(inputs[0].dtype, name)?;
@@ -1298,6 +1329,18 @@ pub fn variants() -> Vec<KernelKey> {
             },
             vec![f(&[5], dt)],
         );
+        if dt == DType::F32 {
+            let adam = AdamParams {
+                lr: 1e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                decoupled: false,
+                step: 1,
+            };
+            add(Op::AdamStep(adam), vec![f(&[7], dt); 4]);
+        }
         add(Op::Matmul, vec![f(&[4, 5], dt), f(&[5, 6], dt)]);
         add(Op::Matmul, vec![f(&[200, 5], dt), f(&[5, 300], dt)]);
         add(Op::Matmul, vec![f(&[600, 5], dt), f(&[5, 600], dt)]);

@@ -43,6 +43,8 @@ pub(super) fn input_grads(
         | Op::RandNormal { .. }
         | Op::Compare(_)
         | Op::OneHot { .. } => none(),
+        // optimizer steps run outside the graph
+        Op::AdamStep(_) => none(),
         Op::Reduce {
             op: ReduceOp::ArgMax | ReduceOp::ArgMin,
             ..

@@ -17,6 +17,7 @@ mod elementwise;
 mod matmul;
 mod movement;
 mod num;
+mod optim;
 mod par;
 mod pool;
 mod reduce;
@@ -127,6 +128,7 @@ fn arity(op: &Op) -> Option<usize> {
         | Op::Conv2dBackwardWeight { .. }
         | Op::MaxPool2dBackward(_) => 2,
         Op::Where | Op::ScatterAdd { .. } => 3,
+        Op::AdamStep(_) => 4,
         Op::Concat { .. } => return None,
         _ => 1,
     })
@@ -238,6 +240,7 @@ fn run(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<C
         Op::Softmax { axis } => reduce::softmax(&x[0], *axis, false),
         Op::LogSoftmax { axis } => reduce::softmax(&x[0], *axis, true),
         Op::Matmul => matmul::matmul(&x[0], &x[1]),
+        Op::AdamStep(p) => optim::adam_step(x, p),
         // View ops normally never get here; executed, they are copies of the view.
         Op::Reshape { .. } | Op::Contiguous => movement::copy(&x[0], x[0].layout),
         Op::Permute { dims } => movement::copy(&x[0], &x[0].layout.permute(dims)?),

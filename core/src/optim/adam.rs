@@ -1,9 +1,9 @@
 //! Adam and AdamW.
 
 use super::{Optimizer, OptimizerState, Slots, for_each_param, parse_config, take_slots};
-use crate::Result;
 use crate::autodiff::Gradients;
 use crate::nn::Module;
+use crate::{AdamParams, Op, Result, Tensor};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use serde::{Deserialize, Serialize};
@@ -91,34 +91,27 @@ impl Optimizer for Adam {
         } = self.cfg;
         let slots = &mut self.slots;
         for_each_param(model, grads, "Adam::step", |name, p, g| {
-            let mut p = p.clone();
-            let mut g = g.clone();
-            if weight_decay != 0.0 {
-                if decoupled {
-                    p = p.mul_scalar(1.0 - lr * weight_decay)?;
-                } else {
-                    g = g.add(&p.mul_scalar(weight_decay)?)?;
-                }
-            }
-            let t = slots.bump(name) as i32;
-            let m = match slots.get(name, "exp_avg") {
-                Some(m) => m.mul_scalar(beta1)?.add(&g.mul_scalar(1.0 - beta1)?)?,
-                None => g.mul_scalar(1.0 - beta1)?,
+            let step = slots.bump(name);
+            let m = slots
+                .get(name, "exp_avg")
+                .map_or_else(|| p.zeros_like(), |m| Ok(m.clone()))?;
+            let v = (slots.get(name, "exp_avg_sq"))
+                .map_or_else(|| p.zeros_like(), |v| Ok(v.clone()))?;
+            let params = AdamParams {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                decoupled,
+                step,
             };
-            let g2 = g.mul(&g)?;
-            let v = match slots.get(name, "exp_avg_sq") {
-                Some(v) => v.mul_scalar(beta2)?.add(&g2.mul_scalar(1.0 - beta2)?)?,
-                None => g2.mul_scalar(1.0 - beta2)?,
-            };
-            slots.set(name, "exp_avg", m.clone());
-            slots.set(name, "exp_avg_sq", v.clone());
-            let bc1 = 1.0 - libm::pow(beta1, t as f64);
-            let bc2 = 1.0 - libm::pow(beta2, t as f64);
-            let denom = v
-                .sqrt()?
-                .mul_scalar(1.0 / libm::sqrt(bc2))?
-                .add_scalar(eps)?;
-            p.sub(&m.div(&denom)?.mul_scalar(lr / bc1)?)
+            // one pass over the four tensors; the result packs the new param and moments
+            let out = Tensor::apply(Op::AdamStep(params), &[p, g, &m, &v])?;
+            let part = |i: usize| out.narrow(0, i, 1)?.squeeze(0);
+            slots.set(name, "exp_avg", part(1)?);
+            slots.set(name, "exp_avg_sq", part(2)?);
+            part(0)
         })
     }
     fn lr(&self) -> f64 {

@@ -4,7 +4,8 @@
 
 use kiln_conformance::{check, data, same};
 use kiln_core::{
-    BinaryOp, CmpOp, Conv2dParams, DType, Device, Pool2dParams, Result, Tensor, UnaryOp,
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, DType, Device, Op, Pool2dParams, Result, Tensor,
+    UnaryOp,
 };
 use std::slice::from_ref;
 
@@ -752,4 +753,41 @@ fn large_dispatches_over_65535_workgroups() {
         false,
         TOL,
     );
+}
+
+#[test]
+fn fused_adam_step() {
+    let Some(dev) = dev() else { return };
+    // param, grad, exp_avg and exp_avg_sq (non-negative), odd sizes, and strided views
+    let inputs = [
+        data(&[37, 29], F, 900, -1.0, 1.0),
+        data(&[37, 29], F, 901, -0.1, 0.1),
+        data(&[37, 29], F, 902, -0.05, 0.05),
+        data(&[37, 29], F, 903, 0.0, 0.01),
+    ];
+    for (decoupled, step) in [(false, 1), (false, 7), (true, 3)] {
+        let params = AdamParams {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decoupled,
+            step,
+        };
+        for (views, prep) in [
+            ("", same as fn(usize, Tensor) -> Result<Tensor>),
+            (" of strided views", t),
+        ] {
+            check(
+                &format!("adam_step decoupled {decoupled} step {step}{views}"),
+                &dev,
+                &inputs,
+                &prep,
+                &|v| Tensor::apply(Op::AdamStep(params), &[&v[0], &v[1], &v[2], &v[3]]),
+                false,
+                TOL,
+            );
+        }
+    }
 }
