@@ -107,6 +107,7 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
                 c.as_mut_ptr(),
                 n as isize,
                 1,
+                true,
             );
         }
     }
