@@ -5,7 +5,7 @@
 
 use super::num::Float;
 use super::par;
-use super::storage::{CpuStorage, Src};
+use super::storage::{CpuStorage, Src, zeros};
 use super::unsupported;
 use crate::backend::View;
 use crate::op::Conv2dParams;
@@ -258,7 +258,7 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
     };
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
-    let mut out = vec![T::ZERO; n * o * ohw];
+    let mut out = zeros(n * o * ohw);
     for_images(&mut out, o * ohw, g.col_len(), |b, dst, buf, threaded| {
         let col = g.columns(&xv[b * c * h * wd..][..c * h * wd], buf);
         for gi in 0..groups {
@@ -320,7 +320,7 @@ fn conv_transpose2d_t<T: Float>(
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (hw, ohw, cg, kk) = (h * wd, oh * ow, cin / groups, kh * kw);
     let rows = og * kk; // rows of one group's column matrix
-    let mut out = vec![T::ZERO; n * oc * ohw];
+    let mut out = zeros(n * oc * ohw);
     for_images(
         &mut out,
         oc * ohw,

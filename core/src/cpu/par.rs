@@ -1,5 +1,6 @@
 //! Data parallelism: rayon under `std`, plain loops without it.
 
+use super::storage::{CpuElem, buffer};
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -44,14 +45,14 @@ pub(crate) fn piece(n: usize, grain: usize) -> usize {
 /// under `std`; `f(range)` must yield exactly the values of the positions in `range`.
 pub(crate) fn collect<O, I>(n: usize, grain: usize, f: impl Fn(Range<usize>) -> I + Sync) -> Vec<O>
 where
-    O: Send,
+    O: CpuElem,
     I: Iterator<Item = O>,
 {
+    let mut out = buffer(n);
     #[cfg(feature = "std")]
     if n >= 2 * grain && threads() > 1 {
         use rayon::prelude::*;
         let size = piece(n, grain);
-        let mut out = Vec::with_capacity(n);
         out.spare_capacity_mut()[..n]
             .par_chunks_mut(size)
             .enumerate()
@@ -71,5 +72,6 @@ where
     }
     #[cfg(not(feature = "std"))]
     let _ = grain;
-    f(0..n).collect()
+    out.extend(f(0..n));
+    out
 }

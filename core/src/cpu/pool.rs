@@ -3,12 +3,11 @@
 use super::conv::out_size;
 use super::num::Float;
 use super::par;
-use super::storage::{CpuStorage, Src};
+use super::storage::{CpuStorage, Src, zeros};
 use super::unsupported;
 use crate::backend::View;
 use crate::op::{Op, Pool2dParams};
 use crate::{DType, Error, Result, Shape};
-use alloc::vec;
 use alloc::vec::Vec;
 
 /// Which pooling, with its parameters.
@@ -54,12 +53,35 @@ fn window(kind: Kind, axis: usize, i: usize, size: usize, out: usize) -> (isize,
     }
 }
 
-/// The valid input positions of one window along one axis.
-fn taps(start: isize, len: isize, dil: usize, size: usize) -> impl Iterator<Item = usize> {
-    (0..len)
-        .map(move |t| start + t * dil as isize)
-        .filter(move |&v| v >= 0 && v < size as isize)
-        .map(|v| v as usize)
+/// The valid input positions of one window along one axis: `count` of them, `step` apart from
+/// `first` (clipping a progression to the input leaves a progression).
+#[derive(Clone, Copy)]
+struct Taps {
+    first: usize,
+    count: usize,
+    step: usize,
+}
+
+impl Taps {
+    fn new(start: isize, len: isize, step: usize, size: usize) -> Taps {
+        let at = |t: isize| start + t * step as isize;
+        let mut valid = (0..len).filter(|&t| at(t) >= 0 && at(t) < size as isize);
+        match valid.next() {
+            Some(t) => Taps {
+                first: at(t) as usize,
+                count: 1 + valid.count(),
+                step,
+            },
+            None => Taps {
+                first: 0,
+                count: 0,
+                step,
+            },
+        }
+    }
+    fn iter(self) -> impl Iterator<Item = usize> {
+        (0..self.count).map(move |t| self.first + t * self.step)
+    }
 }
 
 /// The divisor of an average window.
@@ -71,20 +93,18 @@ fn divisor(kind: Kind, valid: usize) -> usize {
 }
 
 /// Index (within the plane) of the first maximum of a window; NaN counts as the maximum.
-fn argmax<T: Float>(plane: &[T], w: usize, ys: &[usize], xs: &[usize]) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for &y in ys {
-        for &x in xs {
-            let i = y * w + x;
+fn argmax<T: Float>(plane: &[T], w: usize, ys: Taps, xs: Taps) -> Option<usize> {
+    let mut best: Option<(usize, T)> = None;
+    for y in ys.iter() {
+        for x in xs.iter() {
+            let (i, v) = (y * w + x, plane[y * w + x]);
             match best {
-                None => best = Some(i),
-                Some(b) if plane[b].is_nan() => return best,
-                Some(b) if plane[i] > plane[b] || plane[i].is_nan() => best = Some(i),
-                _ => {}
+                Some((_, b)) if !(v > b || (v.is_nan() && !b.is_nan())) => {}
+                _ => best = Some((i, v)),
             }
         }
     }
-    best
+    best.map(|(i, _)| i)
 }
 
 fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<CpuStorage> {
@@ -127,37 +147,37 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
         ));
     }
     // Window taps per output row and column.
-    let rows: Vec<Vec<usize>> = (0..oh)
+    let rows: Vec<Taps> = (0..oh)
         .map(|i| {
             let (s, l, d) = window(kind, 0, i, h, oh);
-            taps(s, l, d, h).collect()
+            Taps::new(s, l, d, h)
         })
         .collect();
-    let cols: Vec<Vec<usize>> = (0..ow)
+    let cols: Vec<Taps> = (0..ow)
         .map(|i| {
             let (s, l, d) = window(kind, 1, i, w, ow);
-            taps(s, l, d, w).collect()
+            Taps::new(s, l, d, w)
         })
         .collect();
     let (hw, ohw) = (h * w, oh * ow);
     let first = Src::<T>::new(name, &inputs[0])?.to_contiguous();
     if !backward {
-        let mut out = vec![T::ZERO; n * c * ohw];
+        let mut out = zeros(n * c * ohw);
         par::chunks_mut(&mut out, ohw, |pl, dst| {
             let plane = &first[pl * hw..][..hw];
-            for (oy, ys) in rows.iter().enumerate() {
-                for (ox, xs) in cols.iter().enumerate() {
+            for (oy, &ys) in rows.iter().enumerate() {
+                for (ox, &xs) in cols.iter().enumerate() {
                     dst[oy * ow + ox] = match kind {
                         Kind::Max(_) => argmax(plane, w, ys, xs)
                             .map_or(T::from_f(f64::NEG_INFINITY), |i| plane[i]),
                         _ => {
                             let mut s = 0f64;
-                            for &y in ys {
-                                for &x in xs {
+                            for y in ys.iter() {
+                                for x in xs.iter() {
                                     s += plane[y * w + x].into();
                                 }
                             }
-                            let d = divisor(kind, ys.len() * xs.len());
+                            let d = divisor(kind, ys.count * xs.count);
                             T::from_f(if d == 0 { 0.0 } else { s / d as f64 })
                         }
                     };
@@ -171,26 +191,31 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
         Kind::Max(_) => Src::<T>::new(name, &inputs[1])?.to_contiguous(),
         _ => first.clone(),
     };
-    let mut out = vec![T::ZERO; n * c * hw];
+    let mut out = zeros::<T>(n * c * hw);
     par::chunks_mut(&mut out, hw, |pl, dst| {
         let g = &grad[pl * ohw..][..ohw];
-        for (oy, ys) in rows.iter().enumerate() {
-            for (ox, xs) in cols.iter().enumerate() {
+        // Max: the input plane, to find each window's maximum in.
+        let plane = match kind {
+            Kind::Max(_) => &first[pl * hw..][..hw],
+            _ => &[],
+        };
+        for (oy, &ys) in rows.iter().enumerate() {
+            for (ox, &xs) in cols.iter().enumerate() {
                 let go = g[oy * ow + ox];
                 match kind {
                     Kind::Max(_) => {
-                        if let Some(i) = argmax(&first[pl * hw..][..hw], w, ys, xs) {
+                        if let Some(i) = argmax(plane, w, ys, xs) {
                             dst[i] = dst[i] + go;
                         }
                     }
                     _ => {
-                        let d = divisor(kind, ys.len() * xs.len());
+                        let d = divisor(kind, ys.count * xs.count);
                         if d == 0 {
                             continue;
                         }
                         let share = go / T::from_f(d as f64);
-                        for &y in ys {
-                            for &x in xs {
+                        for y in ys.iter() {
+                            for x in xs.iter() {
                                 dst[y * w + x] = dst[y * w + x] + share;
                             }
                         }

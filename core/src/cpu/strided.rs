@@ -3,7 +3,7 @@
 //! that rows are as long as possible and inner loops run over plain slices where they can.
 
 use super::par;
-use super::storage::{CpuElem, Src};
+use super::storage::{CpuElem, Src, zeros};
 use crate::{Layout, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -50,6 +50,10 @@ impl<const K: usize> Walk<K> {
             (Some(&n), Some(&s)) => (n, s),
             _ => (1, [0; K]),
         }
+    }
+    /// The strides of the axis before the rows' (`None` for a single row).
+    pub fn outer_strides(&self) -> Option<[isize; K]> {
+        self.strides.len().checked_sub(2).map(|a| self.strides[a])
     }
     /// Calls `f(offsets)` with the offsets of the first element of every row, in row-major order.
     pub fn for_each_row(&self, mut f: impl FnMut([usize; K])) {
@@ -132,17 +136,36 @@ fn at<T: Copy>(data: &[T], base: usize, i: usize, stride: isize) -> T {
 }
 
 /// `f` of every element, in row-major order.
-pub(crate) fn map1<T: CpuElem, O: Copy + Default + Send>(
-    x: &Src<'_, T>,
-    f: impl Fn(T) -> O + Sync,
-) -> Vec<O> {
+pub(crate) fn map1<T: CpuElem, O: CpuElem>(x: &Src<'_, T>, f: impl Fn(T) -> O + Sync) -> Vec<O> {
     if let Some(s) = x.contiguous() {
         return par::collect(s.len(), par::GRAIN, |r| s[r].iter().map(|&v| f(v)));
     }
     let shape = x.shape();
     let walk = Walk::new(shape.dims(), [x.layout.strides()], [x.layout.offset()]);
-    let (_, [sx]) = walk.inner();
-    let mut out = vec![O::default(); shape.numel()];
+    let (len, [sx]) = walk.inner();
+    let mut out = zeros(shape.numel());
+    if sx != 1 && walk.outer_strides() == Some([1]) {
+        // A transposed view: read it in tiles of TILE rows, so that each cache line fetched
+        // along a row serves the next rows too.
+        const TILE: usize = 16;
+        par::chunks_mut(&mut out, TILE * len, |t, block| {
+            let mut rows = [0usize; TILE];
+            let mut k = 0;
+            walk.for_each_run(t * TILE * len..t * TILE * len + block.len(), |_, _, [p]| {
+                rows[k] = p;
+                k += 1;
+            });
+            for j0 in (0..len).step_by(4 * TILE) {
+                let j1 = (j0 + 4 * TILE).min(len);
+                for (r, &p) in rows[..k].iter().enumerate() {
+                    for (j, d) in (j0..j1).zip(&mut block[r * len + j0..r * len + j1]) {
+                        *d = f(at(x.data, p, j, sx));
+                    }
+                }
+            }
+        });
+        return out;
+    }
     fill(&walk, &mut out, |row, [px]| {
         if sx == 1 {
             let len = row.len();
@@ -158,8 +181,14 @@ pub(crate) fn map1<T: CpuElem, O: Copy + Default + Send>(
     out
 }
 
+/// A row-major copy of `x`. Elementwise loops read inputs that step through memory along rows
+/// (transposed views) from one: a tiled copy costs less than a cache line per element.
+fn row_major<T: CpuElem>(x: &Src<'_, T>) -> (Vec<T>, Layout) {
+    (map1(x, |v| v), Layout::contiguous(x.shape().clone()))
+}
+
 /// `f(a, b)` of every element of `shape`, with both inputs broadcast to it.
-pub(crate) fn map2<A: CpuElem, B: CpuElem, O: Copy + Default + Send>(
+pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     shape: &Shape,
@@ -183,7 +212,31 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: Copy + Default + Send>(
         [a.layout.offset(), b.layout.offset()],
     );
     let (_, [ia, ib]) = walk.inner();
-    let mut out = vec![O::default(); shape.numel()];
+    if !matches!(ia, 0 | 1) {
+        let (v, l) = row_major(a);
+        return map2(
+            &Src {
+                data: &v,
+                layout: &l,
+            },
+            b,
+            shape,
+            f,
+        );
+    }
+    if !matches!(ib, 0 | 1) {
+        let (v, l) = row_major(b);
+        return map2(
+            a,
+            &Src {
+                data: &v,
+                layout: &l,
+            },
+            shape,
+            f,
+        );
+    }
+    let mut out = zeros(shape.numel());
     fill(&walk, &mut out, |row, [pa, pb]| {
         let len = row.len();
         match (ia, ib) {
@@ -219,7 +272,7 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: Copy + Default + Send>(
 }
 
 /// `f(a, b, c)` of every element of `shape`, with the inputs broadcast to it.
-pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: Copy + Default + Send>(
+pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     c: &Src<'_, C>,
@@ -237,7 +290,7 @@ pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: Copy + Default + Send>
         [a.layout.offset(), b.layout.offset(), c.layout.offset()],
     );
     let (_, [ia, ib, ic]) = walk.inner();
-    let mut out = vec![O::default(); shape.numel()];
+    let mut out = zeros(shape.numel());
     fill(&walk, &mut out, |row, [pa, pb, pc]| {
         let len = row.len();
         let (xa, xb) = (&a.data[pa..], &b.data[pb..]);

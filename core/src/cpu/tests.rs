@@ -443,6 +443,14 @@ fn large_views_split_across_threads_match_loops() -> Result<()> {
     close(&p.neg()?.neg()?.to_vec::<f64>()?, &want, 0.0);
     let e: Vec<f64> = want.iter().map(|v| libm::exp(*v)).collect();
     close(&p.exp()?.to_vec::<f64>()?, &e, 1e-15);
+    // A transposed matrix (read in tiles), alone and with itself.
+    let (r, c) = (d[0] * d[1], d[2]);
+    let tr = t(&xv, &[r, c]).t()?;
+    let want_t: Vec<f64> = (0..r * c).map(|i| xv[i % r * c + i / r]).collect();
+    close(&tr.neg()?.neg()?.to_vec::<f64>()?, &want_t, 0.0);
+    let sq: Vec<f64> = want_t.iter().map(|v| v * v + 1.0).collect();
+    let one = t(&[1.0], &[]);
+    close(&tr.mul(&tr)?.add(&one)?.to_vec::<f64>()?, &sq, 0.0);
     // Broadcast along rows, a scalar, and `where` with a scalar branch.
     let y = t(&yv, &[1, d[1], 1]);
     let sum: Vec<f64> = (0..n).map(|i| xv[i] + yv[i / d[2] % d[1]]).collect();
