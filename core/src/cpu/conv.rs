@@ -5,7 +5,8 @@
 
 use super::num::Float;
 use super::par;
-use super::storage::{CpuStorage, Src, zeros};
+use super::par::zeros;
+use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
 use crate::op::Conv2dParams;
@@ -148,6 +149,9 @@ fn for_images<T: Float>(
     });
 }
 
+/// Reduction lengths up to which [`gemm`] multiplies with plain row updates.
+const SMALL_K: usize = 16;
+
 /// `c[m x n] (+)= a[m x k] b[k x n]`, all row-major slices with the given row strides.
 #[allow(clippy::too_many_arguments)]
 fn gemm<T: Float>(
@@ -175,6 +179,27 @@ fn gemm<T: Float>(
     if k == 0 {
         if !accumulate {
             c[..m * n].fill(T::ZERO);
+        }
+        return;
+    }
+    if k <= SMALL_K && b_s[1] == 1 {
+        // A few input taps (a first layer's single channel): row updates beat packing for GEMM.
+        let update = |i: usize, row: &mut [T]| {
+            if !accumulate {
+                row.fill(T::ZERO);
+            }
+            for kk in 0..k {
+                let w = a[(i as isize * a_s[0] + kk as isize * a_s[1]) as usize];
+                let src = &b[(kk as isize * b_s[0]) as usize..][..n];
+                for (d, &v) in row.iter_mut().zip(src) {
+                    *d = *d + w * v;
+                }
+            }
+        };
+        if parallel {
+            par::chunks_mut(&mut c[..m * n], n, update);
+        } else {
+            (c[..m * n].chunks_exact_mut(n).enumerate()).for_each(|(i, row)| update(i, row));
         }
         return;
     }

@@ -3,7 +3,8 @@
 //! place; integers use a plain wrapping loop.
 
 use super::num::{Float, Num};
-use super::storage::{CpuStorage, Src, zeros};
+use super::par::zeros;
+use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
 use crate::{DType, Error, Layout, Result, Shape};

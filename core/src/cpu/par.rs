@@ -75,3 +75,21 @@ where
     out.extend(f(0..n));
     out
 }
+
+/// `n` zeros (`false`), written on all cores under `std`.
+pub(crate) fn zeros<T: CpuElem>(n: usize) -> Vec<T> {
+    let mut out = buffer(n);
+    #[cfg(feature = "std")]
+    if n >= 2 * GRAIN && threads() > 1 {
+        use rayon::prelude::*;
+        let zero = core::mem::MaybeUninit::new(T::default());
+        out.spare_capacity_mut()[..n]
+            .par_chunks_mut(piece(n, GRAIN))
+            .for_each(|c| c.fill(zero));
+        // SAFETY: the capacity is at least `n`, and all of the first `n` slots were just written.
+        unsafe { out.set_len(n) };
+        return out;
+    }
+    out.resize(n, T::default());
+    out
+}

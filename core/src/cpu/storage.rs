@@ -161,11 +161,6 @@ pub(crate) fn recycle<T: CpuElem>(mut v: Vec<T>) {
     drop(evicted); // freed outside the lock
 }
 
-/// `n` zeros (`false`), written on all cores.
-pub(crate) fn zeros<T: CpuElem>(n: usize) -> Vec<T> {
-    super::par::collect(n, super::par::GRAIN, |r| r.map(|_| T::default()))
-}
-
 /// An element type the CPU backend stores.
 pub(crate) trait CpuElem: Element {
     /// The vector as a buffer (without counting it; use [`CpuStorage::new`]).

@@ -3,7 +3,8 @@
 //! that rows are as long as possible and inner loops run over plain slices where they can.
 
 use super::par;
-use super::storage::{CpuElem, Src, zeros};
+use super::par::zeros;
+use super::storage::{CpuElem, Src};
 use crate::{Layout, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
