@@ -1,4 +1,5 @@
-//! CPU backend micro-benchmarks: f32 matmul, conv2d, a large elementwise add and a sum.
+//! CPU backend micro-benchmarks: f32 matmul, conv2d, a large elementwise add and a sum, and one
+//! training step of the MNIST CNN (the workload of `kiln bench train-mnist`, without the loader).
 //!
 //! `cargo bench -p kiln-core --bench ops` runs them under divan; for matmul and conv2d one
 //! "item" is one floating-point operation, so `Gitem/s` reads as GFLOP/s.
@@ -8,6 +9,9 @@
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{Bencher, black_box};
+use kiln_core::nn::loss::cross_entropy;
+use kiln_core::nn::{Conv2d, Flatten, Init, Linear, MaxPool2d, ReLU, Sequential};
+use kiln_core::optim::{Adam, Optimizer};
 use kiln_core::{Conv2dParams, DType, Device, Tensor};
 use std::time::Instant;
 
@@ -90,6 +94,53 @@ fn sum_16m(b: Bencher) {
     let x = rand(&[BIG], 7);
     b.counter(BytesCount::new(4 * BIG))
         .bench(|| black_box(&x).sum_all().unwrap());
+}
+
+/// The MNIST CNN of `kiln bench train-mnist` (no dropout), Adam and one batch of 64 images.
+struct TrainStep {
+    net: Sequential,
+    opt: Adam,
+    x: Tensor,
+    y: Tensor,
+}
+
+impl TrainStep {
+    fn new() -> Self {
+        let dev = Device::cpu();
+        let mut init = Init::new(&dev, 0);
+        let net = Sequential::new()
+            .with(Conv2d::new(&mut init, 1, 32, 3).unwrap())
+            .with(ReLU)
+            .with(Conv2d::new(&mut init, 32, 64, 3).unwrap())
+            .with(ReLU)
+            .with(MaxPool2d::new(2))
+            .with(Flatten::new())
+            .with(Linear::new(&mut init, 9216, 128).unwrap())
+            .with(ReLU)
+            .with(Linear::new(&mut init, 128, 10).unwrap());
+        let labels: Vec<i32> = (0..64).map(|i| i % 10).collect();
+        TrainStep {
+            net,
+            opt: Adam::new(1e-3),
+            x: rand(&[64, 1, 28, 28], 8),
+            y: Tensor::from_vec(labels, [64], &dev).unwrap(),
+        }
+    }
+    /// Forward, loss, backward and the Adam update; returns the loss.
+    fn step(&mut self) -> Tensor {
+        use kiln_core::nn::Forward;
+        let loss = cross_entropy(&self.net.forward(&self.x).unwrap(), &self.y, 0.0).unwrap();
+        let grads = loss.backward().unwrap();
+        self.opt.step(&mut self.net, &grads).unwrap();
+        loss
+    }
+}
+
+/// One training step of the MNIST CNN at batch 64; one item is one image.
+#[divan::bench(sample_count = 20)]
+fn mnist_train_step(b: Bencher) {
+    let mut t = TrainStep::new();
+    b.counter(ItemsCount::new(64usize)).bench_local(|| t.step());
 }
 
 /// Median wall time of `f` over enough runs to fill about a second (at least 5).

@@ -1,18 +1,18 @@
-//! 2-D convolution (NCHW, OIHW), its transpose and its weight gradient, all as GEMMs over an
-//! im2col matrix. Images are processed in chunks so that the column matrix stays bounded, and
-//! each chunk is one GEMM per group (large enough for the threaded GEMM to pay off).
+//! 2-D convolution (NCHW, OIHW), its transpose and its weight gradient, as GEMMs over each
+//! image's im2col matrix. With at least one image per thread, images are spread over the threads
+//! and each runs single-threaded GEMMs on a column matrix that stays in cache; smaller batches go
+//! image after image with the GEMMs threaded instead.
 
 use super::num::Float;
 use super::par;
+use super::par::zeros;
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
 use crate::op::Conv2dParams;
 use crate::{DType, Error, Result, Shape};
 use alloc::vec;
-
-/// Column-matrix elements per chunk (32 MiB of f32).
-const COL_BUDGET: usize = 1 << 23;
+use core::ops::Range;
 
 /// Output size of a convolution along one axis, or `None` when the kernel does not fit.
 pub(crate) fn out_size(
@@ -55,43 +55,50 @@ impl Geom {
     fn k(&self) -> usize {
         self.c * self.kh * self.kw
     }
-    /// Images per chunk so that the column matrix stays within the budget.
-    fn chunk(&self, n: usize) -> usize {
-        (COL_BUDGET / (self.k() * self.oh * self.ow).max(1)).clamp(1, n.max(1))
+    /// A 1x1 kernel at stride 1 without padding: the image is its own column matrix.
+    fn is_pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.p.stride == [1, 1] && self.p.padding == [0, 0]
     }
-}
-
-/// Fills `col` (`[c*kh*kw, nb*oh*ow]`, row-major) with the windows of images `n0..n0+nb` of `x`.
-fn im2col<T: Float>(x: &[T], g: &Geom, n0: usize, nb: usize, col: &mut [T]) {
-    let (ohw, hw) = (g.oh * g.ow, g.h * g.w);
-    let cols = nb * ohw;
-    par::chunks_mut(&mut col[..g.k() * cols], cols, |row, dst| {
-        let (c, kk) = (row / (g.kh * g.kw), row % (g.kh * g.kw));
-        let (ki, kj) = (kk / g.kw, kk % g.kw);
-        let dy = (ki * g.p.dilation[0]) as isize - g.p.padding[0] as isize;
-        let dx = (kj * g.p.dilation[1]) as isize - g.p.padding[1] as isize;
-        for b in 0..nb {
-            let img = &x[((n0 + b) * g.c + c) * hw..][..hw];
-            for oy in 0..g.oh {
-                let d = &mut dst[b * ohw + oy * g.ow..][..g.ow];
-                let iy = (oy * g.p.stride[0]) as isize + dy;
-                if iy < 0 || iy >= g.h as isize {
+    /// Elements of the scratch column matrix one image needs.
+    fn col_len(&self) -> usize {
+        if self.is_pointwise() {
+            0
+        } else {
+            self.k() * self.oh * self.ow
+        }
+    }
+    /// The column matrix `[c*kh*kw, oh*ow]` (row-major) of one image `img` (`[c, h, w]`): the
+    /// image itself when pointwise, else built in `buf`.
+    fn columns<'a, T: Float>(&self, img: &'a [T], buf: &'a mut [T]) -> &'a [T] {
+        if self.is_pointwise() {
+            return img;
+        }
+        let (ohw, hw) = (self.oh * self.ow, self.h * self.w);
+        let col = &mut buf[..self.k() * ohw];
+        for (row, dst) in col.chunks_exact_mut(ohw).enumerate() {
+            let (c, kk) = (row / (self.kh * self.kw), row % (self.kh * self.kw));
+            let (ki, kj) = (kk / self.kw, kk % self.kw);
+            let dy = (ki * self.p.dilation[0]) as isize - self.p.padding[0] as isize;
+            let dx = (kj * self.p.dilation[1]) as isize - self.p.padding[1] as isize;
+            let plane = &img[c * hw..][..hw];
+            for (oy, d) in dst.chunks_exact_mut(self.ow).enumerate() {
+                let iy = (oy * self.p.stride[0]) as isize + dy;
+                if iy < 0 || iy >= self.h as isize {
                     d.fill(T::ZERO);
                     continue;
                 }
-                let src = &img[iy as usize * g.w..][..g.w];
-                if g.p.stride[1] == 1 {
+                let src = &plane[iy as usize * self.w..][..self.w];
+                if self.p.stride[1] == 1 {
                     // ix = ox + dx: copy the in-range span, zero the rest.
-                    let lo = (-dx).clamp(0, g.ow as isize) as usize;
-                    let hi = (g.w as isize - dx).clamp(lo as isize, g.ow as isize) as usize;
-                    d[..lo].fill(T::ZERO);
-                    d[hi..].fill(T::ZERO);
-                    let s0 = (lo as isize + dx) as usize;
-                    d[lo..hi].copy_from_slice(&src[s0..s0 + hi - lo]);
+                    let r = overlap(self.ow, self.w, dx);
+                    d[..r.start].fill(T::ZERO);
+                    d[r.end..].fill(T::ZERO);
+                    let s0 = (r.start as isize + dx) as usize;
+                    d[r.clone()].copy_from_slice(&src[s0..s0 + r.len()]);
                 } else {
                     for (ox, v) in d.iter_mut().enumerate() {
-                        let ix = (ox * g.p.stride[1]) as isize + dx;
-                        *v = if ix >= 0 && ix < g.w as isize {
+                        let ix = (ox * self.p.stride[1]) as isize + dx;
+                        *v = if ix >= 0 && ix < self.w as isize {
                             src[ix as usize]
                         } else {
                             T::ZERO
@@ -100,8 +107,50 @@ fn im2col<T: Float>(x: &[T], g: &Geom, n0: usize, nb: usize, col: &mut [T]) {
                 }
             }
         }
+        col
+    }
+}
+
+/// For `j = i + off`: the `i` in `0..ni` whose `j` lies in `0..nj`.
+fn overlap(ni: usize, nj: usize, off: isize) -> Range<usize> {
+    let lo = (-off).clamp(0, ni as isize);
+    let hi = (nj as isize - off).clamp(lo, ni as isize);
+    lo as usize..hi as usize
+}
+
+/// How `n` images are processed: in runs of this many images, and whether the GEMMs inside a
+/// run are threaded (only when there is a single run).
+fn split(n: usize) -> (usize, bool) {
+    let threads = par::threads();
+    if threads > 1 && n >= threads {
+        (par::piece(n, 1), false)
+    } else {
+        (n.max(1), true)
+    }
+}
+
+/// Calls `image(b, dst, col, threaded)` for every image `b`, whose `per`-element output `dst` is
+/// the `b`-th chunk of `out`; `col` is a scratch buffer of `scratch` elements.
+fn for_images<T: Float>(
+    out: &mut [T],
+    per: usize,
+    scratch: usize,
+    image: impl Fn(usize, &mut [T], &mut [T], bool) + Sync,
+) {
+    if per == 0 {
+        return;
+    }
+    let (step, threaded) = split(out.len() / per);
+    par::chunks_mut(out, step * per, |t, run| {
+        let mut col = vec![T::ZERO; scratch];
+        for (j, dst) in run.chunks_exact_mut(per).enumerate() {
+            image(t * step + j, dst, &mut col, threaded);
+        }
     });
 }
+
+/// Reduction lengths up to which [`gemm`] multiplies with plain row updates.
+const SMALL_K: usize = 16;
 
 /// `c[m x n] (+)= a[m x k] b[k x n]`, all row-major slices with the given row strides.
 #[allow(clippy::too_many_arguments)]
@@ -115,6 +164,7 @@ fn gemm<T: Float>(
     b_s: [isize; 2],
     accumulate: bool,
     c: &mut [T],
+    parallel: bool,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -129,6 +179,27 @@ fn gemm<T: Float>(
     if k == 0 {
         if !accumulate {
             c[..m * n].fill(T::ZERO);
+        }
+        return;
+    }
+    if k <= SMALL_K && b_s[1] == 1 {
+        // A few input taps (a first layer's single channel): row updates beat packing for GEMM.
+        let update = |i: usize, row: &mut [T]| {
+            if !accumulate {
+                row.fill(T::ZERO);
+            }
+            for kk in 0..k {
+                let w = a[(i as isize * a_s[0] + kk as isize * a_s[1]) as usize];
+                let src = &b[(kk as isize * b_s[0]) as usize..][..n];
+                for (d, &v) in row.iter_mut().zip(src) {
+                    *d = *d + w * v;
+                }
+            }
+        };
+        if parallel {
+            par::chunks_mut(&mut c[..m * n], n, update);
+        } else {
+            (c[..m * n].chunks_exact_mut(n).enumerate()).for_each(|(i, row)| update(i, row));
         }
         return;
     }
@@ -150,6 +221,7 @@ fn gemm<T: Float>(
             c.as_mut_ptr(),
             n as isize,
             1,
+            parallel,
         );
     }
 }
@@ -211,37 +283,24 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
     };
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
-    let mut out = vec![T::ZERO; n * o * ohw];
-    let step = g.chunk(n);
-    let mut col = vec![T::ZERO; g.k() * step * ohw];
-    let mut tmp = vec![T::ZERO; o * step * ohw];
-    for n0 in (0..n).step_by(step) {
-        let nb = step.min(n - n0);
-        let cols = nb * ohw;
-        im2col(&xv, &g, n0, nb, &mut col);
+    let mut out = zeros(n * o * ohw);
+    for_images(&mut out, o * ohw, g.col_len(), |b, dst, buf, threaded| {
+        let col = g.columns(&xv[b * c * h * wd..][..c * h * wd], buf);
         for gi in 0..groups {
             gemm(
                 og,
                 kg,
-                cols,
+                ohw,
                 &wv[gi * og * kg..],
                 [kg as isize, 1],
-                &col[gi * kg * cols..],
-                [cols as isize, 1],
+                &col[gi * kg * ohw..],
+                [ohw as isize, 1],
                 false,
-                &mut tmp[gi * og * cols..],
+                &mut dst[gi * og * ohw..],
+                threaded,
             );
         }
-        // tmp is [o, nb, oh*ow]; the output wants [nb, o, oh*ow].
-        par::chunks_mut(
-            &mut out[n0 * o * ohw..(n0 + nb) * o * ohw],
-            ohw,
-            |i, dst| {
-                let (b, oc) = (i / o, i % o);
-                dst.copy_from_slice(&tmp[oc * cols + b * ohw..][..ohw]);
-            },
-        );
-    }
+    });
     Ok(CpuStorage::new(out))
 }
 
@@ -286,64 +345,63 @@ fn conv_transpose2d_t<T: Float>(
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (hw, ohw, cg, kk) = (h * wd, oh * ow, cin / groups, kh * kw);
     let rows = og * kk; // rows of one group's column matrix
-    let mut out = vec![T::ZERO; n * oc * ohw];
-    let step = (COL_BUDGET / (groups * rows * hw).max(1)).clamp(1, n.max(1));
-    let mut xt = vec![T::ZERO; cin * step * hw];
-    let mut col = vec![T::ZERO; groups * rows * step * hw];
-    for n0 in (0..n).step_by(step) {
-        let nb = step.min(n - n0);
-        let cols = nb * hw;
-        // xt = x[n0..n0+nb] as [cin, nb*h*w].
-        par::chunks_mut(&mut xt[..cin * cols], cols, |c, dst| {
-            for b in 0..nb {
-                dst[b * hw..(b + 1) * hw].copy_from_slice(&xv[((n0 + b) * cin + c) * hw..][..hw]);
+    let mut out = zeros(n * oc * ohw);
+    for_images(
+        &mut out,
+        oc * ohw,
+        groups * rows * hw,
+        |b, dst, col, threaded| {
+            let img = &xv[b * cin * hw..][..cin * hw];
+            for gi in 0..groups {
+                // weight[g] is [cg, og*kh*kw]; its transpose has strides (1, rows).
+                gemm(
+                    rows,
+                    cg,
+                    hw,
+                    &wv[gi * cg * rows..],
+                    [1, rows as isize],
+                    &img[gi * cg * hw..],
+                    [hw as isize, 1],
+                    false,
+                    &mut col[gi * rows * hw..],
+                    threaded,
+                );
             }
-        });
-        for gi in 0..groups {
-            // weight[g] is [cg, og*kh*kw]; its transpose has strides (1, rows).
-            gemm(
-                rows,
-                cg,
-                cols,
-                &wv[gi * cg * rows..],
-                [1, rows as isize],
-                &xt[gi * cg * cols..],
-                [cols as isize, 1],
-                false,
-                &mut col[gi * rows * cols..],
-            );
-        }
-        // col2im: each output plane gathers the taps that land on it.
-        par::chunks_mut(
-            &mut out[n0 * oc * ohw..(n0 + nb) * oc * ohw],
-            ohw,
-            |i, dst| {
-                let (b, c) = (i / oc, i % oc);
+            // col2im: each output plane gathers the taps that land on it.
+            for (c, plane) in dst.chunks_exact_mut(ohw).enumerate() {
                 let (gi, ol) = (c / og, c % og);
                 for ki in 0..kh {
                     for kj in 0..kw {
-                        let src =
-                            &col[(gi * rows + ol * kk + ki * kw + kj) * cols + b * hw..][..hw];
-                        for iy in 0..h {
-                            let y = (iy * p.stride[0] + ki * p.dilation[0]) as isize
-                                - p.padding[0] as isize;
+                        let src = &col[(gi * rows + ol * kk + ki * kw + kj) * hw..][..hw];
+                        let dy = (ki * p.dilation[0]) as isize - p.padding[0] as isize;
+                        let dx = (kj * p.dilation[1]) as isize - p.padding[1] as isize;
+                        for (iy, srow) in src.chunks_exact(wd).enumerate() {
+                            let y = (iy * p.stride[0]) as isize + dy;
                             if y < 0 || y >= oh as isize {
                                 continue;
                             }
-                            let drow = &mut dst[y as usize * ow..][..ow];
-                            for ix in 0..wd {
-                                let xx = (ix * p.stride[1] + kj * p.dilation[1]) as isize
-                                    - p.padding[1] as isize;
-                                if xx >= 0 && xx < ow as isize {
-                                    drow[xx as usize] = drow[xx as usize] + src[iy * wd + ix];
+                            let drow = &mut plane[y as usize * ow..][..ow];
+                            if p.stride[1] == 1 {
+                                // x = ix + dx: add the in-range span.
+                                let r = overlap(wd, ow, dx);
+                                let x0 = (r.start as isize + dx) as usize;
+                                for (d, &v) in drow[x0..x0 + r.len()].iter_mut().zip(&srow[r]) {
+                                    *d = *d + v;
+                                }
+                            } else {
+                                for (ix, &v) in srow.iter().enumerate() {
+                                    let x = (ix * p.stride[1]) as isize + dx;
+                                    if x >= 0 && x < ow as isize {
+                                        drow[x as usize] = drow[x as usize] + v;
+                                    }
                                 }
                             }
                         }
                     }
                 }
-            },
-        );
-    }
+            }
+        },
+    );
     Ok(CpuStorage::new(out))
 }
 
@@ -398,35 +456,38 @@ fn backward_weight_t<T: Float>(
         p,
     };
     let (xv, gv) = (xs.to_contiguous(), gs.to_contiguous());
-    let (ohw, og, kg) = (goh * gow, o / groups, (c / groups) * kh * kw);
-    let mut dw = vec![T::ZERO; o * kg];
-    let step = g.chunk(n);
-    let mut col = vec![T::ZERO; g.k() * step * ohw];
-    let mut gt = vec![T::ZERO; o * step * ohw];
-    for n0 in (0..n).step_by(step) {
-        let nb = step.min(n - n0);
-        let cols = nb * ohw;
-        im2col(&xv, &g, n0, nb, &mut col);
-        // gt = grad[n0..n0+nb] as [o, nb*oh*ow].
-        par::chunks_mut(&mut gt[..o * cols], cols, |oc, dst| {
-            for b in 0..nb {
-                dst[b * ohw..(b + 1) * ohw]
-                    .copy_from_slice(&gv[((n0 + b) * o + oc) * ohw..][..ohw]);
+    let (ohw, og, kg, chw) = (goh * gow, o / groups, (c / groups) * kh * kw, c * h * wd);
+    // Each run of images sums into its own copy of the gradient; the copies are added last.
+    let (step, threaded) = split(n);
+    let len = o * kg;
+    let mut partial = vec![T::ZERO; n.div_ceil(step).max(1) * len];
+    par::chunks_mut(&mut partial, len.max(1), |t, acc| {
+        let mut buf = vec![T::ZERO; g.col_len()];
+        for b in t * step..n.min((t + 1) * step) {
+            let col = g.columns(&xv[b * chw..][..chw], &mut buf);
+            for gi in 0..groups {
+                gemm(
+                    og,
+                    ohw,
+                    kg,
+                    &gv[(b * o + gi * og) * ohw..],
+                    [ohw as isize, 1],
+                    &col[gi * kg * ohw..],
+                    [1, ohw as isize],
+                    true,
+                    &mut acc[gi * og * kg..],
+                    threaded,
+                );
             }
-        });
-        for gi in 0..groups {
-            gemm(
-                og,
-                cols,
-                kg,
-                &gt[gi * og * cols..],
-                [cols as isize, 1],
-                &col[gi * kg * cols..],
-                [1, cols as isize],
-                true,
-                &mut dw[gi * og * kg..],
-            );
+        }
+    });
+    if let Some((dw, rest)) = partial.split_at_mut_checked(len) {
+        for run in rest.chunks_exact(len.max(1)) {
+            for (d, &v) in dw.iter_mut().zip(run) {
+                *d = *d + v;
+            }
         }
     }
-    Ok(CpuStorage::new(dw))
+    partial.truncate(len);
+    Ok(CpuStorage::new(partial))
 }

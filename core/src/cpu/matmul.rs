@@ -3,6 +3,7 @@
 //! place; integers use a plain wrapping loop.
 
 use super::num::{Float, Num};
+use super::par::zeros;
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
@@ -81,7 +82,7 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
     let (x, y) = (Src::<T>::new("matmul", a)?, Src::<T>::new("matmul", b)?);
     let p = plan(x.layout, y.layout)?;
     let (m, k, n) = (p.m, p.k, p.n);
-    let mut out = vec![T::ZERO; p.a_offsets.len() * m * n];
+    let mut out = zeros(p.a_offsets.len() * m * n);
     if k == 0 || m * n == 0 {
         return Ok(CpuStorage::new(out));
     }
@@ -107,6 +108,7 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
                 c.as_mut_ptr(),
                 n as isize,
                 1,
+                true,
             );
         }
     }

@@ -7,7 +7,7 @@ use super::storage::CpuElem;
 /// most accurate backend); integers accumulate in their own type, wrapping.
 pub(crate) trait Num: CpuElem + PartialOrd {
     /// The accumulator type of sums and products.
-    type Acc: Copy;
+    type Acc: Copy + Send + Sync;
     const ZERO: Self;
     const ONE: Self;
     const ACC_ZERO: Self::Acc;
@@ -37,10 +37,6 @@ pub(crate) trait Num: CpuElem + PartialOrd {
     #[inline(always)]
     fn minimum(self, o: Self) -> Self {
         if self.is_nan() || o >= self { self } else { o }
-    }
-    /// Sum of a slice.
-    fn sum_slice(x: &[Self]) -> Self {
-        Self::from_acc(Self::sum_acc(x))
     }
     /// Sum of a slice in the accumulator type, in eight independent lanes (faster, and more
     /// accurate than one chain).
@@ -222,7 +218,8 @@ pub(crate) trait Float:
     #[cfg_attr(all(feature = "std", not(target_arch = "wasm32")), allow(dead_code))]
     const MATRIXMULTIPLY: MatrixMultiply<Self>;
     /// `c = a b + beta * c` with arbitrary strides: the `gemm` crate on native `std` builds,
-    /// matrixmultiply elsewhere.
+    /// matrixmultiply elsewhere. `parallel`: spread it over the thread pool (callers already
+    /// running one GEMM per thread pass `false`).
     ///
     /// # Safety
     /// Every element addressed by the dimensions and strides must lie inside the buffers, and
@@ -242,12 +239,25 @@ pub(crate) trait Float:
         c: *mut Self,
         rsc: isize,
         csc: isize,
+        parallel: bool,
     ) {
         // SAFETY (both arms): forwarded from the caller's contract.
         #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
         unsafe {
-            fast_gemm(m, k, n, [a, b], [rsa, csa, rsb, csb], beta, c, [rsc, csc])
+            fast_gemm(
+                m,
+                k,
+                n,
+                [a, b],
+                [rsa, csa, rsb, csb],
+                beta,
+                c,
+                [rsc, csc],
+                parallel,
+            )
         }
+        #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+        let _ = parallel;
         #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
         unsafe {
             (Self::MATRIXMULTIPLY)(
@@ -305,6 +315,7 @@ unsafe fn fast_gemm<T: Float>(
     beta: T,
     c: *mut T,
     [rsc, csc]: [isize; 2],
+    parallel: bool,
 ) {
     // gemm computes dst = alpha * dst + beta * lhs @ rhs, with column strides first.
     let read_dst = beta != T::ZERO;
@@ -329,7 +340,11 @@ unsafe fn fast_gemm<T: Float>(
             false,
             false,
             false,
-            gemm::Parallelism::Rayon(0),
+            if parallel {
+                gemm::Parallelism::Rayon(0)
+            } else {
+                gemm::Parallelism::None
+            },
         )
     }
 }

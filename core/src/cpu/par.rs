@@ -1,4 +1,20 @@
-//! Data parallelism: rayon under `std`, a plain loop without it.
+//! Data parallelism: rayon under `std`, plain loops without it.
+
+use super::storage::{CpuElem, buffer};
+use alloc::vec::Vec;
+use core::ops::Range;
+
+/// Elements below which an elementwise loop stays on the calling thread: a task costs a few
+/// microseconds to hand over, about what 64K simple element operations take.
+pub(crate) const GRAIN: usize = 1 << 16;
+
+/// Number of threads parallel loops spread over (1 without `std`).
+pub(crate) fn threads() -> usize {
+    #[cfg(feature = "std")]
+    return rayon::current_num_threads();
+    #[cfg(not(feature = "std"))]
+    1
+}
 
 /// Calls `f(i, chunk)` for every `size`-element chunk of `data` (the last may be shorter), on
 /// all cores under `std`.
@@ -17,4 +33,63 @@ pub(crate) fn chunks_mut<T: Send>(
     }
     #[cfg(not(feature = "std"))]
     data.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
+}
+
+/// Size of the pieces `n` items are split into for [`chunks_mut`]: a few per thread (so that a
+/// busy core does not hold the rest up), but no fewer than `grain` items each.
+pub(crate) fn piece(n: usize, grain: usize) -> usize {
+    n.div_ceil(threads() * 4).max(grain).max(1)
+}
+
+/// The `n` values `f(0..n)` yields, built in pieces of at least `grain` elements on all cores
+/// under `std`; `f(range)` must yield exactly the values of the positions in `range`.
+pub(crate) fn collect<O, I>(n: usize, grain: usize, f: impl Fn(Range<usize>) -> I + Sync) -> Vec<O>
+where
+    O: CpuElem,
+    I: Iterator<Item = O>,
+{
+    let mut out = buffer(n);
+    #[cfg(feature = "std")]
+    if n >= 2 * grain && threads() > 1 {
+        use rayon::prelude::*;
+        let size = piece(n, grain);
+        out.spare_capacity_mut()[..n]
+            .par_chunks_mut(size)
+            .enumerate()
+            .for_each(|(i, dst)| {
+                let (start, len) = (i * size, dst.len());
+                let mut written = 0;
+                for (slot, v) in dst.iter_mut().zip(f(start..start + len)) {
+                    slot.write(v);
+                    written += 1;
+                }
+                assert_eq!(written, len, "par::collect: a piece yielded too few values");
+            });
+        // SAFETY: the capacity is at least `n`, and each piece of the first `n` slots was
+        // written in full (checked above; a panic in any piece propagates before this line).
+        unsafe { out.set_len(n) };
+        return out;
+    }
+    #[cfg(not(feature = "std"))]
+    let _ = grain;
+    out.extend(f(0..n));
+    out
+}
+
+/// `n` zeros (`false`), written on all cores under `std`.
+pub(crate) fn zeros<T: CpuElem>(n: usize) -> Vec<T> {
+    let mut out = buffer(n);
+    #[cfg(feature = "std")]
+    if n >= 2 * GRAIN && threads() > 1 {
+        use rayon::prelude::*;
+        let zero = core::mem::MaybeUninit::new(T::default());
+        out.spare_capacity_mut()[..n]
+            .par_chunks_mut(piece(n, GRAIN))
+            .for_each(|c| c.fill(zero));
+        // SAFETY: the capacity is at least `n`, and all of the first `n` slots were just written.
+        unsafe { out.set_len(n) };
+        return out;
+    }
+    out.resize(n, T::default());
+    out
 }

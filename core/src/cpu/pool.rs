@@ -3,6 +3,7 @@
 use super::conv::out_size;
 use super::num::Float;
 use super::par;
+use super::par::zeros;
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
@@ -10,6 +11,7 @@ use crate::op::{Op, Pool2dParams};
 use crate::{DType, Error, Result, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
+use core::ops::Range;
 
 /// Which pooling, with its parameters.
 #[derive(Clone, Copy)]
@@ -54,12 +56,35 @@ fn window(kind: Kind, axis: usize, i: usize, size: usize, out: usize) -> (isize,
     }
 }
 
-/// The valid input positions of one window along one axis.
-fn taps(start: isize, len: isize, dil: usize, size: usize) -> impl Iterator<Item = usize> {
-    (0..len)
-        .map(move |t| start + t * dil as isize)
-        .filter(move |&v| v >= 0 && v < size as isize)
-        .map(|v| v as usize)
+/// The valid input positions of one window along one axis: `count` of them, `step` apart from
+/// `first` (clipping a progression to the input leaves a progression).
+#[derive(Clone, Copy)]
+struct Taps {
+    first: usize,
+    count: usize,
+    step: usize,
+}
+
+impl Taps {
+    fn new(start: isize, len: isize, step: usize, size: usize) -> Taps {
+        let at = |t: isize| start + t * step as isize;
+        let mut valid = (0..len).filter(|&t| at(t) >= 0 && at(t) < size as isize);
+        match valid.next() {
+            Some(t) => Taps {
+                first: at(t) as usize,
+                count: 1 + valid.count(),
+                step,
+            },
+            None => Taps {
+                first: 0,
+                count: 0,
+                step,
+            },
+        }
+    }
+    fn iter(self) -> impl DoubleEndedIterator<Item = usize> {
+        (0..self.count).map(move |t| self.first + t * self.step)
+    }
 }
 
 /// The divisor of an average window.
@@ -71,20 +96,18 @@ fn divisor(kind: Kind, valid: usize) -> usize {
 }
 
 /// Index (within the plane) of the first maximum of a window; NaN counts as the maximum.
-fn argmax<T: Float>(plane: &[T], w: usize, ys: &[usize], xs: &[usize]) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for &y in ys {
-        for &x in xs {
-            let i = y * w + x;
+fn argmax<T: Float>(plane: &[T], w: usize, ys: Taps, xs: Taps) -> Option<usize> {
+    let mut best: Option<(usize, T)> = None;
+    for y in ys.iter() {
+        for x in xs.iter() {
+            let (i, v) = (y * w + x, plane[y * w + x]);
             match best {
-                None => best = Some(i),
-                Some(b) if plane[b].is_nan() => return best,
-                Some(b) if plane[i] > plane[b] || plane[i].is_nan() => best = Some(i),
-                _ => {}
+                Some((_, b)) if !(v > b || (v.is_nan() && !b.is_nan())) => {}
+                _ => best = Some((i, v)),
             }
         }
     }
-    best
+    best.map(|(i, _)| i)
 }
 
 fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<CpuStorage> {
@@ -127,77 +150,184 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
         ));
     }
     // Window taps per output row and column.
-    let rows: Vec<Vec<usize>> = (0..oh)
+    let rows: Vec<Taps> = (0..oh)
         .map(|i| {
             let (s, l, d) = window(kind, 0, i, h, oh);
-            taps(s, l, d, h).collect()
+            Taps::new(s, l, d, h)
         })
         .collect();
-    let cols: Vec<Vec<usize>> = (0..ow)
+    let cols: Vec<Taps> = (0..ow)
         .map(|i| {
             let (s, l, d) = window(kind, 1, i, w, ow);
-            taps(s, l, d, w).collect()
+            Taps::new(s, l, d, w)
         })
         .collect();
     let (hw, ohw) = (h * w, oh * ow);
     let first = Src::<T>::new(name, &inputs[0])?.to_contiguous();
+    if let Kind::Max(p) = kind {
+        let grad = match backward {
+            true => Some(Src::<T>::new(name, &inputs[1])?.to_contiguous()),
+            false => None,
+        };
+        let out = max_pool(&first, grad.as_deref(), n * c, w, &rows, &cols, p);
+        return Ok(CpuStorage::new(out));
+    }
     if !backward {
-        let mut out = vec![T::ZERO; n * c * ohw];
+        let mut out = zeros(n * c * ohw);
         par::chunks_mut(&mut out, ohw, |pl, dst| {
             let plane = &first[pl * hw..][..hw];
-            for (oy, ys) in rows.iter().enumerate() {
-                for (ox, xs) in cols.iter().enumerate() {
-                    dst[oy * ow + ox] = match kind {
-                        Kind::Max(_) => argmax(plane, w, ys, xs)
-                            .map_or(T::from_f(f64::NEG_INFINITY), |i| plane[i]),
-                        _ => {
-                            let mut s = 0f64;
-                            for &y in ys {
-                                for &x in xs {
-                                    s += plane[y * w + x].into();
-                                }
-                            }
-                            let d = divisor(kind, ys.len() * xs.len());
-                            T::from_f(if d == 0 { 0.0 } else { s / d as f64 })
+            for (oy, &ys) in rows.iter().enumerate() {
+                for (ox, &xs) in cols.iter().enumerate() {
+                    let mut s = 0f64;
+                    for y in ys.iter() {
+                        for x in xs.iter() {
+                            s += plane[y * w + x].into();
                         }
-                    };
+                    }
+                    let d = divisor(kind, ys.count * xs.count);
+                    dst[oy * ow + ox] = T::from_f(if d == 0 { 0.0 } else { s / d as f64 });
                 }
             }
         });
         return Ok(CpuStorage::new(out));
     }
-    // Gradients: each output gradient goes to its window (max: to the first maximum).
-    let grad = match kind {
-        Kind::Max(_) => Src::<T>::new(name, &inputs[1])?.to_contiguous(),
-        _ => first.clone(),
-    };
-    let mut out = vec![T::ZERO; n * c * hw];
+    // Gradients: each output gradient is shared out over its window.
+    let mut out = zeros::<T>(n * c * hw);
     par::chunks_mut(&mut out, hw, |pl, dst| {
-        let g = &grad[pl * ohw..][..ohw];
-        for (oy, ys) in rows.iter().enumerate() {
-            for (ox, xs) in cols.iter().enumerate() {
-                let go = g[oy * ow + ox];
-                match kind {
-                    Kind::Max(_) => {
-                        if let Some(i) = argmax(&first[pl * hw..][..hw], w, ys, xs) {
-                            dst[i] = dst[i] + go;
-                        }
-                    }
-                    _ => {
-                        let d = divisor(kind, ys.len() * xs.len());
-                        if d == 0 {
-                            continue;
-                        }
-                        let share = go / T::from_f(d as f64);
-                        for &y in ys {
-                            for &x in xs {
-                                dst[y * w + x] = dst[y * w + x] + share;
-                            }
-                        }
+        let g = &first[pl * ohw..][..ohw];
+        for (oy, &ys) in rows.iter().enumerate() {
+            for (ox, &xs) in cols.iter().enumerate() {
+                let d = divisor(kind, ys.count * xs.count);
+                if d == 0 {
+                    continue;
+                }
+                let share = g[oy * ow + ox] / T::from_f(d as f64);
+                for y in ys.iter() {
+                    for x in xs.iter() {
+                        dst[y * w + x] = dst[y * w + x] + share;
                     }
                 }
             }
         }
     });
     Ok(CpuStorage::new(out))
+}
+
+/// Max pooling of `planes` planes of width `w` (with `grad`, its gradient: each output gradient
+/// goes to the first maximum of its window), one output row at a time by [`row_max`].
+fn max_pool<T: Float>(
+    x: &[T],
+    grad: Option<&[T]>,
+    planes: usize,
+    w: usize,
+    rows: &[Taps],
+    cols: &[Taps],
+    p: Pool2dParams,
+) -> Vec<T> {
+    let (ow, hw) = (cols.len(), x.len().checked_div(planes).unwrap_or(0));
+    let ohw = rows.len() * ow;
+    // The columns whose windows the border does not clip: one run in the middle.
+    let whole = |ox: &usize| cols[*ox].count == p.kernel[1];
+    let lo = (0..ow).find(whole).unwrap_or(ow);
+    let full = lo..(lo..ow).find(|ox| !whole(ox)).unwrap_or(ow);
+    let per = if grad.is_some() { hw } else { ohw };
+    let mut out = zeros::<T>(planes * per);
+    par::chunks_mut(&mut out, per, |pl, dst| {
+        let plane = &x[pl * hw..][..hw];
+        let mut idx = vec![0usize; if grad.is_some() { ow } else { 0 }];
+        let mut val = vec![T::ZERO; ow];
+        for (oy, &ys) in rows.iter().enumerate() {
+            let win = Row {
+                plane,
+                w,
+                ys,
+                cols,
+                p,
+                full: full.clone(),
+            };
+            match grad {
+                None => win.max(&mut dst[oy * ow..][..ow], None),
+                Some(g) => {
+                    win.max(&mut val, Some(&mut idx));
+                    for (&go, &i) in g[pl * ohw + oy * ow..][..ow].iter().zip(&idx) {
+                        if let Some(d) = dst.get_mut(i) {
+                            *d = *d + go;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// The windows of one output row of max pooling: rows `ys` of `plane`, columns `cols`, of which
+/// those in `full` are whole (not clipped by the border).
+struct Row<'a, T> {
+    plane: &'a [T],
+    w: usize,
+    ys: Taps,
+    cols: &'a [Taps],
+    p: Pool2dParams,
+    full: Range<usize>,
+}
+
+impl<T: Float> Row<'_, T> {
+    /// The maximum of each window in `val` (-inf for an empty one) and, when asked, the plane
+    /// index of its first maximum in `idx` (`usize::MAX` for none); NaN counts as the maximum.
+    /// Whole windows are scanned tap by tap across the row with selects rather than branches
+    /// (the comparisons of random data do not predict); the others go through [`argmax`].
+    fn max(&self, val: &mut [T], mut idx: Option<&mut [usize]>) {
+        let (ys, full, w) = (self.ys, self.full.clone(), self.w);
+        for (ox, &xs) in self.cols.iter().enumerate() {
+            if !full.contains(&ox) || ys.count == 0 {
+                let i = argmax(self.plane, w, ys, xs);
+                val[ox] = i.map_or(T::from_f(f64::NEG_INFINITY), |i| self.plane[i]);
+                if let Some(idx) = idx.as_deref_mut() {
+                    idx[ox] = i.unwrap_or(usize::MAX);
+                }
+            }
+        }
+        if full.is_empty() || ys.count == 0 {
+            return;
+        }
+        let (s, n) = (self.p.stride[1], full.len());
+        let x0 = self.cols[full.start].first;
+        // Tap (y, kj) of every whole window, in steps of `s` from column `full.start`'s.
+        let taps = |y: usize, kj: usize| {
+            let start = y * w + x0 + kj * self.p.dilation[1];
+            (
+                start,
+                self.plane[start..][..(n - 1) * s + 1].iter().step_by(s),
+            )
+        };
+        let best = &mut val[full.clone()];
+        for (b, &v) in best.iter_mut().zip(taps(ys.first, 0).1) {
+            *b = v;
+        }
+        for y in ys.iter() {
+            for kj in 0..self.p.kernel[1] {
+                for (b, &v) in best.iter_mut().zip(taps(y, kj).1) {
+                    *b = if (v > *b) | v.is_nan() { v } else { *b };
+                }
+            }
+        }
+        let Some(idx) = idx else { return };
+        // The first tap equal to the maximum: the last one met going backwards.
+        for y in ys.iter().rev() {
+            for kj in (0..self.p.kernel[1]).rev() {
+                let (start, row) = taps(y, kj);
+                for (j, ((i, &b), &v)) in idx[full.clone()]
+                    .iter_mut()
+                    .zip(&*best)
+                    .zip(row)
+                    .enumerate()
+                {
+                    // An all-ones mask on a hit, as arithmetic: a branch here mispredicts.
+                    let hit = usize::from((v == b) | (v.is_nan() & b.is_nan())).wrapping_neg();
+                    *i = ((start + j * s) & hit) | (*i & !hit);
+                }
+            }
+        }
+    }
 }

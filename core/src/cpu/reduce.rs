@@ -1,7 +1,9 @@
 //! Reductions over axes, cumulative sums and (log-)softmax.
 
 use super::num::{Float, Num};
+use super::par;
 use super::storage::{CpuElem, CpuStorage, Src};
+use super::strided::Walk;
 use super::unsupported;
 use crate::backend::View;
 use crate::op::ReduceOp;
@@ -67,9 +69,59 @@ fn chunks<T, O>(v: &[T], run: usize, out_len: usize, f: impl Fn(&[T]) -> O) -> V
     v.chunks_exact(run).map(f).collect()
 }
 
+/// Per-output sums of the elements that `axes` (all when empty) reduce, in the accumulator type,
+/// read in place. The input is cut into pieces summed on all cores, each into its own
+/// accumulators (pieces are at least eight times the output, so those stay small), added last.
+fn sums<T: Num>(x: &Src<'_, T>, axes: &[usize], out_len: usize) -> Vec<T::Acc> {
+    let dims = x.dims();
+    // Output strides over the input's axes: 0 on reduced ones.
+    let mut to_out = vec![0isize; dims.len()];
+    let mut step = 1;
+    for a in (0..dims.len()).rev() {
+        if !axes.is_empty() && !axes.contains(&a) {
+            to_out[a] = step as isize;
+            step *= dims[a];
+        }
+    }
+    let walk = Walk::new(dims, [x.layout.strides(), &to_out], [x.layout.offset(), 0]);
+    let (_, [sx, so]) = walk.inner();
+    let numel = x.layout.shape().numel();
+    let size = par::piece(numel, par::GRAIN.max(8 * out_len));
+    let pieces = numel.div_ceil(size).max(1);
+    let mut partial = vec![T::ACC_ZERO; pieces * out_len];
+    par::chunks_mut(&mut partial, out_len, |t, acc| {
+        walk.for_each_run(t * size..(t + 1) * size, |_, n, [px, po]| match (sx, so) {
+            (1, 0) => acc[po] = T::acc_add(acc[po], T::sum_acc(&x.data[px..px + n])),
+            (_, 0) => {
+                let s = (0..n).fold(T::ACC_ZERO, |s, i| {
+                    T::acc_add(s, x.data[(px as isize + i as isize * sx) as usize].acc())
+                });
+                acc[po] = T::acc_add(acc[po], s);
+            }
+            _ => {
+                for i in 0..n {
+                    let (o, v) = (
+                        po + i * so as usize,
+                        (px as isize + i as isize * sx) as usize,
+                    );
+                    acc[o] = T::acc_add(acc[o], x.data[v].acc());
+                }
+            }
+        });
+    });
+    if let Some((first, rest)) = partial.split_at_mut_checked(out_len) {
+        for piece in rest.chunks_exact(out_len.max(1)) {
+            for (a, &b) in first.iter_mut().zip(piece) {
+                *a = T::acc_add(*a, b);
+            }
+        }
+    }
+    partial.truncate(out_len);
+    partial
+}
+
 fn common<T: Num>(op: ReduceOp, v: &[T], run: usize, out_len: usize) -> Option<CpuStorage> {
     Some(match op {
-        ReduceOp::Sum => CpuStorage::new(chunks(v, run, out_len, T::sum_slice)),
         ReduceOp::Prod => CpuStorage::new(chunks(v, run, out_len, |c| {
             T::from_acc(c.iter().fold(T::ACC_ONE, |a, &x| T::acc_mul(a, x.acc())))
         })),
@@ -87,7 +139,7 @@ fn common<T: Num>(op: ReduceOp, v: &[T], run: usize, out_len: usize) -> Option<C
         ReduceOp::ArgMin => {
             CpuStorage::new(chunks(v, run, out_len, |c| arg(c, |x, best| x < best)))
         }
-        ReduceOp::Mean | ReduceOp::Var { .. } => return None,
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Var { .. } => return None,
     })
 }
 
@@ -108,6 +160,13 @@ fn arg<T: Num>(c: &[T], better: impl Fn(T, T) -> bool) -> i32 {
 
 fn int<T: Num>(op: ReduceOp, axes: &[usize], x: &View<'_>, out_len: usize) -> Result<CpuStorage> {
     let s = Src::<T>::new(op.name(), x)?;
+    if op == ReduceOp::Sum {
+        let out: Vec<T> = sums(&s, axes, out_len)
+            .into_iter()
+            .map(T::from_acc)
+            .collect();
+        return Ok(CpuStorage::new(out));
+    }
     let (v, run) = runs(&s, axes)?;
     common(op, &v, run, out_len).ok_or_else(|| unsupported(op.name(), T::DTYPE))
 }
@@ -119,13 +178,26 @@ fn float<T: Float>(
     out_len: usize,
 ) -> Result<CpuStorage> {
     let s = Src::<T>::new(op.name(), x)?;
+    if let ReduceOp::Sum | ReduceOp::Mean = op {
+        // Mean: over as many elements as each output reduces (NaN for none).
+        let count = s.layout.shape().numel().checked_div(out_len).unwrap_or(0);
+        let scale = if op == ReduceOp::Sum {
+            1.0
+        } else {
+            1.0 / count as f64
+        };
+        let out: Vec<T> = sums(&s, axes, out_len)
+            .into_iter()
+            .map(|a| T::from_f(a * scale))
+            .collect();
+        return Ok(CpuStorage::new(out));
+    }
     let (v, run) = runs(&s, axes)?;
     if let Some(out) = common(op, &v, run, out_len) {
         return Ok(out);
     }
     let mean = |c: &[T]| T::sum_acc(c) / c.len() as f64;
     Ok(CpuStorage::new(match op {
-        ReduceOp::Mean => chunks(&v, run, out_len, |c| T::from_f(mean(c))),
         ReduceOp::Var { correction } => chunks(&v, run, out_len, |c| {
             let m = mean(c);
             let ss: f64 = c.iter().map(|&x| (x.into() - m) * (x.into() - m)).sum();

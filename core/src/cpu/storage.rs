@@ -89,7 +89,76 @@ impl CpuStorage {
 impl Drop for CpuStorage {
     fn drop(&mut self) {
         ALLOCATED.fetch_sub(self.bytes(), Ordering::Relaxed);
+        match self {
+            CpuStorage::F64(v) => recycle(core::mem::take(v)),
+            CpuStorage::F32(v) => recycle(core::mem::take(v)),
+            CpuStorage::F16(v) => recycle(core::mem::take(v)),
+            CpuStorage::I32(v) => recycle(core::mem::take(v)),
+            CpuStorage::U32(v) => recycle(core::mem::take(v)),
+            CpuStorage::Bool(v) => recycle(core::mem::take(v)),
+        }
     }
+}
+
+/// Buffers of dropped tensors, kept (under `std`) for the next outputs of about their size:
+/// memory fresh from the OS costs a page fault per page on first touch, and a training step
+/// allocates the same large sizes again and again.
+pub(crate) struct Pool<T> {
+    buffers: Vec<Vec<T>>,
+    bytes: usize,
+}
+
+impl<T> Pool<T> {
+    const fn new() -> Self {
+        Pool {
+            buffers: Vec::new(),
+            bytes: 0,
+        }
+    }
+}
+
+/// Smaller buffers come cheaply from the allocator and are not pooled.
+const POOL_MIN_BYTES: usize = 1 << 17;
+/// Most bytes the pools of each type hold; the oldest buffers go first.
+const POOL_MAX_BYTES: usize = 1 << 28;
+
+/// An empty vector with room for `n` elements, from the pool when it has one of up to twice
+/// that size.
+pub(crate) fn buffer<T: CpuElem>(n: usize) -> Vec<T> {
+    if cfg!(feature = "std") && n * size_of::<T>() >= POOL_MIN_BYTES {
+        let mut pool = T::pool().lock();
+        let best = (pool.buffers.iter().enumerate())
+            .filter(|(_, b)| (n..=2 * n).contains(&b.capacity()))
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let v = pool.buffers.remove(i);
+            pool.bytes -= v.capacity() * size_of::<T>();
+            return v;
+        }
+    }
+    Vec::with_capacity(n)
+}
+
+/// Keeps `v`'s memory for [`buffer`] (or frees it).
+pub(crate) fn recycle<T: CpuElem>(mut v: Vec<T>) {
+    let bytes = v.capacity() * size_of::<T>();
+    if !cfg!(feature = "std") || !(POOL_MIN_BYTES..=POOL_MAX_BYTES / 4).contains(&bytes) {
+        return;
+    }
+    v.clear();
+    let mut evicted = Vec::new();
+    {
+        let mut pool = T::pool().lock();
+        while pool.bytes + bytes > POOL_MAX_BYTES && !pool.buffers.is_empty() {
+            let old = pool.buffers.remove(0);
+            pool.bytes -= old.capacity() * size_of::<T>();
+            evicted.push(old);
+        }
+        pool.bytes += bytes;
+        pool.buffers.push(v);
+    }
+    drop(evicted); // freed outside the lock
 }
 
 /// An element type the CPU backend stores.
@@ -100,6 +169,8 @@ pub(crate) trait CpuElem: Element {
     fn slice(s: &CpuStorage) -> Option<&[Self]>;
     /// Appends the little-endian bytes of this value.
     fn write_le(self, out: &mut Vec<u8>);
+    /// The pool of freed buffers of this type.
+    fn pool() -> &'static spin::Mutex<Pool<Self>>;
 }
 
 macro_rules! cpu_elem {
@@ -116,6 +187,10 @@ macro_rules! cpu_elem {
             }
             fn write_le(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn pool() -> &'static spin::Mutex<Pool<Self>> {
+                static POOL: spin::Mutex<Pool<$t>> = spin::Mutex::new(Pool::new());
+                &POOL
             }
         }
     )*};
@@ -134,6 +209,10 @@ impl CpuElem for bool {
     }
     fn write_le(self, out: &mut Vec<u8>) {
         out.push(self as u8);
+    }
+    fn pool() -> &'static spin::Mutex<Pool<Self>> {
+        static POOL: spin::Mutex<Pool<bool>> = spin::Mutex::new(Pool::new());
+        &POOL
     }
 }
 

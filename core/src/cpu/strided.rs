@@ -2,17 +2,20 @@
 //! loops built on it. Axes of size 1 are dropped and axes contiguous in every layout merged, so
 //! that rows are as long as possible and inner loops run over plain slices where they can.
 
+use super::par;
+use super::par::zeros;
 use super::storage::{CpuElem, Src};
 use crate::{Layout, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
+use core::ops::Range;
 
 /// `K` layouts over one shape, simplified: `dims[i]` with `strides[i][j]` in layout `j`.
 pub(crate) struct Walk<const K: usize> {
     dims: Vec<usize>,
     strides: Vec<[isize; K]>,
     offsets: [usize; K],
-    empty: bool,
+    numel: usize,
 }
 
 impl<const K: usize> Walk<K> {
@@ -39,7 +42,7 @@ impl<const K: usize> Walk<K> {
             dims: d,
             strides: s,
             offsets,
-            empty: dims.contains(&0),
+            numel: dims.iter().product(),
         }
     }
     /// Length of a row and the strides along it.
@@ -49,17 +52,43 @@ impl<const K: usize> Walk<K> {
             _ => (1, [0; K]),
         }
     }
-    /// Calls `f` with the offsets of the first element of every row, in row-major order.
+    /// The strides of the axis before the rows' (`None` for a single row).
+    pub fn outer_strides(&self) -> Option<[isize; K]> {
+        self.strides.len().checked_sub(2).map(|a| self.strides[a])
+    }
+    /// Calls `f(offsets)` with the offsets of the first element of every row, in row-major order.
     pub fn for_each_row(&self, mut f: impl FnMut([usize; K])) {
-        if self.empty {
+        self.for_each_run(0..self.numel, |_, _, o| f(o));
+    }
+    /// Splits the row-major positions `range` at row ends and calls `f(i, n, offsets)` for each
+    /// run of positions `i..i + n`, whose first element is at `offsets`.
+    pub fn for_each_run(&self, range: Range<usize>, mut f: impl FnMut(usize, usize, [usize; K])) {
+        if range.start >= range.end.min(self.numel) {
             return;
         }
+        let (len, inner) = self.inner();
         let outer = self.dims.len().saturating_sub(1);
-        let rows: usize = self.dims[..outer].iter().product();
+        // The row of the first position, as an index per outer axis.
         let mut pos = vec![0usize; outer];
         let mut base: [isize; K] = core::array::from_fn(|j| self.offsets[j] as isize);
-        for _ in 0..rows {
-            f(core::array::from_fn(|j| base[j] as usize));
+        let mut row = range.start / len;
+        for ax in (0..outer).rev() {
+            pos[ax] = row % self.dims[ax];
+            row /= self.dims[ax];
+            for (b, s) in base.iter_mut().zip(&self.strides[ax]) {
+                *b += s * pos[ax] as isize;
+            }
+        }
+        let (mut i, end) = (range.start, range.end.min(self.numel));
+        let mut col = i % len;
+        while i < end {
+            let n = (len - col).min(end - i);
+            f(
+                i,
+                n,
+                core::array::from_fn(|j| (base[j] + col as isize * inner[j]) as usize),
+            );
+            (i, col) = (i + n, 0);
             for ax in (0..outer).rev() {
                 pos[ax] += 1;
                 for (b, s) in base.iter_mut().zip(&self.strides[ax]) {
@@ -77,6 +106,22 @@ impl<const K: usize> Walk<K> {
     }
 }
 
+/// Fills `out` (row-major over `walk`'s shape) on all cores: `run(dst, offsets)` writes `dst`, a
+/// run of one row whose first element is at `offsets` in the walked layouts.
+fn fill<const K: usize, O: Send>(
+    walk: &Walk<K>,
+    out: &mut [O],
+    run: impl Fn(&mut [O], [usize; K]) + Send + Sync,
+) {
+    let size = par::piece(out.len(), par::GRAIN);
+    par::chunks_mut(out, size, |t, chunk| {
+        let start = t * size;
+        walk.for_each_run(start..start + chunk.len(), |i, n, o| {
+            run(&mut chunk[i - start..][..n], o)
+        });
+    });
+}
+
 /// Strides of `layout` broadcast to `shape` (stride 0 on broadcast axes). The shapes were
 /// validated by `Op::infer`, so a failure here is a bug; it falls back to the layout's own strides.
 pub(crate) fn broadcast_strides(layout: &Layout, shape: &Shape) -> Vec<isize> {
@@ -92,22 +137,39 @@ fn at<T: Copy>(data: &[T], base: usize, i: usize, stride: isize) -> T {
 }
 
 /// `f` of every element, in row-major order.
-pub(crate) fn map1<T: CpuElem, O: Copy + Default>(x: &Src<'_, T>, f: impl Fn(T) -> O) -> Vec<O> {
+pub(crate) fn map1<T: CpuElem, O: CpuElem>(x: &Src<'_, T>, f: impl Fn(T) -> O + Sync) -> Vec<O> {
     if let Some(s) = x.contiguous() {
-        return s.iter().map(|&v| f(v)).collect();
+        return par::collect(s.len(), par::GRAIN, |r| s[r].iter().map(|&v| f(v)));
     }
     let shape = x.shape();
-    let out_strides = shape.contiguous_strides();
-    let walk = Walk::new(
-        shape.dims(),
-        [&out_strides, x.layout.strides()],
-        [0, x.layout.offset()],
-    );
-    let (len, [_, sx]) = walk.inner();
-    let mut out = vec![O::default(); shape.numel()];
-    walk.for_each_row(|[o, px]| {
-        let row = &mut out[o..o + len];
+    let walk = Walk::new(shape.dims(), [x.layout.strides()], [x.layout.offset()]);
+    let (len, [sx]) = walk.inner();
+    let mut out = zeros(shape.numel());
+    if sx != 1 && walk.outer_strides() == Some([1]) {
+        // A transposed view: read it in tiles of TILE rows, so that each cache line fetched
+        // along a row serves the next rows too.
+        const TILE: usize = 16;
+        par::chunks_mut(&mut out, TILE * len, |t, block| {
+            let mut rows = [0usize; TILE];
+            let mut k = 0;
+            walk.for_each_run(t * TILE * len..t * TILE * len + block.len(), |_, _, [p]| {
+                rows[k] = p;
+                k += 1;
+            });
+            for j0 in (0..len).step_by(4 * TILE) {
+                let j1 = (j0 + 4 * TILE).min(len);
+                for (r, &p) in rows[..k].iter().enumerate() {
+                    for (j, d) in (j0..j1).zip(&mut block[r * len + j0..r * len + j1]) {
+                        *d = f(at(x.data, p, j, sx));
+                    }
+                }
+            }
+        });
+        return out;
+    }
+    fill(&walk, &mut out, |row, [px]| {
         if sx == 1 {
+            let len = row.len();
             for (r, &v) in row.iter_mut().zip(&x.data[px..px + len]) {
                 *r = f(v);
             }
@@ -120,33 +182,64 @@ pub(crate) fn map1<T: CpuElem, O: Copy + Default>(x: &Src<'_, T>, f: impl Fn(T) 
     out
 }
 
+/// A row-major copy of `x`. Elementwise loops read inputs that step through memory along rows
+/// (transposed views) from one: a tiled copy costs less than a cache line per element.
+fn row_major<T: CpuElem>(x: &Src<'_, T>) -> (Vec<T>, Layout) {
+    (map1(x, |v| v), Layout::contiguous(x.shape().clone()))
+}
+
 /// `f(a, b)` of every element of `shape`, with both inputs broadcast to it.
-pub(crate) fn map2<A: CpuElem, B: CpuElem, O: Copy + Default>(
+pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     shape: &Shape,
-    f: impl Fn(A, B) -> O,
+    f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
     if a.shape() == shape
         && b.shape() == shape
         && let (Some(x), Some(y)) = (a.contiguous(), b.contiguous())
     {
-        return x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+        return par::collect(x.len(), par::GRAIN, |r| {
+            x[r.clone()].iter().zip(&y[r]).map(|(&p, &q)| f(p, q))
+        });
     }
-    let out_strides = shape.contiguous_strides();
     let (sa, sb) = (
         broadcast_strides(a.layout, shape),
         broadcast_strides(b.layout, shape),
     );
     let walk = Walk::new(
         shape.dims(),
-        [&out_strides, &sa, &sb],
-        [0, a.layout.offset(), b.layout.offset()],
+        [&sa, &sb],
+        [a.layout.offset(), b.layout.offset()],
     );
-    let (len, [_, ia, ib]) = walk.inner();
-    let mut out = vec![O::default(); shape.numel()];
-    walk.for_each_row(|[o, pa, pb]| {
-        let row = &mut out[o..o + len];
+    let (_, [ia, ib]) = walk.inner();
+    if !matches!(ia, 0 | 1) {
+        let (v, l) = row_major(a);
+        return map2(
+            &Src {
+                data: &v,
+                layout: &l,
+            },
+            b,
+            shape,
+            f,
+        );
+    }
+    if !matches!(ib, 0 | 1) {
+        let (v, l) = row_major(b);
+        return map2(
+            a,
+            &Src {
+                data: &v,
+                layout: &l,
+            },
+            shape,
+            f,
+        );
+    }
+    let mut out = zeros(shape.numel());
+    fill(&walk, &mut out, |row, [pa, pb]| {
+        let len = row.len();
         match (ia, ib) {
             (1, 1) => {
                 for ((r, &x), &y) in row
@@ -180,14 +273,13 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: Copy + Default>(
 }
 
 /// `f(a, b, c)` of every element of `shape`, with the inputs broadcast to it.
-pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: Copy + Default>(
+pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     c: &Src<'_, C>,
     shape: &Shape,
-    f: impl Fn(A, B, C) -> O,
+    f: impl Fn(A, B, C) -> O + Sync,
 ) -> Vec<O> {
-    let out_strides = shape.contiguous_strides();
     let (sa, sb, sc) = (
         broadcast_strides(a.layout, shape),
         broadcast_strides(b.layout, shape),
@@ -195,18 +287,37 @@ pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: Copy + Default>(
     );
     let walk = Walk::new(
         shape.dims(),
-        [&out_strides, &sa, &sb, &sc],
-        [0, a.layout.offset(), b.layout.offset(), c.layout.offset()],
+        [&sa, &sb, &sc],
+        [a.layout.offset(), b.layout.offset(), c.layout.offset()],
     );
-    let (len, [_, ia, ib, ic]) = walk.inner();
-    let mut out = vec![O::default(); shape.numel()];
-    walk.for_each_row(|[o, pa, pb, pc]| {
-        for (i, r) in out[o..o + len].iter_mut().enumerate() {
-            *r = f(
-                at(a.data, pa, i, ia),
-                at(b.data, pb, i, ib),
-                at(c.data, pc, i, ic),
-            );
+    let (_, [ia, ib, ic]) = walk.inner();
+    let mut out = zeros(shape.numel());
+    fill(&walk, &mut out, |row, [pa, pb, pc]| {
+        let len = row.len();
+        let (xa, xb) = (&a.data[pa..], &b.data[pb..]);
+        match (ia, ib, ic) {
+            // `where(mask, x, scalar)`, as in the ReLU gradient.
+            (1, 1, 0) => {
+                let z = c.data[pc];
+                for ((r, &p), &q) in row.iter_mut().zip(&xa[..len]).zip(&xb[..len]) {
+                    *r = f(p, q, z);
+                }
+            }
+            (1, 1, 1) => {
+                let xc = &c.data[pc..pc + len];
+                for (((r, &p), &q), &s) in row.iter_mut().zip(&xa[..len]).zip(&xb[..len]).zip(xc) {
+                    *r = f(p, q, s);
+                }
+            }
+            _ => {
+                for (i, r) in row.iter_mut().enumerate() {
+                    *r = f(
+                        at(a.data, pa, i, ia),
+                        at(b.data, pb, i, ib),
+                        at(c.data, pc, i, ic),
+                    );
+                }
+            }
         }
     });
     out

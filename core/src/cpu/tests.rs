@@ -420,3 +420,55 @@ fn elementwise_semantics() -> Result<()> {
     assert!((g - 0.841_344_746_068_542_9).abs() < 1e-15);
     Ok(())
 }
+
+/// Tensors big enough to be split between threads (and rows split between pieces) give what the
+/// element-by-element definitions give.
+#[test]
+fn large_views_split_across_threads_match_loops() -> Result<()> {
+    let d = [3, 301, 257];
+    let n: usize = d.iter().product();
+    let (xv, yv) = (rand(n, 41), rand(d[1], 42));
+    let x = t(&xv, &d);
+    let at = |a: usize, b: usize, c: usize| xv[(a * d[1] + b) * d[2] + c];
+    // [257, 3, 301], read in place through strides.
+    let p = x.permute(&[2, 0, 1])?;
+    let mut want = Vec::with_capacity(n);
+    for c in 0..d[2] {
+        for a in 0..d[0] {
+            for b in 0..d[1] {
+                want.push(at(a, b, c));
+            }
+        }
+    }
+    close(&p.neg()?.neg()?.to_vec::<f64>()?, &want, 0.0);
+    let e: Vec<f64> = want.iter().map(|v| libm::exp(*v)).collect();
+    close(&p.exp()?.to_vec::<f64>()?, &e, 1e-15);
+    // A transposed matrix (read in tiles), alone and with itself.
+    let (r, c) = (d[0] * d[1], d[2]);
+    let tr = t(&xv, &[r, c]).t()?;
+    let want_t: Vec<f64> = (0..r * c).map(|i| xv[i % r * c + i / r]).collect();
+    close(&tr.neg()?.neg()?.to_vec::<f64>()?, &want_t, 0.0);
+    let sq: Vec<f64> = want_t.iter().map(|v| v * v + 1.0).collect();
+    let one = t(&[1.0], &[]);
+    close(&tr.mul(&tr)?.add(&one)?.to_vec::<f64>()?, &sq, 0.0);
+    // Broadcast along rows, a scalar, and `where` with a scalar branch.
+    let y = t(&yv, &[1, d[1], 1]);
+    let sum: Vec<f64> = (0..n).map(|i| xv[i] + yv[i / d[2] % d[1]]).collect();
+    close(&x.add(&y)?.to_vec::<f64>()?, &sum, 0.0);
+    let twice: Vec<f64> = xv.iter().map(|v| v * 2.0).collect();
+    close(&x.mul_scalar(2.0)?.to_vec::<f64>()?, &twice, 0.0);
+    let relu: Vec<f64> = xv.iter().map(|v| v.max(0.0)).collect();
+    let zero = t(&[0.0], &[]);
+    let mask = x.compare(crate::op::CmpOp::Gt, &zero)?;
+    close(&mask.where_cond(&x, &zero)?.to_vec::<f64>()?, &relu, 0.0);
+    // Sums over strided axes, over all, and a mean.
+    let s = p.sum(&[0, 2], false)?.to_vec::<f64>()?;
+    let want_s: Vec<f64> = (0..d[0])
+        .map(|a| (0..d[1] * d[2]).map(|i| xv[a * d[1] * d[2] + i]).sum())
+        .collect();
+    close(&s, &want_s, 1e-12);
+    let all: f64 = xv.iter().sum();
+    close(&x.sum_all()?.to_vec::<f64>()?, &[all], 1e-12);
+    close(&p.mean_all()?.to_vec::<f64>()?, &[all / n as f64], 1e-12);
+    Ok(())
+}
