@@ -149,7 +149,7 @@ fn for_images<T: Float>(
     });
 }
 
-/// Reduction lengths up to which [`gemm`] multiplies with plain row updates.
+/// Reduction lengths up to which [`gemm()`] multiplies with plain row updates.
 const SMALL_K: usize = 16;
 
 /// `c[m x n] (+)= a[m x k] b[k x n]`, all row-major slices with the given row strides.

@@ -1,8 +1,10 @@
 //! The CPU reference backend: correct for every op, the oracle other backends are tested against.
 //!
 //! Buffers are plain vectors ([`CpuStorage`]); inputs are read through their layouts in place
-//! (strided, broadcast, offset) and every output is a fresh row-major buffer. f16 is computed in
-//! f32. Matmul and convolution run on matrixmultiply's GEMM, multi-threaded under `std`.
+//! (strided, broadcast, offset) and every output is a fresh row-major buffer (under `std`, large
+//! ones reuse the memory of dropped tensors). f16 is computed in f32. Matmul and convolution run
+//! on a GEMM (the `gemm` crate natively, matrixmultiply elsewhere); under `std`, these and the
+//! large elementwise, reduction and pooling loops use all cores.
 //!
 //! ```
 //! use kiln_core::{DType, Device, Tensor};

@@ -214,7 +214,7 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
 }
 
 /// Max pooling of `planes` planes of width `w` (with `grad`, its gradient: each output gradient
-/// goes to the first maximum of its window), one output row at a time by [`row_max`].
+/// goes to the first maximum of its window), one output row at a time by [`Row::max`].
 fn max_pool<T: Float>(
     x: &[T],
     grad: Option<&[T]>,
