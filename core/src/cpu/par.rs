@@ -1,4 +1,5 @@
-//! Data parallelism: rayon under `std`, plain loops without it.
+//! Data parallelism: rayon on native `std` builds; plain loops without `std` and on wasm32,
+//! where a page has one thread and rayon's machinery would only add to the download.
 
 use super::storage::{CpuElem, buffer};
 use alloc::vec::Vec;
@@ -10,9 +11,9 @@ pub(crate) const GRAIN: usize = 1 << 16;
 
 /// Number of threads parallel loops spread over (1 without `std`).
 pub(crate) fn threads() -> usize {
-    #[cfg(feature = "std")]
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
     return rayon::current_num_threads();
-    #[cfg(not(feature = "std"))]
+    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
     1
 }
 
@@ -24,14 +25,14 @@ pub(crate) fn chunks_mut<T: Send>(
     f: impl Fn(usize, &mut [T]) + Send + Sync,
 ) {
     let size = size.max(1);
-    #[cfg(feature = "std")]
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
     {
         use rayon::prelude::*;
         data.par_chunks_mut(size)
             .enumerate()
             .for_each(|(i, c)| f(i, c));
     }
-    #[cfg(not(feature = "std"))]
+    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
     data.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
 }
 
@@ -49,7 +50,7 @@ where
     I: Iterator<Item = O>,
 {
     let mut out = buffer(n);
-    #[cfg(feature = "std")]
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
     if n >= 2 * grain && threads() > 1 {
         use rayon::prelude::*;
         let size = piece(n, grain);
@@ -70,7 +71,7 @@ where
         unsafe { out.set_len(n) };
         return out;
     }
-    #[cfg(not(feature = "std"))]
+    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
     let _ = grain;
     out.extend(f(0..n));
     out
@@ -79,7 +80,7 @@ where
 /// `n` zeros (`false`), written on all cores under `std`.
 pub(crate) fn zeros<T: CpuElem>(n: usize) -> Vec<T> {
     let mut out = buffer(n);
-    #[cfg(feature = "std")]
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
     if n >= 2 * GRAIN && threads() > 1 {
         use rayon::prelude::*;
         let zero = core::mem::MaybeUninit::new(T::default());
