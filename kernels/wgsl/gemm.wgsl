@@ -1,13 +1,19 @@
 // Register-tiled GEMM: each workgroup computes a BM x BN tile of C = A x B for one batch (or
 // group). BK-deep slices of A and B are staged in workgroup memory as vec4s (A's along M, B's
 // along N); each invocation keeps a TM x TN block of C in vec4 registers and, for every k of the
-// slice, multiplies TM scalars of A by TN / 4 vec4s of B. Elements past the edges of M, N or K
-// are staged as zeros and never stored, so any size works. The MODE picks how A, B and C are
-// addressed, so one kernel serves:
+// slice, multiplies TM scalars of A by TN / 4 vec4s of B. While a slice is multiplied, the next
+// one is already being read from memory into registers, so its latency is hidden. Elements past
+// K are staged as zeros; rows and columns past M and N read a valid line again and are never
+// stored, so any size works. The MODE picks how A, B and C are addressed, so one kernel serves:
 //   matmul      A [.., M, K] and B [.., K, N] strided views, broadcast batch, C contiguous
 //   conv        implicit GEMM of conv2d: A = weight (O, C/g * KH * KW), B = im2col(x) on the fly
 //   conv_t      gradient of conv2d wrt its input (= conv_transpose2d): A = weight^T, B = gathered dy
 //   conv_wgrad  gradient of conv2d wrt its weight: A = dy, B = im2col(x)^T
+//
+// Addresses are split in two parts so that the integer divisions of the convolutions' index
+// arithmetic happen once per line or per k, not per element: a `Line` (a row of A or a column of
+// B, fixed for an invocation over the whole K loop) and a `Step` (what k adds, shared by the four
+// lines of a staged vec4).
 //
 // Split-K: when the output has too few tiles to fill the GPU but K is long, K is cut into
 // `splits` chunks of k_chunk (a multiple of BK); split s computes its chunk's partial product
@@ -22,8 +28,8 @@
 //           O,C/g,KH,KW, y is N,O,OH,OW), [22] a offset, [23] b offset; batches = groups
 // grid: x = column tiles, y (* z) = row tiles times batches times splits, each dimension at
 // most 65535.
-// defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4),
-// WG = (BM / TM) * (BN / TN).
+// defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4; BK * BM / 4 and
+// BK * BN / 4 multiples of WG), WG = (BM / TM) * (BN / TN).
 #include "common.wgsl"
 
 @group(0) @binding(1) var<storage, read> a: array<{{T}}>;
@@ -36,29 +42,66 @@ const BK: u32 = {{BK}}u;
 const TM: u32 = {{TM}}u;
 const TN: u32 = {{TN}}u;
 const WG: u32 = {{WG}}u;
-// invocations along N
+// invocations along N and along M
 const WG_X: u32 = BN / TN;
-// vec4s per staged row of A (along M) and of B (along N), and per invocation's block of C row
+const WG_Y: u32 = BM / TM;
+// vec4s per staged row of A (along M) and of B (along N), and per invocation's block of C
 const BM4: u32 = BM / 4u;
 const BN4: u32 = BN / 4u;
+const TM4: u32 = TM / 4u;
 const TN4: u32 = TN / 4u;
+// A's staged rows are one vec4 longer than needed: the invocations storing consecutive k then
+// hit different banks of workgroup memory.
+const A_ROW: u32 = BM4 + 1u;
 // where B's slice starts in `tiles`
-const B_AT: u32 = BK * BM4;
+const B_AT: u32 = BK * A_ROW;
+// vec4s each invocation stages per slice, of A and of B
+const A_PER: u32 = BK * BM4 / WG;
+const B_PER: u32 = BK * BN4 / WG;
+const LINES_A: u32 = A_PER * 4u;
+const LINES_B: u32 = B_PER * 4u;
 
-// The staged slices: A's k-th row (rows 4i..4i+3 of M at column k) at tiles[k * BM4 + i],
+// The staged slices: A's k-th row (rows 4i..4i+3 of M at column k) at tiles[k * A_ROW + i],
 // then B's k-th row (columns 4j..4j+3 of N at row k) at tiles[B_AT + k * BN4 + j].
-var<workgroup> tiles: array<vec4<{{T}}>, BK * (BM4 + BN4)>;
+var<workgroup> tiles: array<vec4<{{T}}>, BK * (A_ROW + BN4)>;
+
+// The k-independent part of an operand's address for one row of A or column of B; for the
+// convolutions' gathered operand also the input position of its first tap.
+struct Line {
+    at: u32,
+    y: i32,
+    x: i32,
+}
+
+// The k-dependent part: added to a Line's address and position.
+struct Step {
+    at: u32,
+    y: i32,
+    x: i32,
+}
 
 #if MODE == matmul
 fn batch_offset(g: u32, which: u32) -> u32 {
     let br = params[7];
     return strided_index(g, br, 14u, 14u + br + which * (1u + br));
 }
-fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
-    return a[params[8] + batch_offset(g, 0u) + row * params[9] + k * params[10]];
+fn line_a(g: u32, row: u32) -> Line {
+    return Line(params[8] + batch_offset(g, 0u) + row * params[9], 0, 0);
 }
-fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
-    return b[params[11] + batch_offset(g, 1u) + k * params[12] + col * params[13]];
+fn step_a(g: u32, k: u32) -> Step {
+    return Step(k * params[10], 0, 0);
+}
+fn load_a(l: Line, s: Step) -> {{T}} {
+    return a[l.at + s.at];
+}
+fn line_b(g: u32, col: u32) -> Line {
+    return Line(params[11] + batch_offset(g, 1u) + col * params[13], 0, 0);
+}
+fn step_b(g: u32, k: u32) -> Step {
+    return Step(k * params[12], 0, 0);
+}
+fn load_b(l: Line, s: Step) -> {{T}} {
+    return b[l.at + s.at];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     c[(g * params[0] + row) * params[1] + col] = v;
@@ -74,33 +117,49 @@ fn conv() -> Conv {
         params[14], params[15], params[16], params[17], params[18], params[19], params[20],
         params[21], params[4]);
 }
-// Element (n, ch, iy, ix) of the conv input x at a signed position; 0 in the padding.
-fn x_at(p: Conv, n: u32, ch: u32, iy: i32, ix: i32) -> {{T}} {
-    if (iy < 0 || ix < 0 || iy >= i32(p.h) || ix >= i32(p.w)) {
+// The conv input x at the tap (l.y + s.y, l.x + s.x) of the plane at l.at + s.at; 0 in the
+// padding.
+fn x_tap(l: Line, s: Step) -> {{T}} {
+    let iy = l.y + s.y;
+    let ix = l.x + s.x;
+    let h = params[9];
+    let w = params[10];
+    if (iy < 0 || ix < 0 || iy >= i32(h) || ix >= i32(w)) {
         return {{T}}(0);
     }
-    return b[params[23] + ((n * p.ci + ch) * p.h + u32(iy)) * p.w + u32(ix)];
+    return b[l.at + s.at + u32(iy) * w + u32(ix)];
+}
+fn load_a(l: Line, s: Step) -> {{T}} {
+    return a[l.at + s.at];
 }
 #endif
 
 #if MODE == conv
 // A = weight rows of group g: (o, (c, ky, kx)); B = im2col(x): ((c, ky, kx), (n, oy, ox)).
-fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
-    return a[params[22] + (g * params[0] + row) * params[2] + k];
+fn line_a(g: u32, row: u32) -> Line {
+    return Line(params[22] + (g * params[0] + row) * params[2], 0, 0);
 }
-fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
+fn step_a(g: u32, k: u32) -> Step {
+    return Step(k, 0, 0);
+}
+fn line_b(g: u32, col: u32) -> Line {
     let p = conv();
-    let kk = p.kh * p.kw;
-    let ch = k / kk;
-    let ky = (k % kk) / p.kw;
-    let kx = k % p.kw;
     let plane = p.oh * p.ow;
     let n = col / plane;
     let oy = (col % plane) / p.ow;
     let ox = col % p.ow;
-    let iy = i32(oy * p.sh + ky * p.dh) - i32(p.ph);
-    let ix = i32(ox * p.sw + kx * p.dw) - i32(p.pw);
-    return x_at(p, n, g * (p.ci / p.groups) + ch, iy, ix);
+    let ch0 = g * (p.ci / p.groups);
+    return Line(params[23] + (n * p.ci + ch0) * p.h * p.w, i32(oy * p.sh) - i32(p.ph),
+        i32(ox * p.sw) - i32(p.pw));
+}
+fn step_b(g: u32, k: u32) -> Step {
+    let p = conv();
+    let kk = p.kh * p.kw;
+    let ky = (k % kk) / p.kw;
+    return Step((k / kk) * p.h * p.w, i32(ky * p.dh), i32((k % p.kw) * p.dw));
+}
+fn load_b(l: Line, s: Step) -> {{T}} {
+    return x_tap(l, s);
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     let p = conv();
@@ -111,25 +170,35 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
 #elif MODE == conv_t
 // dx[n, c, iy, ix] = sum over (o, ky, kx) of weight[o, c, ky, kx] * dy[n, o, oy, ox]
 // where oy * sh = iy + ph - ky * dh. A = weight^T: (c, (o, ky, kx)); B: ((o, ky, kx), (n, iy, ix)).
-fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
+fn line_a(g: u32, row: u32) -> Line {
     let p = conv();
-    let kk = p.kh * p.kw;
-    let cg = p.ci / p.groups;
-    let o = g * (p.co / p.groups) + k / kk;
-    return a[params[22] + (o * cg + row) * kk + k % kk];
+    return Line(params[22] + row * p.kh * p.kw, 0, 0);
 }
-fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
+fn step_a(g: u32, k: u32) -> Step {
     let p = conv();
     let kk = p.kh * p.kw;
     let o = g * (p.co / p.groups) + k / kk;
-    let ky = (k % kk) / p.kw;
-    let kx = k % p.kw;
+    return Step(o * (p.ci / p.groups) * kk + k % kk, 0, 0);
+}
+fn line_b(g: u32, col: u32) -> Line {
+    let p = conv();
     let plane = p.h * p.w;
     let n = col / plane;
     let iy = (col % plane) / p.w;
     let ix = col % p.w;
-    let ty = i32(iy + p.ph) - i32(ky * p.dh);
-    let tx = i32(ix + p.pw) - i32(kx * p.dw);
+    return Line(params[23] + n * p.co * p.oh * p.ow, i32(iy + p.ph), i32(ix + p.pw));
+}
+fn step_b(g: u32, k: u32) -> Step {
+    let p = conv();
+    let kk = p.kh * p.kw;
+    let o = g * (p.co / p.groups) + k / kk;
+    let ky = (k % kk) / p.kw;
+    return Step(o * p.oh * p.ow, i32(ky * p.dh), i32((k % p.kw) * p.dw));
+}
+fn load_b(l: Line, s: Step) -> {{T}} {
+    let p = conv();
+    let ty = l.y - s.y;
+    let tx = l.x - s.x;
     if (ty < 0 || tx < 0 || u32(ty) % p.sh != 0u || u32(tx) % p.sw != 0u) {
         return {{T}}(0);
     }
@@ -138,7 +207,7 @@ fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
     if (oy >= p.oh || ox >= p.ow) {
         return {{T}}(0);
     }
-    return b[params[23] + ((n * p.co + o) * p.oh + oy) * p.ow + ox];
+    return b[l.at + s.at + oy * p.ow + ox];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     let p = conv();
@@ -149,64 +218,71 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
 #elif MODE == conv_wgrad
 // dw[o, c, ky, kx] = sum over (n, oy, ox) of dy[n, o, oy, ox] * x[n, c, oy*sh - ph + ky*dh, ..].
 // A = dy: (o, (n, oy, ox)); B = im2col(x)^T: ((n, oy, ox), (c, ky, kx)).
-fn load_a(g: u32, row: u32, k: u32) -> {{T}} {
+fn line_a(g: u32, row: u32) -> Line {
     let p = conv();
-    let plane = p.oh * p.ow;
-    let n = k / plane;
-    return a[params[22] + (n * p.co + g * params[0] + row) * plane + k % plane];
+    return Line(params[22] + (g * params[0] + row) * p.oh * p.ow, 0, 0);
 }
-fn load_b(g: u32, k: u32, col: u32) -> {{T}} {
+fn step_a(g: u32, k: u32) -> Step {
     let p = conv();
     let plane = p.oh * p.ow;
-    let n = k / plane;
-    let oy = (k % plane) / p.ow;
-    let ox = k % p.ow;
+    return Step((k / plane) * p.co * plane + k % plane, 0, 0);
+}
+fn line_b(g: u32, col: u32) -> Line {
+    let p = conv();
     let kk = p.kh * p.kw;
-    let ch = col / kk;
+    let ch = g * (p.ci / p.groups) + col / kk;
     let ky = (col % kk) / p.kw;
     let kx = col % p.kw;
-    let iy = i32(oy * p.sh + ky * p.dh) - i32(p.ph);
-    let ix = i32(ox * p.sw + kx * p.dw) - i32(p.pw);
-    return x_at(p, n, g * (p.ci / p.groups) + ch, iy, ix);
+    return Line(params[23] + ch * p.h * p.w, i32(ky * p.dh) - i32(p.ph),
+        i32(kx * p.dw) - i32(p.pw));
+}
+fn step_b(g: u32, k: u32) -> Step {
+    let p = conv();
+    let plane = p.oh * p.ow;
+    let oy = (k % plane) / p.ow;
+    return Step((k / plane) * p.ci * p.h * p.w, i32(oy * p.sh), i32((k % p.ow) * p.sw));
+}
+fn load_b(l: Line, s: Step) -> {{T}} {
+    return x_tap(l, s);
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     c[(g * params[0] + row) * params[1] + col] = v;
 }
 #endif
 
-// Element (mn, k) of operand `which` (0: A at row mn, 1: B at column mn) of batch g; zero
-// outside the matrix.
-fn fetch(which: u32, g: u32, mn: u32, k: u32) -> {{T}} {
-    if (k < params[2]) {
-        if (which == 0u && mn < params[0]) {
-            return load_a(g, mn, k);
-        }
-        if (which == 1u && mn < params[1]) {
-            return load_b(g, k, mn);
+// Slice k0 of A as this invocation stages it (zeros past k_end): vec4 i holds the four lines
+// lines[4i..4i+4] at k = k0 + (lid + i * WG) % BK.
+fn fetch_a(g: u32, lid: u32, k0: u32, k_end: u32, lines: array<Line, LINES_A>)
+    -> array<vec4<{{T}}>, A_PER> {
+    var out: array<vec4<{{T}}>, A_PER>;
+    for (var i = 0u; i < A_PER; i++) {
+        let k = k0 + (lid + i * WG) % BK;
+        if (k < k_end) {
+            let s = step_a(g, k);
+            out[i] = vec4<{{T}}>(load_a(lines[i * 4u], s), load_a(lines[i * 4u + 1u], s),
+                load_a(lines[i * 4u + 2u], s), load_a(lines[i * 4u + 3u], s));
+        } else {
+            out[i] = vec4<{{T}}>({{T}}(0));
         }
     }
-    return {{T}}(0);
+    return out;
 }
 
-// Stages the BK-deep slice at k0 of operand `which` (its tile along M or N starts at mn0 and is
-// span4 vec4s wide) into tiles[at..]. Consecutive invocations walk the axis that row-major
-// operands store contiguously: k for A, N for B.
-fn stage(which: u32, g: u32, live: bool, lid: u32, k0: u32, mn0: u32, span4: u32, at: u32) {
-    for (var v = lid; v < BK * span4; v += WG) {
-        var k = v / span4;
-        var q = v % span4;
-        if (which == 0u) {
-            k = v % BK;
-            q = v / BK;
+// The same for B, whose vec4 i is at k = k0 + (lid + i * WG) / BN4.
+fn fetch_b(g: u32, lid: u32, k0: u32, k_end: u32, lines: array<Line, LINES_B>)
+    -> array<vec4<{{T}}>, B_PER> {
+    var out: array<vec4<{{T}}>, B_PER>;
+    for (var i = 0u; i < B_PER; i++) {
+        let k = k0 + (lid + i * WG) / BN4;
+        if (k < k_end) {
+            let s = step_b(g, k);
+            out[i] = vec4<{{T}}>(load_b(lines[i * 4u], s), load_b(lines[i * 4u + 1u], s),
+                load_b(lines[i * 4u + 2u], s), load_b(lines[i * 4u + 3u], s));
+        } else {
+            out[i] = vec4<{{T}}>({{T}}(0));
         }
-        var val = vec4<{{T}}>({{T}}(0));
-        if (live) {
-            let mn = mn0 + 4u * q;
-            val = vec4<{{T}}>(fetch(which, g, mn, k0 + k), fetch(which, g, mn + 1u, k0 + k),
-                fetch(which, g, mn + 2u, k0 + k), fetch(which, g, mn + 3u, k0 + k));
-        }
-        tiles[at + k * span4 + q] = val;
     }
+    return out;
 }
 
 @compute @workgroup_size(WG)
@@ -223,50 +299,86 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let k_end = min(k_len, k_begin + params[5]);
     let row0 = (yz % tiles_m) * BM;
     let col0 = wid.x * BN;
-    let live = gs < params[4] * params[6];
-    // this invocation's block of C: rows r0..r0+TM, columns c0..c0+TN
+    // this invocation's block of C: vec4 rows ty + i * WG_Y and vec4 columns tx + j * WG_X, so
+    // that neighbouring invocations read neighbouring vec4s of workgroup memory
     let tx = lid % WG_X;
     let ty = lid / WG_X;
+
+    // The lines this invocation stages, fixed for the whole K loop: staged vec4 i of A is rows
+    // 4q..4q+3 (v = lid + i * WG, q = v / BK: consecutive invocations walk a row of A along k,
+    // the way row-major A is stored); of B, columns 4q..4q+3 (q = v % BN4).
+    var lines_a: array<Line, LINES_A>;
+    for (var i = 0u; i < A_PER; i++) {
+        let q = (lid + i * WG) / BK;
+        for (var r = 0u; r < 4u; r++) {
+            lines_a[i * 4u + r] = line_a(g, min(row0 + 4u * q + r, max(m, 1u) - 1u));
+        }
+    }
+    var lines_b: array<Line, LINES_B>;
+    for (var i = 0u; i < B_PER; i++) {
+        let q = (lid + i * WG) % BN4;
+        for (var r = 0u; r < 4u; r++) {
+            lines_b[i * 4u + r] = line_b(g, min(col0 + 4u * q + r, max(n, 1u) - 1u));
+        }
+    }
 
     var acc: array<vec4<{{T}}>, TM * TN4>;
     for (var i = 0u; i < TM * TN4; i++) {
         acc[i] = vec4<{{T}}>({{T}}(0));
     }
+    var next_a = fetch_a(g, lid, k_begin, k_end, lines_a);
+    var next_b = fetch_b(g, lid, k_begin, k_end, lines_b);
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
-        stage(0u, g, live, lid, k0, row0, BM4, 0u);
-        stage(1u, g, live, lid, k0, col0, BN4, B_AT);
+        for (var i = 0u; i < A_PER; i++) {
+            let v = lid + i * WG;
+            tiles[(v % BK) * A_ROW + v / BK] = next_a[i];
+        }
+        for (var i = 0u; i < B_PER; i++) {
+            tiles[B_AT + lid + i * WG] = next_b[i];
+        }
         workgroupBarrier();
+        // the next slice's loads are in flight while this one is multiplied
+        next_a = fetch_a(g, lid, k0 + BK, k_end, lines_a);
+        next_b = fetch_b(g, lid, k0 + BK, k_end, lines_b);
         for (var k = 0u; k < BK; k++) {
             var bv: array<vec4<{{T}}>, TN4>;
             for (var j = 0u; j < TN4; j++) {
-                bv[j] = tiles[B_AT + k * BN4 + tx * TN4 + j];
+                bv[j] = tiles[B_AT + k * BN4 + j * WG_X + tx];
             }
-            for (var i4 = 0u; i4 < TM / 4u; i4++) {
-                let av = tiles[k * BM4 + ty * (TM / 4u) + i4];
+            for (var i4 = 0u; i4 < TM4; i4++) {
+                let av = tiles[k * A_ROW + i4 * WG_Y + ty];
                 for (var r = 0u; r < 4u; r++) {
-                    let s = av[r];
+                    let s = vec4<{{T}}>(av[r]);
                     for (var j = 0u; j < TN4; j++) {
-                        acc[(i4 * 4u + r) * TN4 + j] += s * bv[j];
+                        let at = (i4 * 4u + r) * TN4 + j;
+#if T == i32 || T == u32
+                        acc[at] += s * bv[j];
+#else
+                        acc[at] = fma(s, bv[j], acc[at]);
+#endif
                     }
                 }
             }
         }
         workgroupBarrier();
     }
-    if (!live) {
+    // spare workgroups of a rounded-up grid store nothing
+    if (gs >= params[4] * params[6]) {
         return;
     }
-    for (var i = 0u; i < TM; i++) {
-        let r = row0 + ty * TM + i;
-        if (r >= m) {
-            break;
-        }
-        for (var j = 0u; j < TN4; j++) {
-            let v = acc[i * TN4 + j];
-            for (var q = 0u; q < 4u; q++) {
-                let col = col0 + (tx * TN4 + j) * 4u + q;
-                if (col < n) {
-                    store_c(gs, r, col, v[q]);
+    for (var i4 = 0u; i4 < TM4; i4++) {
+        for (var r = 0u; r < 4u; r++) {
+            let row = row0 + (i4 * WG_Y + ty) * 4u + r;
+            if (row >= m) {
+                break;
+            }
+            for (var j = 0u; j < TN4; j++) {
+                let v = acc[(i4 * 4u + r) * TN4 + j];
+                let col = col0 + (j * WG_X + tx) * 4u;
+                for (var q = 0u; q < 4u; q++) {
+                    if (col + q < n) {
+                        store_c(gs, row, col + q, v[q]);
+                    }
                 }
             }
         }

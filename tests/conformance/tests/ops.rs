@@ -410,6 +410,58 @@ fn softmax_log_softmax_cumsum() {
 }
 
 #[test]
+fn reductions_of_few_outputs_in_chunks() {
+    let Some(dev) = dev() else { return };
+    // few outputs over long runs are reduced in two passes (a bias gradient's shape, and the
+    // odd sizes where the chunks must divide the outer reduced axis)
+    let x = data(&[48, 5, 21, 19], F, 13, -2.0, 2.0);
+    let y = data(&[35, 3, 1100], F, 14, -2.0, 2.0);
+    for (name, v) in [("[48, 5, 21, 19]", &x), ("[35, 3, 1100]", &y)] {
+        let axes: &[isize] = if v.shape().rank() == 4 {
+            &[0, 2, 3]
+        } else {
+            &[0, 2]
+        };
+        check(
+            &format!("chunked sum {name}"),
+            &dev,
+            from_ref(v),
+            &same,
+            &|v| v[0].sum(axes, false),
+            true,
+            TOL,
+        );
+        check(
+            &format!("chunked mean {name}"),
+            &dev,
+            from_ref(v),
+            &same,
+            &|v| v[0].mean(axes, true),
+            true,
+            TOL,
+        );
+        check(
+            &format!("chunked max {name}"),
+            &dev,
+            from_ref(v),
+            &same,
+            &|v| v[0].max(axes, false),
+            true,
+            TOL,
+        );
+    }
+    check(
+        "chunked sum of a transposed view",
+        &dev,
+        from_ref(&y),
+        &transposed,
+        &|v| v[0].sum(&[0, 1], false),
+        true,
+        TOL,
+    );
+}
+
+#[test]
 fn matmul_shapes_batches_and_views() {
     let Some(dev) = dev() else { return };
     // odd sizes for each gemm tile shape (64x64, 128x64, 128x128 blocks), edges included; the
