@@ -1128,7 +1128,17 @@ impl Planner {
         }
         bufs.push(Buffer::Output);
         let forward = !mode.ends_with("back");
-        let numel = if forward {
+        let tiles = pp.stride == pp.kernel
+            && pp.padding == [0, 0]
+            && pp.dilation == [1, 1]
+            && y[2] * pp.kernel[0] == x[2]
+            && y[3] * pp.kernel[1] == x[3];
+        let mode = if mode == "max_back" && tiles {
+            "max_back_tiles"
+        } else {
+            mode
+        };
+        let numel = if forward || mode == "max_back_tiles" {
             y.iter().product::<usize>()
         } else {
             x.iter().product()
@@ -1498,6 +1508,10 @@ pub fn variants() -> Vec<KernelKey> {
     add(
         Op::MaxPool2dBackward(pp),
         vec![f(&[1, 1, 4, 4], DType::F32), f(&[1, 1, 2, 2], DType::F32)],
+    );
+    add(
+        Op::MaxPool2dBackward(pp),
+        vec![f(&[1, 1, 5, 5], DType::F32), f(&[1, 1, 2, 2], DType::F32)],
     );
     add(
         Op::AvgPool2dBackward {

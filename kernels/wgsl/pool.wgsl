@@ -3,12 +3,15 @@
 //
 // params: [numel, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, count_include_pad,
 //          x offset, dy offset]
-// defines: MODE (max avg max_back avg_back adaptive adaptive_back), T (f32), WG.
-// Forward modes read x (binding 1); max_back reads x and dy; the other backward modes read dy.
+// defines: MODE (max avg max_back max_back_tiles avg_back adaptive adaptive_back), T (f32), WG.
+// Forward modes read x (binding 1); max_back(_tiles) read x and dy; the other backward modes
+// read dy. max_back_tiles is max_back for windows that tile the input exactly (stride = kernel,
+// no padding or dilation, nothing left over): one invocation per window finds its maximum once
+// and writes the window's whole gradient, instead of every input searching its window.
 #include "common.wgsl"
 
 @group(0) @binding(1) var<storage, read> x: array<{{T}}>;
-#if MODE == max_back
+#if MODE == max_back || MODE == max_back_tiles
 @group(0) @binding(2) var<storage, read> dy: array<{{T}}>;
 @group(0) @binding(3) var<storage, read_write> out: array<{{T}}>;
 #else
@@ -108,6 +111,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     out[i] = s / f32((y1 - y0) * (x1 - x0));
 #endif
+#elif MODE == max_back_tiles
+    // i indexes the window (n, c, oy, ox), which is also where its gradient is in dy
+    let plane = i / (p.oh * p.ow);
+    let oy = (i / p.ow) % p.oh;
+    let ox = i % p.ow;
+    let base = plane * p.h * p.w;
+    let at = window_argmax(p, params[16] + base, oy, ox);
+    let g = dy[params[17] + i];
+    for (var ky = 0u; ky < p.kh; ky++) {
+        for (var kx = 0u; kx < p.kw; kx++) {
+            let flat = (oy * p.kh + ky) * p.w + ox * p.kw + kx;
+            out[base + flat] = select({{T}}(0), g, flat == at);
+        }
+    }
 #else
     // i indexes the input gradient (n, c, iy, ix); sum over the windows that hold (iy, ix)
     let plane = i / (p.h * p.w);

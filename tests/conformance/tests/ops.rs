@@ -650,6 +650,24 @@ fn pooling_forward_and_backward() {
         true,
         TOL,
     );
+    // windows that tile the input exactly: the gradient is written window by window
+    let tiled = data(&[3, 5, 8, 6], F, 81, -2.0, 2.0);
+    let tiles = Pool2dParams {
+        kernel: [2, 3],
+        stride: [2, 3],
+        padding: [0, 0],
+        dilation: [1, 1],
+        count_include_pad: true,
+    };
+    check(
+        "max_pool2d of exact tiles",
+        &dev,
+        from_ref(&tiled),
+        &t,
+        &|v| v[0].max_pool2d(tiles),
+        true,
+        TOL,
+    );
     for out in [[3, 4], [1, 1], [9, 10], [4, 7]] {
         check(
             &format!("adaptive_avg_pool2d {out:?}"),
