@@ -199,11 +199,19 @@ fn load_b(l: Line, s: Step) -> {{T}} {
     let p = conv();
     let ty = l.y - s.y;
     let tx = l.x - s.x;
-    if (ty < 0 || tx < 0 || u32(ty) % p.sh != 0u || u32(tx) % p.sw != 0u) {
+    if (ty < 0 || tx < 0) {
         return {{T}}(0);
     }
-    let oy = u32(ty) / p.sh;
-    let ox = u32(tx) / p.sw;
+    var oy = u32(ty);
+    var ox = u32(tx);
+    // (uniform) integer divisions cost more than the rest of the load: skip them at stride 1
+    if (p.sh != 1u || p.sw != 1u) {
+        if (oy % p.sh != 0u || ox % p.sw != 0u) {
+            return {{T}}(0);
+        }
+        oy /= p.sh;
+        ox /= p.sw;
+    }
     if (oy >= p.oh || ox >= p.ow) {
         return {{T}}(0);
     }
