@@ -69,16 +69,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let rank = params[1];
     let shape_at = 4u;
-    let view = 1u + rank;
     let out_at = shape_at + rank;
 #if OP == where
-    let c = cond[strided_index(i, rank, shape_at, out_at + view)];
-    let va = a[strided_index(i, rank, shape_at, out_at + 2u * view)];
-    let vb = b[strided_index(i, rank, shape_at, out_at + 3u * view)];
-    out[strided_index(i, rank, shape_at, out_at)] = select(vb, va, c != 0u);
+    let at = strided_indices(i, rank, shape_at, out_at, 4u);
+    out[at.x] = select(b[at.w], a[at.z], cond[at.y] != 0u);
 #else
-    let va = a[strided_index(i, rank, shape_at, out_at + view)];
-    let vb = b[strided_index(i, rank, shape_at, out_at + 2u * view)];
-    out[strided_index(i, rank, shape_at, out_at)] = apply(va, vb);
+    let at = strided_indices(i, rank, shape_at, out_at, 3u);
+    out[at.x] = apply(a[at.y], b[at.z]);
 #endif
 }

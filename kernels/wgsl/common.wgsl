@@ -26,6 +26,33 @@ fn strided_index(i: u32, rank: u32, shape_at: u32, view_at: u32) -> u32 {
     return at;
 }
 
+// Storage indices of row-major element `i` in `views` (at most 4) views of one shape, the first
+// view at params[view_at] and each next one 1 + rank words further: one pass of integer
+// divisions serves them all (the divisions cost more than the memory access they address).
+fn strided_indices(i: u32, rank: u32, shape_at: u32, view_at: u32, views: u32) -> vec4<u32> {
+    let step = 1u + rank;
+    var at = vec4<u32>(0u);
+    for (var v = 0u; v < views; v++) {
+        at[v] = params[view_at + v * step];
+    }
+    var rem = i;
+    for (var d = rank; d > 1u; d--) {
+        let n = params[shape_at + d - 1u];
+        let c = rem % n;
+        rem /= n;
+        for (var v = 0u; v < views; v++) {
+            at[v] += c * params[view_at + v * step + d];
+        }
+    }
+    // what remains is the outermost coordinate (i < numel)
+    if (rank > 0u) {
+        for (var v = 0u; v < views; v++) {
+            at[v] += rem * params[view_at + v * step + 1u];
+        }
+    }
+    return at;
+}
+
 // An f32 from its bits, computed at run time: WGSL has no literal for infinities, and Chrome's
 // compiler (Tint) rejects an infinite value in a constant expression such as
 // `bitcast<f32>(0xff800000u)`, which naga accepts.

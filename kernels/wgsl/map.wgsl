@@ -95,7 +95,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let rank = params[1];
     let shape_at = 4u;
-    let out_at = shape_at + rank;
-    let x_at = out_at + 1u + rank;
-    out[strided_index(i, rank, shape_at, out_at)] = apply(x[strided_index(i, rank, shape_at, x_at)]);
+    let at = strided_indices(i, rank, shape_at, shape_at + rank, 2u);
+    out[at.x] = apply(x[at.y]);
 }
