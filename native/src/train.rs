@@ -196,13 +196,19 @@ impl Trainer {
     /// the device until [`StepStats::read`], so steps queue without waiting for each other.
     pub fn step(&mut self, split: &Split, idx: &[usize]) -> Result<StepStats> {
         let (x, y) = batch(split, idx, &self.device)?;
-        let logits = self.model.forward(&x)?;
-        let loss = loss::cross_entropy(&logits, &y, 0.0)?;
+        self.step_on(&x, &y)
+    }
+
+    /// One optimisation step on a batch already on the device: normalised images `x`
+    /// `[B, 1, 28, 28]` and their i32 labels `y` `[B]` (as [`batch`] makes them).
+    pub fn step_on(&mut self, x: &Tensor, y: &Tensor) -> Result<StepStats> {
+        let logits = self.model.forward(x)?;
+        let loss = loss::cross_entropy(&logits, y, 0.0)?;
         let grads = loss.backward()?;
         self.optimizer.step(&mut self.model, &grads)?;
-        let hits = logits.detach().argmax(-1, false)?.eq(&y)?;
+        let hits = logits.detach().argmax(-1, false)?.eq(y)?;
         Ok(StepStats {
-            loss_sum: loss.detach().mul_scalar(idx.len() as f64)?,
+            loss_sum: loss.detach().mul_scalar(x.shape().dims()[0] as f64)?,
             correct: hits.cast(DType::F32)?.sum_all()?,
         })
     }
