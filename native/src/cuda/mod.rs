@@ -109,8 +109,90 @@ struct Inner {
     arch: String,
     kernels: Mutex<HashMap<KernelKey, Arc<Compiled>>>,
     blas: Mutex<Option<blas::Blas>>,
+    /// `None` when pinned memory could not be had; uploads then copy from pageable memory.
+    staging: Mutex<Option<Staging>>,
     allocated: AtomicU64,
     options: CudaOptions,
+}
+
+/// Bytes of pinned host memory for small uploads, in two halves.
+const STAGING_BYTES: usize = 4 << 20;
+
+/// Pinned host memory that small uploads (every plan's params, small tensors) are copied
+/// through. A copy from pageable memory may wait for the stream to drain before it returns;
+/// one from pinned memory is queued like a kernel, so the host keeps running ahead of the GPU.
+/// Uploads fill one half while the other half's copies finish; before a half is written again,
+/// the event recorded after its last copy is waited for (once per 2 MiB of uploads).
+struct Staging {
+    ptr: *mut u8,
+    half: usize,
+    used: usize,
+    done: [sys::CUevent; 2],
+    pending: [bool; 2],
+}
+// SAFETY: the pointer and events are only used under the backend's mutex.
+unsafe impl Send for Staging {}
+
+impl Staging {
+    fn new() -> std::result::Result<Self, cu::DriverError> {
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        let done = [cu::event::create(flags)?, cu::event::create(flags)?];
+        // SAFETY: plain bytes, written before they are read.
+        let ptr = unsafe { cu::malloc_host(STAGING_BYTES, 0) }?.cast::<u8>();
+        Ok(Staging {
+            ptr,
+            half: 0,
+            used: 0,
+            done,
+            pending: [false; 2],
+        })
+    }
+
+    /// Queues the copy of `bytes` (at most half of the staging memory) to `dst` on `stream`.
+    ///
+    /// # Safety
+    /// `dst` holds `bytes.len()` bytes; `stream` is the stream every upload goes to.
+    unsafe fn copy(
+        &mut self,
+        bytes: &[u8],
+        dst: sys::CUdeviceptr,
+        stream: sys::CUstream,
+    ) -> std::result::Result<(), cu::DriverError> {
+        const HALF: usize = STAGING_BYTES / 2;
+        // SAFETY: the events are live; `at` stays inside the allocation since
+        // used + len <= HALF; the copy reads pinned memory that is not written again before
+        // the event after it has completed.
+        unsafe {
+            if self.used + bytes.len() > HALF {
+                cu::event::record(self.done[self.half], stream)?;
+                self.pending[self.half] = true;
+                self.half ^= 1;
+                if self.pending[self.half] {
+                    cu::event::synchronize(self.done[self.half])?;
+                    self.pending[self.half] = false;
+                }
+                self.used = 0;
+            }
+            let at = self.ptr.add(self.half * HALF + self.used);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
+            cu::memcpy_htod_async(dst, std::slice::from_raw_parts(at, bytes.len()), stream)?;
+        }
+        self.used += bytes.len().next_multiple_of(16);
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    /// Runs after the stream was drained (see `Inner`'s drop).
+    fn drop(&mut self) {
+        // SAFETY: no copy from this memory is pending any more.
+        unsafe {
+            let _ = cu::free_host(self.ptr.cast());
+            for e in self.done {
+                let _ = cu::event::destroy(e);
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -131,6 +213,9 @@ impl Drop for Inner {
         // SAFETY: nothing uses these handles any more; the stream is drained first.
         unsafe {
             let _ = cu::stream::synchronize(self.raw.stream);
+            if let Ok(staging) = self.staging.get_mut() {
+                drop(staging.take());
+            }
             if let Ok(Some(b)) = self.blas.get_mut().map(Option::take) {
                 let _ = cudarc::cublas::result::destroy_handle(b.handle);
             }
@@ -223,6 +308,7 @@ impl CudaBackend {
                 arch: format!("compute_{major}{minor}"),
                 kernels: Mutex::new(HashMap::new()),
                 blas: Mutex::new(None),
+                staging: Mutex::new(Staging::new().ok()),
                 allocated: AtomicU64::new(0),
                 options,
             }),
@@ -251,11 +337,19 @@ impl CudaBackend {
 
     fn upload_bytes(&self, bytes: &[u8]) -> Result<Buf> {
         let buf = self.alloc(bytes.len() as u64)?;
-        if !bytes.is_empty() {
-            // SAFETY: `buf` holds `bytes.len()` bytes; pageable sources are copied before return.
-            unsafe { cu::memcpy_htod_async(buf.ptr, bytes, self.inner.raw.stream) }
-                .map_err(driver_err("copying to the device"))?;
+        if bytes.is_empty() {
+            return Ok(buf);
         }
+        let stream = self.inner.raw.stream;
+        let mut staging = self.inner.staging.lock().map_err(poisoned)?;
+        // SAFETY: `buf` holds `bytes.len()` bytes; pageable sources are copied before return.
+        unsafe {
+            match staging.as_mut() {
+                Some(st) if bytes.len() <= STAGING_BYTES / 2 => st.copy(bytes, buf.ptr, stream),
+                _ => cu::memcpy_htod_async(buf.ptr, bytes, stream),
+            }
+        }
+        .map_err(driver_err("copying to the device"))?;
         Ok(buf)
     }
 
