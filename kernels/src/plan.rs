@@ -501,6 +501,59 @@ impl ConvGeometry {
     }
 }
 
+/// The fast paths of map.wgsl and binary.wgsl (described there) an elementwise launch can take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fast {
+    /// The strided kernel.
+    None,
+    /// Every view one contiguous, 4-aligned run: one vec4 per invocation.
+    Vec4,
+    /// As `Vec4` for out and a, while b (of a binary op) repeats with this period: 1 (a scalar)
+    /// or a multiple of 4 (a row).
+    Bcast(u32),
+}
+
+impl Fast {
+    /// The path for a launch over coalesced `dims` whose views (out first, then the inputs) have
+    /// `strides` and `offsets`; `binary` allows `Bcast` (b is the third view).
+    fn of(dims: &[usize], strides: &[Vec<usize>], offsets: &[usize], binary: bool) -> Fast {
+        let n: usize = dims.iter().product();
+        let aligned = |views: core::ops::Range<usize>| offsets[views].iter().all(|o| o % 4 == 0);
+        if n % 4 != 0 || !aligned(0..2) {
+            return Fast::None;
+        }
+        let flat = |v: &[usize]| v.len() == 1 && v[0] == 1;
+        if strides.iter().all(|s| flat(s)) && aligned(0..offsets.len()) {
+            return Fast::Vec4;
+        }
+        if !binary {
+            return Fast::None;
+        }
+        let (out, a, b) = (&strides[0], &strides[1], &strides[2]);
+        match (dims, out.as_slice(), b.as_slice()) {
+            (_, [1], [0]) if a == out => Fast::Bcast(1),
+            ([_, c], [s, 1], [0, 1]) if s == c && a == out && c % 4 == 0 => Fast::Bcast(*c as u32),
+            _ => Fast::None,
+        }
+    }
+
+    /// `key` with the defines of this path.
+    fn key(self, mut key: KernelKey) -> KernelKey {
+        let mut set = |k: &str| key.defines.insert(k.to_string(), "1".to_string());
+        match self {
+            Fast::None => {}
+            Fast::Vec4 => {
+                set("VEC4");
+            }
+            Fast::Bcast(_) => {
+                set("VEC4");
+                set("BCAST");
+            }
+        }
+        key
+    }
+}
+
 /// Split-K aims at about this many workgroups for GEMMs whose output has few tiles...
 const SPLIT_K_WORKGROUPS: usize = 256;
 /// ...giving each split at least this much of K...
@@ -692,9 +745,16 @@ impl Planner {
         for ((offset, _), s) in views.iter().zip(&strides) {
             push_view(&mut params, *offset, s);
         }
+        let offsets: Vec<usize> = views.iter().map(|v| v.0).collect();
+        let binary = key.file == "binary.wgsl" && inputs.len() == 2;
+        let fast = Fast::of(&dims, &strides, &offsets, binary);
+        if let Fast::Bcast(period) = fast {
+            params[2] = period;
+        }
+        let threads = if fast == Fast::None { n } else { n / 4 };
         let mut buffers: Vec<Buffer> = inputs.iter().map(|(b, _)| *b).collect();
         buffers.push(to);
-        self.launch(key, params, buffers, n)
+        self.launch(fast.key(key), params, buffers, threads)
     }
 
     fn reduce(
@@ -731,6 +791,9 @@ impl Planner {
         push_view(&mut params, x.offset() as u32, &ks[0]);
         push_view(&mut params, 0, &rs[0]);
         let per_thread = len <= 64;
+        // each output's elements one contiguous, 4-aligned run: read as vec4
+        let vec4 =
+            rs[0] == [1] && len % 4 == 0 && x.offset() % 4 == 0 && ks[0].iter().all(|s| s % 4 == 0);
         let (lowest, highest) = match ty {
             "f32" => ("f32_from_bits(0xff800000u)", "f32_from_bits(0x7f800000u)"),
             "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
@@ -748,6 +811,7 @@ impl Planner {
                 ("WG", "256"),
             ],
         );
+        let key = if vec4 { Fast::Vec4.key(key) } else { key };
         let bufs = bufs.to_vec();
         if per_thread {
             self.launch(key, params, bufs, n_out)
@@ -791,7 +855,16 @@ impl Planner {
         push_view(&mut params, 0, &ks[1]);
         params.push(os[axis] as u32);
         let per_thread = op == "cumsum" || len <= 64;
-        let key = KernelKey::new(
+        // softmax rows read and written as vec4 when both are contiguous and 4-aligned
+        let aligned = |v: &[usize]| v.iter().all(|s| s % 4 == 0);
+        let vec4 = op != "cumsum"
+            && xs[axis] == 1
+            && os[axis] == 1
+            && len % 4 == 0
+            && x.layout.offset() % 4 == 0
+            && aligned(&ks[0])
+            && aligned(&ks[1]);
+        let mut key = KernelKey::new(
             "rows.wgsl",
             &[
                 ("OP", op),
@@ -800,6 +873,9 @@ impl Planner {
                 ("WG", "256"),
             ],
         );
+        if vec4 {
+            key = Fast::Vec4.key(key);
+        }
         let bufs = vec![Buffer::Input(0), Buffer::Output];
         if per_thread {
             self.launch(key, params, bufs, n_rows)
@@ -1286,6 +1362,21 @@ pub fn variants() -> Vec<KernelKey> {
             }
         }
     }
+    // the fast paths of the elementwise kernels: vec4 for all, a broadcast b for binary ops
+    let fast: Vec<KernelKey> = keys
+        .iter()
+        .filter(|k| matches!(k.file, "map.wgsl" | "binary.wgsl"))
+        .flat_map(|k| {
+            let bcast =
+                k.file == "binary.wgsl" && k.defines.get("OP").is_some_and(|o| o != "where");
+            let mut v = vec![Fast::Vec4.key(k.clone())];
+            if bcast {
+                v.push(Fast::Bcast(1).key(k.clone()));
+            }
+            v
+        })
+        .collect();
+    keys.extend(fast);
     // reductions, rows, gemm and pooling come from planning real ops, so the keys match exactly
     let f = |d: &[usize], dt: DType| ViewMeta::new(&Layout::contiguous(Shape::from(d)), dt);
     let mut add = |op: Op, ins: Vec<ViewMeta>| {
@@ -1311,7 +1402,8 @@ pub fn variants() -> Vec<KernelKey> {
     ];
     for dt in [DType::F32, DType::I32, DType::U32, DType::Bool] {
         for r in reduce_ops {
-            for len in [8, 1000] {
+            // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
+            for len in [7, 8, 999, 1000] {
                 add(
                     Op::Reduce {
                         op: r,
@@ -1345,7 +1437,8 @@ pub fn variants() -> Vec<KernelKey> {
         add(Op::Matmul, vec![f(&[200, 5], dt), f(&[5, 300], dt)]);
         add(Op::Matmul, vec![f(&[600, 5], dt), f(&[5, 600], dt)]);
     }
-    for len in [8, 1000] {
+    // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
+    for len in [7, 8, 999, 1000] {
         add(Op::Softmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
         add(Op::LogSoftmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
     }
@@ -1435,12 +1528,136 @@ pub fn variants() -> Vec<KernelKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::slice::from_ref;
 
     fn matmul_plan(m: usize, k: usize, n: usize) -> Plan {
         let a = Layout::contiguous(Shape::from([m, k]));
         let b = Layout::contiguous(Shape::from([k, n]));
         let metas = [ViewMeta::new(&a, DType::F32), ViewMeta::new(&b, DType::F32)];
         plan(&Op::Matmul, &metas, DType::F32, &Shape::from([m, n])).unwrap()
+    }
+
+    fn view(dims: &[usize], strides: &[isize], offset: usize) -> ViewMeta {
+        let l = Layout::from_parts(Shape::from(dims), strides.to_vec(), offset);
+        ViewMeta::new(&l, DType::F32)
+    }
+
+    /// The one dispatch of `op` on `inputs`, after checking its kernel is a listed variant.
+    fn single(op: Op, inputs: &[ViewMeta]) -> Dispatch {
+        let metas: Vec<_> = inputs
+            .iter()
+            .map(|v| (v.dtype, v.layout.shape().clone()))
+            .collect();
+        let (dt, shape) = op.infer(&metas).unwrap();
+        let mut p = plan(&op, inputs, dt, &shape).unwrap();
+        assert_eq!(p.dispatches.len(), 1);
+        let d = p.dispatches.remove(0);
+        assert!(
+            variants().contains(&d.kernel),
+            "{} is not in variants()",
+            d.kernel.label()
+        );
+        d
+    }
+
+    fn path(d: &Dispatch) -> (bool, bool) {
+        let on = |k: &str| d.kernel.defines.get(k).is_some_and(|v| v == "1");
+        (on("VEC4"), on("BCAST"))
+    }
+
+    fn threads(d: &Dispatch) -> u32 {
+        d.workgroups.iter().product::<u32>() * WG
+    }
+
+    #[test]
+    fn contiguous_aligned_elementwise_ops_use_vec4() {
+        let add = Op::Binary(BinaryOp::Add);
+        let x = view(&[6, 8], &[8, 1], 0);
+        let d = single(add.clone(), &[x.clone(), x.clone()]);
+        assert_eq!(path(&d), (true, false));
+        assert!(threads(&d) >= 12 && threads(&d) < 12 + WG);
+        let d = single(Op::Unary(UnaryOp::Exp), from_ref(&x));
+        assert_eq!(path(&d), (true, false));
+        let cond = ViewMeta::new(&x.layout, DType::Bool);
+        let d = single(Op::Where, &[cond, x.clone(), x.clone()]);
+        assert_eq!(path(&d), (true, false));
+        // offsets that are multiples of 4
+        let d = single(add.clone(), &[view(&[8], &[1], 4), view(&[8], &[1], 12)]);
+        assert_eq!(path(&d), (true, false));
+    }
+
+    #[test]
+    fn unaligned_odd_or_strided_views_take_the_strided_kernel() {
+        let add = Op::Binary(BinaryOp::Add);
+        let x = view(&[6, 8], &[8, 1], 0);
+        for other in [
+            view(&[6, 8], &[8, 1], 1),  // starts at element 1
+            view(&[6, 8], &[1, 6], 0),  // transposed
+            view(&[6, 8], &[16, 2], 0), // every other element
+            view(&[6, 8], &[1, 0], 0),  // a column broadcast
+        ] {
+            let d = single(add.clone(), &[x.clone(), other.clone()]);
+            assert_eq!(path(&d), (false, false), "{:?}", other.layout);
+            assert_eq!(d.params[2], 0);
+        }
+        let odd = view(&[5, 3], &[3, 1], 0);
+        let d = single(add.clone(), &[odd.clone(), odd.clone()]);
+        assert_eq!(path(&d), (false, false));
+        assert!(threads(&d) >= 15);
+        // a broadcast a (not b) and a row of 6 are not fast either
+        let row = view(&[8], &[1], 0);
+        assert_eq!(
+            path(&single(add.clone(), &[row, x.clone()])),
+            (false, false)
+        );
+        let (y, row6) = (view(&[4, 6], &[6, 1], 0), view(&[6], &[1], 0));
+        assert_eq!(path(&single(add, &[y, row6])), (false, false));
+    }
+
+    #[test]
+    fn scalar_and_row_broadcasts_of_b_use_vec4() {
+        let x = view(&[6, 8], &[8, 1], 0);
+        let mul = Op::Binary(BinaryOp::Mul);
+        // a bias row at an odd offset: b is read as scalars
+        let d = single(mul.clone(), &[x.clone(), view(&[8], &[1], 3)]);
+        assert_eq!((path(&d), d.params[2]), ((true, true), 8));
+        let d = single(mul.clone(), &[x.clone(), view(&[], &[], 5)]);
+        assert_eq!((path(&d), d.params[2]), ((true, true), 1));
+        let d = single(
+            Op::Compare(kiln_core::CmpOp::Lt),
+            &[x, view(&[1, 8], &[0, 1], 0)],
+        );
+        assert_eq!((path(&d), d.params[2]), ((true, true), 8));
+    }
+
+    #[test]
+    fn contiguous_rows_of_softmax_and_reductions_use_vec4() {
+        let sum = |axes: Vec<usize>| Op::Reduce {
+            op: ReduceOp::Sum,
+            axes,
+            keepdim: false,
+        };
+        let cases = [
+            (
+                Op::Softmax { axis: 1 },
+                view(&[3, 1000], &[1000, 1], 0),
+                true,
+            ),
+            (Op::LogSoftmax { axis: 1 }, view(&[3, 8], &[8, 1], 4), true),
+            (Op::Softmax { axis: 1 }, view(&[3, 8], &[8, 1], 1), false),
+            (Op::Softmax { axis: 1 }, view(&[3, 7], &[7, 1], 0), false),
+            (Op::Softmax { axis: 0 }, view(&[8, 8], &[8, 1], 0), false),
+            (Op::Softmax { axis: 1 }, view(&[8, 8], &[1, 8], 0), false),
+            (sum(vec![1]), view(&[3, 1000], &[1000, 1], 0), true),
+            (sum(vec![1]), view(&[3, 8], &[10, 1], 0), false),
+            (sum(vec![1]), view(&[3, 8], &[8, 1], 2), false),
+            (sum(vec![0]), view(&[64, 8], &[8, 1], 0), false),
+            (sum(vec![]), view(&[64, 8], &[8, 1], 0), true),
+        ];
+        for (op, x, vec4) in cases {
+            let d = single(op.clone(), from_ref(&x));
+            assert_eq!(path(&d).0, vec4, "{op:?} of {:?}", x.layout);
+        }
     }
 
     #[test]

@@ -4,19 +4,39 @@
 // params: [numel, rank, 0, 0, shape[rank], out view, a view, b view (, c view for where)];
 // a view is offset, strides[rank] (stride 0 on broadcast axes).
 // defines: OP (a BinaryOp/CmpOp name or "where"), T (input element type), TO (output type),
-// FLOAT (T is a float), WG (workgroup size).
+// FLOAT (T is a float), WG (workgroup size), VEC4 and BCAST (the fast paths below).
+//
+// VEC4: every view is one contiguous run starting at a multiple of 4 and numel is a multiple of 4
+// (the planner checks), so each invocation does one vec4: 128-bit accesses, no index math.
+// VEC4 && BCAST: the same for out and a while b repeats with period params[2] (1: a scalar;
+// else a multiple of 4: a row, as a bias), read as scalars (a small array the caches keep).
 #include "common.wgsl"
 #include "math.wgsl"
 
-#if OP == where
-@group(0) @binding(1) var<storage, read> cond: array<u32>;
-@group(0) @binding(2) var<storage, read> a: array<{{T}}>;
-@group(0) @binding(3) var<storage, read> b: array<{{T}}>;
-@group(0) @binding(4) var<storage, read_write> out: array<{{TO}}>;
+#if VEC4
+alias A = vec4<{{T}}>;
+alias O = vec4<{{TO}}>;
+alias C = vec4<u32>;
 #else
-@group(0) @binding(1) var<storage, read> a: array<{{T}}>;
-@group(0) @binding(2) var<storage, read> b: array<{{T}}>;
-@group(0) @binding(3) var<storage, read_write> out: array<{{TO}}>;
+alias A = {{T}};
+alias O = {{TO}};
+alias C = u32;
+#endif
+#if VEC4 && !BCAST
+alias B = vec4<{{T}}>;
+#else
+alias B = {{T}};
+#endif
+
+#if OP == where
+@group(0) @binding(1) var<storage, read> cond: array<C>;
+@group(0) @binding(2) var<storage, read> a: array<A>;
+@group(0) @binding(3) var<storage, read> b: array<B>;
+@group(0) @binding(4) var<storage, read_write> out: array<O>;
+#else
+@group(0) @binding(1) var<storage, read> a: array<A>;
+@group(0) @binding(2) var<storage, read> b: array<B>;
+@group(0) @binding(3) var<storage, read_write> out: array<O>;
 #endif
 
 #if OP != where
@@ -60,6 +80,40 @@ fn apply(x: {{T}}, y: {{T}}) -> {{TO}} {
 }
 #endif
 
+#if VEC4
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = group_index(wid, nwg) * {{WG}}u + lid;
+    if (i >= params[0] / 4u) {
+        return;
+    }
+    // offsets of the views (in elements; all but a broadcast b are multiples of 4)
+    let view = 1u + params[1];
+    let out_at = 4u + params[1];
+#if OP == where
+    let a_at = out_at + 2u * view;
+#else
+    let a_at = out_at + view;
+#endif
+#if BCAST
+    let p = params[2];
+    let at = params[a_at + view] + (4u * i) % p;
+    let step = min(p - 1u, 1u);
+    let vb = vec4<{{T}}>(b[at], b[at + step], b[at + 2u * step], b[at + 3u * step]);
+#else
+    let vb = b[params[a_at + view] / 4u + i];
+#endif
+    let va = a[params[a_at] / 4u + i];
+#if OP == where
+    let c = cond[params[out_at + view] / 4u + i];
+    out[params[out_at] / 4u + i] = select(vb, va, c != vec4<u32>(0u));
+#else
+    out[params[out_at] / 4u + i] = vec4<{{TO}}>(apply(va.x, vb.x), apply(va.y, vb.y),
+                                                apply(va.z, vb.z), apply(va.w, vb.w));
+#endif
+}
+#else
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -82,3 +136,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     out[strided_index(i, rank, shape_at, out_at)] = apply(va, vb);
 #endif
 }
+#endif
