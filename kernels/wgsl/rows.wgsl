@@ -60,7 +60,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #else
 // Running maximum m and sum s of exp(x - m). m starts at the lowest finite f32 rather than -inf
 // so that -inf elements add exp(-inf) = 0 instead of exp(NaN); a row of only -inf keeps s = 0
-// and gives 0/0 = NaN, as on the CPU. A NaN makes s NaN for good.
+// and gives 0 * (1 / 0) = NaN (log: -inf - log(0)), as on the CPU. A NaN makes s NaN for good.
 struct Stat {
     m: f32,
     s: f32,
@@ -83,16 +83,28 @@ fn merge(a: Stat, b: Stat) -> Stat {
     return Stat(m, a.s * exp(a.m - m) + b.s * exp(b.m - m));
 }
 
-// A +inf in the row makes every output NaN, as on the CPU (its exp(inf - inf) is in the sum).
-fn settle(a: Stat) -> Stat {
-    return Stat(a.m, select(a.s, f32_from_bits(0x7fc00000u), a.m == f32_from_bits(0x7f800000u)));
+// What the write needs: the maximum, and 1 / sum (softmax) or log(sum) (log-softmax), once
+// per row.
+struct Norm {
+    m: f32,
+    k: f32,
 }
 
-fn result(v: f32, st: Stat) -> f32 {
+fn settle(a: Stat) -> Norm {
+    // a +inf in the row makes every output NaN, as on the CPU (its exp(inf - inf) is in the sum)
+    let s = select(a.s, f32_from_bits(0x7fc00000u), a.m == f32_from_bits(0x7f800000u));
 #if OP == log_softmax
-    return v - st.m - log(st.s);
+    return Norm(a.m, log(s));
 #else
-    return exp(v - st.m) / st.s;
+    return Norm(a.m, 1.0 / s);
+#endif
+}
+
+fn result(v: f32, n: Norm) -> f32 {
+#if OP == log_softmax
+    return v - n.m - n.k;
+#else
+    return exp(v - n.m) * n.k;
 #endif
 }
 
@@ -101,16 +113,16 @@ fn fold(a: Stat, v: V) -> Stat {
     return push(push(push(push(a, v.x), v.y), v.z), v.w);
 }
 
-fn finish(v: V, st: Stat) -> V {
-    return V(result(v.x, st), result(v.y, st), result(v.z, st), result(v.w, st));
+fn finish(v: V, n: Norm) -> V {
+    return V(result(v.x, n), result(v.y, n), result(v.z, n), result(v.w, n));
 }
 #else
 fn fold(a: Stat, v: V) -> Stat {
     return push(a, v);
 }
 
-fn finish(v: V, st: Stat) -> V {
-    return result(v, st);
+fn finish(v: V, n: Norm) -> V {
+    return result(v, n);
 }
 #endif
 
@@ -127,9 +139,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var j = 0u; j < r.n; j++) {
         st = fold(st, x[r.x + j * r.xs]);
     }
-    st = settle(st);
+    let norm = settle(st);
     for (var j = 0u; j < r.n; j++) {
-        out[r.o + j * r.os] = finish(x[r.x + j * r.xs], st);
+        out[r.o + j * r.os] = finish(x[r.x + j * r.xs], norm);
     }
 }
 #else
@@ -143,9 +155,9 @@ fn load_at(r: Row, j: u32) -> V {
     return V(neg_inf());
 }
 
-fn store_at(r: Row, j: u32, v: V, st: Stat) {
+fn store_at(r: Row, j: u32, v: V, n: Norm) {
     if (j < r.n) {
-        out[r.o + j * r.os] = finish(v, st);
+        out[r.o + j * r.os] = finish(v, n);
     }
 }
 
