@@ -508,48 +508,56 @@ enum Fast {
     None,
     /// Every view one contiguous, 4-aligned run: one vec4 per invocation.
     Vec4,
-    /// As `Vec4` for out and a, while b (of a binary op) repeats with this period: 1 (a scalar)
-    /// or a multiple of 4 (a row).
-    Bcast(u32),
+    /// As `Vec4` for out and one input of a binary op, while the other (`"a"` or `"b"`) repeats
+    /// with a period: 1 (a scalar) or a multiple of 4 (a row).
+    Bcast(&'static str, u32),
 }
 
 impl Fast {
     /// The path for a launch over coalesced `dims` whose views (out first, then the inputs) have
-    /// `strides` and `offsets`; `binary` allows `Bcast` (b is the third view).
+    /// `strides` and `offsets`; `binary` allows `Bcast` (a and b are the second and third views).
     fn of(dims: &[usize], strides: &[Vec<usize>], offsets: &[usize], binary: bool) -> Fast {
         let n: usize = dims.iter().product();
-        let aligned = |views: core::ops::Range<usize>| x4(&offsets[views]);
-        if !n.is_multiple_of(4) || !aligned(0..2) {
+        if !n.is_multiple_of(4) || !offsets[0].is_multiple_of(4) {
             return Fast::None;
         }
-        let flat = |v: &[usize]| v.len() == 1 && v[0] == 1;
-        if strides.iter().all(|s| flat(s)) && aligned(0..offsets.len()) {
+        let out = strides[0].as_slice();
+        if strides.iter().all(|s| *s == [1]) && x4(offsets) {
             return Fast::Vec4;
         }
-        if !binary {
+        let out_flat = match (dims, out) {
+            (_, [1]) => true,
+            ([_, c], [s, 1]) => s == c,
+            _ => false,
+        };
+        if !binary || !out_flat {
             return Fast::None;
         }
-        let (out, a, b) = (&strides[0], &strides[1], &strides[2]);
-        match (dims, out.as_slice(), b.as_slice()) {
-            (_, [1], [0]) if a == out => Fast::Bcast(1),
-            ([_, c], [s, 1], [0, 1]) if s == c && a == out && c.is_multiple_of(4) => {
-                Fast::Bcast(*c as u32)
-            }
+        // a view walked as out is (aligned), or one repeating along it
+        let like_out = |v: usize| strides[v] == out && offsets[v].is_multiple_of(4);
+        let period = |v: usize| match (dims, strides[v].as_slice()) {
+            (_, [0]) => Some(1),
+            ([_, c], [0, 1]) if c.is_multiple_of(4) => Some(*c as u32),
+            _ => None,
+        };
+        match (period(1), period(2)) {
+            (None, Some(p)) if like_out(1) => Fast::Bcast("b", p),
+            (Some(p), None) if like_out(2) => Fast::Bcast("a", p),
             _ => Fast::None,
         }
     }
 
     /// `key` with the defines of this path.
     fn key(self, mut key: KernelKey) -> KernelKey {
-        let mut set = |k: &str| key.defines.insert(k.to_string(), "1".to_string());
+        let mut set = |k: &str, v: &str| key.defines.insert(k.to_string(), v.to_string());
         match self {
             Fast::None => {}
             Fast::Vec4 => {
-                set("VEC4");
+                set("VEC4", "1");
             }
-            Fast::Bcast(_) => {
-                set("VEC4");
-                set("BCAST");
+            Fast::Bcast(which, _) => {
+                set("VEC4", "1");
+                set("BCAST", which);
             }
         }
         key
@@ -756,7 +764,7 @@ impl Planner {
         let offsets: Vec<usize> = views.iter().map(|v| v.0).collect();
         let binary = key.file == "binary.wgsl" && inputs.len() == 2;
         let fast = Fast::of(&dims, &strides, &offsets, binary);
-        if let Fast::Bcast(period) = fast {
+        if let Fast::Bcast(_, period) = fast {
             params[2] = period;
         }
         let threads = if fast == Fast::None { n } else { n / 4 };
@@ -1376,7 +1384,7 @@ pub fn variants() -> Vec<KernelKey> {
                 k.file == "binary.wgsl" && k.defines.get("OP").is_some_and(|o| o != "where");
             let mut v = vec![Fast::Vec4.key(k.clone())];
             if bcast {
-                v.push(Fast::Bcast(1).key(k.clone()));
+                v.extend(["a", "b"].map(|which| Fast::Bcast(which, 1).key(k.clone())));
             }
             v
         })
@@ -1565,9 +1573,10 @@ mod tests {
         d
     }
 
-    fn path(d: &Dispatch) -> (bool, bool) {
-        let on = |k: &str| d.kernel.defines.get(k).is_some_and(|v| v == "1");
-        (on("VEC4"), on("BCAST"))
+    /// Whether `d` takes the vec4 kernel, and which input it broadcasts ("" for none).
+    fn path(d: &Dispatch) -> (bool, &str) {
+        let get = |k: &str| d.kernel.defines.get(k).map_or("", String::as_str);
+        (get("VEC4") == "1", get("BCAST"))
     }
 
     fn threads(d: &Dispatch) -> u32 {
@@ -1579,19 +1588,19 @@ mod tests {
         let add = Op::Binary(BinaryOp::Add);
         let x = view(&[6, 8], &[8, 1], 0);
         let d = single(add.clone(), &[x.clone(), x.clone()]);
-        assert_eq!(path(&d), (true, false));
+        assert_eq!(path(&d), (true, ""));
         // one invocation per 4 elements
         let big = view(&[64, 64], &[64, 1], 0);
         let d = single(add.clone(), &[big.clone(), big]);
         assert_eq!(threads(&d), 1024);
         let d = single(Op::Unary(UnaryOp::Exp), from_ref(&x));
-        assert_eq!(path(&d), (true, false));
+        assert_eq!(path(&d), (true, ""));
         let cond = ViewMeta::new(&x.layout, DType::Bool);
         let d = single(Op::Where, &[cond, x.clone(), x.clone()]);
-        assert_eq!(path(&d), (true, false));
+        assert_eq!(path(&d), (true, ""));
         // offsets that are multiples of 4
         let d = single(add.clone(), &[view(&[8], &[1], 4), view(&[8], &[1], 12)]);
-        assert_eq!(path(&d), (true, false));
+        assert_eq!(path(&d), (true, ""));
     }
 
     #[test]
@@ -1605,36 +1614,38 @@ mod tests {
             view(&[6, 8], &[1, 0], 0),  // a column broadcast
         ] {
             let d = single(add.clone(), &[x.clone(), other.clone()]);
-            assert_eq!(path(&d), (false, false), "{:?}", other.layout);
+            assert_eq!(path(&d), (false, ""), "{:?}", other.layout);
             assert_eq!(d.params[2], 0);
         }
         let odd = view(&[5, 3], &[3, 1], 0);
         let d = single(add.clone(), &[odd.clone(), odd.clone()]);
-        assert_eq!(path(&d), (false, false));
-        // a broadcast a (not b) and a row of 6 are not fast either
-        let row = view(&[8], &[1], 0);
-        assert_eq!(
-            path(&single(add.clone(), &[row, x.clone()])),
-            (false, false)
-        );
+        assert_eq!(path(&d), (false, ""));
+        // a row of 6, both inputs broadcast, and a broadcast a with b unaligned are not fast
         let (y, row6) = (view(&[4, 6], &[6, 1], 0), view(&[6], &[1], 0));
-        assert_eq!(path(&single(add, &[y, row6])), (false, false));
+        assert_eq!(path(&single(add.clone(), &[y, row6])), (false, ""));
+        let (row, column) = (view(&[8], &[1], 0), view(&[6, 1], &[1, 1], 0));
+        assert_eq!(path(&single(add.clone(), &[row, column])), (false, ""));
+        let (one, shifted) = (view(&[1], &[1], 0), view(&[6, 8], &[8, 1], 1));
+        assert_eq!(path(&single(add, &[one, shifted])), (false, ""));
     }
 
     #[test]
-    fn scalar_and_row_broadcasts_of_b_use_vec4() {
+    fn scalar_and_row_broadcasts_use_vec4() {
         let x = view(&[6, 8], &[8, 1], 0);
         let mul = Op::Binary(BinaryOp::Mul);
         // a bias row at an odd offset: b is read as scalars
         let d = single(mul.clone(), &[x.clone(), view(&[8], &[1], 3)]);
-        assert_eq!((path(&d), d.params[2]), ((true, true), 8));
+        assert_eq!((path(&d), d.params[2]), ((true, "b"), 8));
         let d = single(mul.clone(), &[x.clone(), view(&[], &[], 5)]);
-        assert_eq!((path(&d), d.params[2]), ((true, true), 1));
-        let d = single(
-            Op::Compare(kiln_core::CmpOp::Lt),
-            &[x, view(&[1, 8], &[0, 1], 0)],
-        );
-        assert_eq!((path(&d), d.params[2]), ((true, true), 8));
+        assert_eq!((path(&d), d.params[2]), ((true, "b"), 1));
+        let lt = Op::Compare(kiln_core::CmpOp::Lt);
+        let d = single(lt.clone(), &[x.clone(), view(&[1, 8], &[0, 1], 0)]);
+        assert_eq!((path(&d), d.params[2]), ((true, "b"), 8));
+        // the same with the broadcast input first (1 - x, bias + x)
+        let d = single(lt, &[view(&[], &[], 2), x.clone()]);
+        assert_eq!((path(&d), d.params[2]), ((true, "a"), 1));
+        let d = single(Op::Binary(BinaryOp::Sub), &[view(&[8], &[1], 0), x]);
+        assert_eq!((path(&d), d.params[2]), ((true, "a"), 8));
     }
 
     #[test]

@@ -8,21 +8,25 @@
 //
 // VEC4: every view is one contiguous run starting at a multiple of 4 and numel is a multiple of 4
 // (the planner checks), so each invocation does one vec4: 128-bit accesses, no index math.
-// VEC4 && BCAST: the same for out and a while b repeats with period params[2] (1: a scalar;
-// else a multiple of 4: a row, as a bias), read as scalars (a small array the caches keep).
+// VEC4 && BCAST == a or b: the same for out and the other input while that one repeats with
+// period params[2] (1: a scalar; else a multiple of 4: a row, as a bias), read as scalars (a
+// small array the caches keep).
 #include "common.wgsl"
 #include "math.wgsl"
 
 #if VEC4
-alias A = vec4<{{T}}>;
 alias O = vec4<{{TO}}>;
 alias C = vec4<u32>;
 #else
-alias A = {{T}};
 alias O = {{TO}};
 alias C = u32;
 #endif
-#if VEC4 && !BCAST
+#if VEC4 && BCAST != a
+alias A = vec4<{{T}}>;
+#else
+alias A = {{T}};
+#endif
+#if VEC4 && BCAST != b
 alias B = vec4<{{T}}>;
 #else
 alias B = {{T}};
@@ -88,7 +92,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= params[0] / 4u) {
         return;
     }
-    // offsets of the views (in elements; all but a broadcast b are multiples of 4)
+    // offsets of the views (in elements; all but a broadcast input's are multiples of 4)
     let view = 1u + params[1];
     let out_at = 4u + params[1];
 #if OP == where
@@ -97,14 +101,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let a_at = out_at + view;
 #endif
 #if BCAST
+    // element k of the run at `at` (the next one, or the same one for a scalar)
     let p = params[2];
+    let hop = min(p - 1u, 1u);
+#endif
+#if BCAST == a
+    let at = params[a_at] + (4u * i) % p;
+    let va = vec4<{{T}}>(a[at], a[at + hop], a[at + 2u * hop], a[at + 3u * hop]);
+#else
+    let va = a[params[a_at] / 4u + i];
+#endif
+#if BCAST == b
     let at = params[a_at + view] + (4u * i) % p;
-    let step = min(p - 1u, 1u);
-    let vb = vec4<{{T}}>(b[at], b[at + step], b[at + 2u * step], b[at + 3u * step]);
+    let vb = vec4<{{T}}>(b[at], b[at + hop], b[at + 2u * hop], b[at + 3u * hop]);
 #else
     let vb = b[params[a_at + view] / 4u + i];
 #endif
-    let va = a[params[a_at] / 4u + i];
 #if OP == where
     let c = cond[params[out_at + view] / 4u + i];
     out[params[out_at] / 4u + i] = select(vb, va, c != vec4<u32>(0u));

@@ -119,15 +119,18 @@ fn elementwise_with_broadcast_operands() {
         ("minimum", Tensor::minimum),
         ("ge", Tensor::ge),
     ];
-    // (x, b): a bias row of 8 (fast), of 6 (strided), a scalar (fast), a column (strided), and
-    // x broadcast against b (strided)
-    let cases: [(&[usize], &[usize]); 6] = [
+    // (x, b): a bias row of 8 (fast), of 6 (strided), a scalar (fast), a column (strided), the
+    // broadcast input first (fast), and both inputs broadcast (strided)
+    let cases: [(&[usize], &[usize]); 9] = [
         (&[6, 8], &[8]),
         (&[3, 5, 16], &[16]),
         (&[4, 6], &[6]),
         (&[6, 8], &[]),
         (&[6, 8], &[6, 1]),
         (&[8], &[6, 8]),
+        (&[], &[5, 4]),
+        (&[16], &[3, 5, 16]),
+        (&[1, 8], &[6, 1]),
     ];
     for (i, (xs, bs)) in cases.into_iter().enumerate() {
         let x = data(xs, F, 300 + i as u64, -2.0, 2.0);
@@ -153,6 +156,17 @@ fn elementwise_with_broadcast_operands() {
         &[bias, x],
         &|i, t| if i == 0 { view(i, t) } else { Ok(t) },
         &|v| v[1].add(&v[0]),
+        true,
+        TOL,
+    );
+    let (bias, view) = shifted(&[12], 1, 325);
+    let x = data(&[5, 12], F, 326, -2.0, 2.0);
+    check(
+        "sub from a row at offset 1",
+        &dev,
+        &[bias, x],
+        &|i, t| if i == 0 { view(i, t) } else { Ok(t) },
+        &|v| v[0].sub(&v[1]),
         true,
         TOL,
     );
