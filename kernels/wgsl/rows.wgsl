@@ -67,7 +67,8 @@ struct Stat {
 }
 
 fn start() -> Stat {
-    return Stat(-3.40282347e38, 0.0);
+    // -f32::MAX by its bits (a rounded decimal literal can lie outside the f32 range WGSL checks)
+    return Stat(f32_from_bits(0xff7fffffu), 0.0);
 }
 
 // One exp per element: only a new maximum rescales the sum.
