@@ -564,6 +564,29 @@ impl Fast {
     }
 }
 
+/// Reductions to fewer outputs than this many workgroups (one each) cut their runs into chunks...
+const SPLIT_REDUCE_WORKGROUPS: usize = 512;
+/// ...of at least this many elements.
+const SPLIT_REDUCE_MIN_CHUNK: usize = 4096;
+
+/// How many equal chunks to cut each run of `len` elements into, for a reduction to `n_out`
+/// outputs: 1 when the outputs alone keep the GPU busy, the run is short, no divisor fits, or the
+/// op's chunk results do not combine by the op itself (var, argmax, argmin).
+fn reduce_chunks(op: ReduceOp, n_out: usize, len: usize) -> usize {
+    let combines = matches!(
+        op,
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
+    );
+    if !combines || n_out >= SPLIT_REDUCE_WORKGROUPS / 4 {
+        return 1;
+    }
+    let most = (SPLIT_REDUCE_WORKGROUPS / n_out.max(1)).min(len / SPLIT_REDUCE_MIN_CHUNK);
+    (2..=most)
+        .rev()
+        .find(|d| len.is_multiple_of(*d))
+        .unwrap_or(1)
+}
+
 /// Whether every value is a multiple of 4: sizes, offsets and strides that keep vec4 accesses
 /// whole and aligned.
 fn x4(values: &[usize]) -> bool {
@@ -798,6 +821,19 @@ impl Planner {
         let (rd, rs) = coalesce(&rd, vec![rs]);
         let n_out = u32_len(kd.iter().product(), self.name)?;
         let len = u32_len(rd.iter().product(), self.name)?;
+        let chunks = reduce_chunks(op, n_out as usize, len as usize);
+        if chunks > 1 && rd.len() == 1 {
+            // x as [kept..., chunks, len / chunks]: the chunks' results into scratch, then theirs
+            let (clen, s) = (len as usize / chunks, rs[0][0]);
+            let dims: Vec<usize> = kd.iter().copied().chain([chunks, clen]).collect();
+            let strides = ks[0].iter().copied().chain([clen * s, s]);
+            let strides = strides.map(|v| v as isize).collect();
+            let split = Layout::from_parts(Shape::from(dims), strides, x.offset());
+            let partial = self.scratch(n_out as usize * chunks);
+            self.reduce(op, &[kd.len() + 1], &split, [bufs[0], partial], ty, to)?;
+            let partials = Layout::contiguous(Shape::from([n_out as usize, chunks]));
+            return self.reduce(op, &[1], &partials, [partial, bufs[1]], to, to);
+        }
         let correction = match op {
             ReduceOp::Var { correction } => correction as u32,
             _ => 0,
@@ -1675,6 +1711,50 @@ mod tests {
         for (op, x, vec4) in cases {
             let d = single(op.clone(), from_ref(&x));
             assert_eq!(path(&d).0, vec4, "{op:?} of {:?}", x.layout);
+        }
+    }
+
+    #[test]
+    fn few_long_runs_are_reduced_in_chunks_first() {
+        let x = view(&[3, 40000], &[40000, 1], 0);
+        for op in [ReduceOp::Mean, ReduceOp::Max] {
+            let r = Op::Reduce {
+                op,
+                axes: vec![1],
+                keepdim: false,
+            };
+            let p = plan(&r, from_ref(&x), DType::F32, &Shape::from([3])).unwrap();
+            assert_eq!(p.dispatches.len(), 2, "{op:?}");
+            let (first, second) = (&p.dispatches[0], &p.dispatches[1]);
+            // 8 chunks of 5000 per output, then the 8 results of each
+            assert_eq!(&first.params[..4], &[24, 1, 1, 5000]);
+            assert_eq!(&second.params[..4], &[3, 1, 1, 8]);
+            assert_eq!(first.buffers, vec![Buffer::Input(0), Buffer::Scratch(0)]);
+            assert_eq!(second.buffers, vec![Buffer::Scratch(0), Buffer::Output]);
+            assert_eq!(p.scratch_bytes, vec![24 * ELEM_BYTES]);
+            assert!(p.dispatches.iter().all(|d| variants().contains(&d.kernel)));
+        }
+        // many outputs, short or prime runs, and ops that do not combine stay in one pass
+        let one_pass = [
+            (ReduceOp::Sum, view(&[300, 40000], &[40000, 1], 0)),
+            (ReduceOp::Sum, view(&[3, 8000], &[8000, 1], 0)),
+            (ReduceOp::Sum, view(&[3, 40009], &[40009, 1], 0)),
+            (ReduceOp::ArgMax, view(&[3, 40000], &[40000, 1], 0)),
+            (
+                ReduceOp::Var { correction: 1 },
+                view(&[3, 40000], &[40000, 1], 0),
+            ),
+        ];
+        for (op, x) in one_pass {
+            let r = Op::Reduce {
+                op,
+                axes: vec![1],
+                keepdim: false,
+            };
+            let metas = [(DType::F32, x.layout.shape().clone())];
+            let (dt, shape) = r.infer(&metas).unwrap();
+            let p = plan(&r, from_ref(&x), dt, &shape).unwrap();
+            assert_eq!(p.dispatches.len(), 1, "{op:?} of {:?}", x.layout);
         }
     }
 

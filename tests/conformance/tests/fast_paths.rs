@@ -402,3 +402,68 @@ fn reductions_of_contiguous_and_strided_runs() {
         (0.0, 0.0),
     );
 }
+
+#[test]
+fn few_long_runs_reduced_in_chunks() {
+    let Some(dev) = dev() else { return };
+    // runs of 40000 (8 chunks of 5000), along rows and down columns, everything at once
+    // (50 chunks of 4200), and a prime run (one pass)
+    let cases: [(&[usize], &[isize]); 4] = [
+        (&[3, 40000], &[1]),
+        (&[40000, 3], &[0]),
+        (&[300, 700], &[]),
+        (&[2, 40009], &[1]),
+    ];
+    for (dims, axes) in cases {
+        let x = data(dims, F, 800 + dims[1] as u64, -2.0, 2.0);
+        let w = format!("{dims:?} over {axes:?}");
+        // sums of tens of thousands of terms: a relative tolerance on a cancelling sum is loose
+        check(
+            &format!("sum {w}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| v[0].sum(axes, false),
+            true,
+            (1e-4, 1e-3),
+        );
+        check(
+            &format!("mean {w}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| v[0].mean(axes, true),
+            true,
+            (1e-4, 1e-6),
+        );
+        check(
+            &format!("max {w}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| v[0].max(axes, false),
+            true,
+            TOL,
+        );
+        check(
+            &format!("min {w}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| v[0].min(axes, false),
+            false,
+            TOL,
+        );
+        // a product of values near 1 stays finite; f32 rounding of 40000 factors adds up
+        let near_one = data(dims, F, 810, 0.9995, 1.0005);
+        check(
+            &format!("prod {w}"),
+            &dev,
+            from_ref(&near_one),
+            &same,
+            &|v| v[0].prod(axes, false),
+            false,
+            (1e-3, 1e-6),
+        );
+    }
+}
