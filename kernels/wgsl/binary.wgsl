@@ -4,13 +4,9 @@
 // params: [numel, rank, 0, 0, shape[rank], out view, a view, b view (, c view for where)];
 // a view is offset, strides[rank] (stride 0 on broadcast axes).
 // defines: OP (a BinaryOp/CmpOp name or "where"), T (input element type), TO (output type),
-// FLOAT (T is a float), WG (workgroup size), VEC4 and BCAST (the fast paths below).
-//
-// VEC4: every view is one contiguous run starting at a multiple of 4 and numel is a multiple of 4
-// (the planner checks), so each invocation does one vec4: 128-bit accesses, no index math.
-// VEC4 && BCAST == a or b: the same for out and the other input while that one repeats with
-// period params[2] (1: a scalar; else a multiple of 4: a row, as a bias), read as scalars (a
-// small array the caches keep).
+// FLOAT (T is a float), WG (workgroup size), VEC4: views contiguous from multiples of 4, numel a
+// multiple of 4: one vec4 per invocation; BCAST (a or b): that input of a VEC4 launch repeats
+// with period params[2] (1 or a multiple of 4: a scalar or a row) and is read as scalars.
 #include "common.wgsl"
 #include "math.wgsl"
 
@@ -92,7 +88,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= params[0] / 4u) {
         return;
     }
-    // offsets of the views (in elements; all but a broadcast input's are multiples of 4)
     let view = 1u + params[1];
     let out_at = 4u + params[1];
 #if OP == where
@@ -101,7 +96,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let a_at = out_at + view;
 #endif
 #if BCAST
-    // element k of the run at `at` (the next one, or the same one for a scalar)
     let p = params[2];
     let hop = min(p - 1u, 1u);
 #endif

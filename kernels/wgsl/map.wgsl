@@ -4,9 +4,7 @@
 // params: [numel, rank, c0, c1, shape[rank], out view, x view] (a view is offset, strides[rank]);
 // c0/c1 are the op's constants as bits of {{TI}} (powf exponent; clamp min/max).
 // defines: OP (a UnaryOp name, "cast" or "copy"), TI/TO (input/output element types),
-// FLOAT (input is a float), TO_BOOL (cast to bool), WG (workgroup size), VEC4: both views are
-// one contiguous run starting at a multiple of 4 and numel is a multiple of 4 (the planner
-// checks), so each invocation maps one vec4 (128-bit accesses, no index math).
+// FLOAT (input is a float), TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl).
 #include "common.wgsl"
 #include "math.wgsl"
 

@@ -6,9 +6,8 @@
 // params: [n_out, rank_keep, rank_red, len, correction, shape_keep[rk], shape_red[rr],
 //          keep view (offset, strides[rk]), red view (0, strides[rr])]
 // defines: OP (sum mean prod max min var argmax argmin), T, TO (output type), LOWEST/HIGHEST
-// (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), VEC4 (the
-// reduced elements of each output are one contiguous run starting at a multiple of 4, and len is
-// a multiple of 4: x is read as vec4).
+// (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), VEC4 (each
+// output's run contiguous from a multiple of 4, len a multiple of 4: x read as vec4).
 #include "common.wgsl"
 
 #if VEC4
@@ -65,8 +64,7 @@ fn combine(a: Acc, b: Acc) -> Acc {
 #endif
 }
 
-// The elements output `o` reduces: x[base + r * stride] for r < n (in units of V) when the
-// reduced view is one axis, else x[base + strided_index(r, ...)].
+// Output o's run: x[base + r * stride], r < n (in units of V), if flat (one reduced axis).
 struct Red {
     base: u32,
     stride: u32,
@@ -92,7 +90,6 @@ fn load(red: Red, r: u32) -> V {
     return x[red.base + strided_index(r, rr, red_shape_at, red_shape_at + rr + 1u + rk)];
 }
 
-// Folds the element(s) at position r of the run (in units of V) into a.
 #if VEC4
 fn fold(a: Acc, v: V, r: u32) -> Acc {
     let at = 4u * r;
@@ -105,7 +102,6 @@ fn fold(a: Acc, v: V, r: u32) -> Acc {
 }
 #endif
 
-// Sum of squared deviations from the mean (var's second pass).
 #if OP == var && VEC4
 fn squares(v: V, mean: {{T}}) -> {{T}} {
     let d = v - V(mean);

@@ -5,7 +5,7 @@
 // params: [n_rows, rank_keep, len, reverse, shape_keep[rk],
 //          x view (offset, strides[rk], axis stride), out view (same)]
 // defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG,
-// VEC4 (softmax: both rows contiguous, 4-aligned, len a multiple of 4; read as vec4).
+// VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
 #include "common.wgsl"
 
 #if VEC4
@@ -21,7 +21,7 @@ const W: u32 = 1u;
 
 const WG: u32 = {{WG}}u;
 
-// Where a row lives, in units of V: x[x + j * xs] and out[o + j * os] for j < n.
+// A row, in units of V: x[x + j * xs] and out[o + j * os], j < n.
 struct Row {
     x: u32,
     xs: u32,
@@ -36,7 +36,6 @@ fn row_at(row: u32) -> Row {
     let ov = xv + rk + 2u;
     let xb = strided_index(row, rk, 4u, xv);
     let ob = strided_index(row, rk, 4u, ov);
-    // with VEC4 the axis strides are 1 and the bases multiples of 4
     return Row(xb / W, params[xv + 1u + rk], ob / W, params[ov + 1u + rk], params[2] / W);
 }
 
@@ -58,16 +57,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 #else
-// Running maximum m and sum s of exp(x - m). m starts at the lowest finite f32 rather than -inf
-// so that -inf elements add exp(-inf) = 0 instead of exp(NaN); a row of only -inf keeps s = 0
-// and gives 0 * (1 / 0) = NaN (log: -inf - log(0)), as on the CPU. A NaN makes s NaN for good.
+// Running maximum m and sum s of exp(x - m). m starts at -f32::MAX, not -inf, so that -inf adds
+// exp(-inf) = 0, not exp(NaN); a row of only -inf keeps s = 0 and gives NaN, as on the CPU.
 struct Stat {
     m: f32,
     s: f32,
 }
 
 fn start() -> Stat {
-    // -f32::MAX by its bits (a rounded decimal literal can lie outside the f32 range WGSL checks)
     return Stat(f32_from_bits(0xff7fffffu), 0.0);
 }
 
@@ -84,15 +81,14 @@ fn merge(a: Stat, b: Stat) -> Stat {
     return Stat(m, a.s * exp(a.m - m) + b.s * exp(b.m - m));
 }
 
-// What the write needs: the maximum, and 1 / sum (softmax) or log(sum) (log-softmax), once
-// per row.
+// The row's maximum, and 1 / sum (softmax) or log(sum) (log-softmax).
 struct Norm {
     m: f32,
     k: f32,
 }
 
 fn settle(a: Stat) -> Norm {
-    // a +inf in the row makes every output NaN, as on the CPU (its exp(inf - inf) is in the sum)
+    // +inf: all NaN, as on the CPU
     let s = select(a.s, f32_from_bits(0x7fc00000u), a.m == f32_from_bits(0x7f800000u));
 #if OP == log_softmax
     return Norm(a.m, log(s));
@@ -148,7 +144,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #else
 var<workgroup> tree: array<Stat, WG>;
 
-// Element j of the row, or -inf (which adds exp(-inf) = 0 to the sum) past its end.
+// Element j, or -inf (adds 0 to the sum) past the row's end.
 fn load_at(r: Row, j: u32) -> V {
     if (j < r.n) {
         return x[r.x + j * r.xs];
@@ -168,8 +164,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // Spare workgroups of a rounded-up grid redo the last row and store nothing (see reduce.wgsl).
     let g = group_index(wid, nwg);
     let r = row_at(min(g, params[0] - 1u));
-    // Rows of at most 4 * WG units stay in registers between the two passes, so that x is read
-    // once; longer rows are read again for the write.
+    // rows of up to 4 * WG units stay in registers, so x is read once
     let fits = r.n <= 4u * WG;
     var st = start();
     var v0 = V(0);
