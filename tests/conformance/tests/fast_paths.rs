@@ -196,13 +196,15 @@ fn elementwise_with_broadcast_operands() {
 #[test]
 fn softmax_rows_of_every_path() {
     let Some(dev) = dev() else { return };
-    // rows of 8 and 40 (one invocation each, vec4), 1000 and 1024 (vec4, in registers),
-    // 4100 (vec4, read twice), 999 and 1030 (strided), and an unaligned start
+    // rows of 8 and 40 (one invocation each, vec4), 1000 to 4096 (vec4, in registers), 4100
+    // (vec4, read twice), 999, 1030 and unaligned starts (strided; 1024 the longest in registers)
     for (dims, offset) in [
         (&[5usize, 8][..], 0),
         (&[70, 40], 0),
         (&[3, 1000], 0),
         (&[2, 1024], 4),
+        (&[2, 4096], 0),
+        (&[2, 1024], 1),
         (&[2, 4100], 0),
         (&[3, 999], 0),
         (&[2, 1030], 0),
