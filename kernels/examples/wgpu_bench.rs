@@ -1,6 +1,6 @@
-//! Throughput of the wgpu backend on the GPU it finds: f32 matmul in TFLOP/s, an elementwise add
-//! and a row-sum reduction in GB/s, and a device-to-device buffer copy in GB/s (the bandwidth
-//! the add and the sum are measured against).
+//! Throughput of the wgpu backend on the GPU it finds: f32 matmul in TFLOP/s, an elementwise add,
+//! a row-sum reduction, a row softmax and a bias add in GB/s, and a device-to-device buffer copy
+//! in GB/s (the bandwidth the others are measured against).
 //!
 //! ```text
 //! cargo run --release -p kiln-kernels --example wgpu_bench -- [SIZES...] [--elems N] [--samples N]
@@ -116,19 +116,38 @@ fn main() -> Result<()> {
         .slice_axis(0, 0, n / cols * cols, 1)?
         .reshape([n / cols, cols])?;
     let s = median_secs(args.samples, &sync, &mut || m.sum(&[1], false).map(drop))?;
-    let sum = 4.0 * (n / cols * cols) as f64 / s / 1e9;
+    let rows_bytes = 4.0 * (n / cols * cols) as f64;
+    let sum = rows_bytes / s / 1e9;
     println!("sum over rows [{}, {cols}] f32: {sum:.1} GB/s", n / cols);
+    // softmax and bias add: one read and one write per element (the bias row stays in cache)
+    let s = median_secs(args.samples, &sync, &mut || m.softmax(-1).map(drop))?;
+    let softmax = 2.0 * rows_bytes / s / 1e9;
+    println!(
+        "softmax over rows [{}, {cols}] f32: {softmax:.1} GB/s",
+        n / cols
+    );
+    let bias = x.slice_axis(0, 0, cols, 1)?;
+    let s = median_secs(args.samples, &sync, &mut || m.add(&bias).map(drop))?;
+    let bias_add = 2.0 * rows_bytes / s / 1e9;
+    println!(
+        "bias add [{}, {cols}] + [{cols}] f32: {bias_add:.1} GB/s",
+        n / cols
+    );
     let copy = copy_gbps(&backend, 4 * n as u64, args.samples)?;
     println!("device-to-device copy, {} bytes: {copy:.1} GB/s", 4 * n);
     println!(
-        "ratios to copy: add {:.2}x, sum {:.2}x",
+        "ratios to copy: add {:.2}x, sum {:.2}x, softmax {:.2}x, bias add {:.2}x",
         add / copy,
-        sum / copy
+        sum / copy,
+        softmax / copy,
+        bias_add / copy
     );
     json.extend([
         format!("\"elems\": {n}"),
         format!("\"add_gbps\": {add:.3}"),
         format!("\"sum_gbps\": {sum:.3}"),
+        format!("\"softmax_gbps\": {softmax:.3}"),
+        format!("\"bias_add_gbps\": {bias_add:.3}"),
         format!("\"copy_gbps\": {copy:.3}"),
         format!("\"device\": {:?}", info.name),
     ]);

@@ -501,6 +501,69 @@ impl ConvGeometry {
     }
 }
 
+/// The fast paths of map.wgsl and binary.wgsl (described there) an elementwise launch can take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fast {
+    /// The strided kernel.
+    None,
+    /// Every view one contiguous, 4-aligned run: one vec4 per invocation.
+    Vec4,
+    /// As `Vec4` for out and one input of a binary op, while the other (`"a"` or `"b"`) repeats
+    /// with a period: 1 (a scalar) or a multiple of 4 (a row).
+    Bcast(&'static str, u32),
+}
+
+impl Fast {
+    /// The path for a launch over coalesced `dims` whose views (out first, then the inputs) have
+    /// `strides` and `offsets`; `binary` allows `Bcast` (a and b are the second and third views).
+    fn of(dims: &[usize], strides: &[Vec<usize>], offsets: &[usize], binary: bool) -> Fast {
+        let n: usize = dims.iter().product();
+        if !n.is_multiple_of(4) || !offsets[0].is_multiple_of(4) {
+            return Fast::None;
+        }
+        let out = strides[0].as_slice();
+        if strides.iter().all(|s| *s == [1]) && x4(offsets) {
+            return Fast::Vec4;
+        }
+        let out_flat = match (dims, out) {
+            (_, [1]) => true,
+            ([_, c], [s, 1]) => s == c,
+            _ => false,
+        };
+        if !binary || !out_flat {
+            return Fast::None;
+        }
+        // a view walked as out is (aligned), or one repeating along it
+        let like_out = |v: usize| strides[v] == out && offsets[v].is_multiple_of(4);
+        let period = |v: usize| match (dims, strides[v].as_slice()) {
+            (_, [0]) => Some(1),
+            ([_, c], [0, 1]) if c.is_multiple_of(4) => Some(*c as u32),
+            _ => None,
+        };
+        match (period(1), period(2)) {
+            (None, Some(p)) if like_out(1) => Fast::Bcast("b", p),
+            (Some(p), None) if like_out(2) => Fast::Bcast("a", p),
+            _ => Fast::None,
+        }
+    }
+
+    /// `key` with the defines of this path.
+    fn key(self, mut key: KernelKey) -> KernelKey {
+        let mut set = |k: &str, v: &str| key.defines.insert(k.to_string(), v.to_string());
+        match self {
+            Fast::None => {}
+            Fast::Vec4 => {
+                set("VEC4", "1");
+            }
+            Fast::Bcast(which, _) => {
+                set("VEC4", "1");
+                set("BCAST", which);
+            }
+        }
+        key
+    }
+}
+
 /// A tile shape of gemm.wgsl: a workgroup computes BM x BN of C, staging BK-deep slices; each
 /// invocation holds TM x TN of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -595,6 +658,12 @@ fn reduction_chunks(op: ReduceOp, n_out: u32, rd: &[usize], same_type: bool) -> 
     (2..=want.min(outer))
         .rev()
         .find(|c| outer % c == 0 && len / c >= 1024)
+}
+
+/// Whether every value is a multiple of 4: sizes, offsets and strides that keep vec4 accesses
+/// whole and aligned.
+fn x4(values: &[usize]) -> bool {
+    values.iter().all(|v| v.is_multiple_of(4))
 }
 
 /// Split-K aims at about this many workgroups for GEMMs whose output has few tiles...
@@ -788,9 +857,16 @@ impl Planner {
         for ((offset, _), s) in views.iter().zip(&strides) {
             push_view(&mut params, *offset, s);
         }
+        let offsets: Vec<usize> = views.iter().map(|v| v.0).collect();
+        let binary = key.file == "binary.wgsl" && inputs.len() == 2;
+        let fast = Fast::of(&dims, &strides, &offsets, binary);
+        if let Fast::Bcast(_, period) = fast {
+            params[2] = period;
+        }
+        let threads = if fast == Fast::None { n } else { n / 4 };
         let mut buffers: Vec<Buffer> = inputs.iter().map(|(b, _)| *b).collect();
         buffers.push(to);
-        self.launch(key, params, buffers, n)
+        self.launch(fast.key(key), params, buffers, threads)
     }
 
     fn reduce(
@@ -830,6 +906,8 @@ impl Planner {
         push_view(&mut params, x.offset() as u32, &ks[0]);
         push_view(&mut params, 0, &rs[0]);
         let per_thread = len <= 64;
+        // each output's elements one contiguous, 4-aligned run: read as vec4
+        let vec4 = rs[0] == [1] && x4(&[len as usize, x.offset()]) && x4(&ks[0]);
         let (lowest, highest) = match ty {
             "f32" => ("f32_from_bits(0xff800000u)", "f32_from_bits(0x7f800000u)"),
             "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
@@ -847,6 +925,7 @@ impl Planner {
                 ("WG", "256"),
             ],
         );
+        let key = if vec4 { Fast::Vec4.key(key) } else { key };
         let bufs = bufs.to_vec();
         if per_thread {
             self.launch(key, params, bufs, n_out)
@@ -921,7 +1000,14 @@ impl Planner {
         push_view(&mut params, 0, &ks[1]);
         params.push(os[axis] as u32);
         let per_thread = op == "cumsum" || len <= 64;
-        let key = KernelKey::new(
+        // softmax rows read and written as vec4 when both are contiguous and 4-aligned
+        let vec4 = op != "cumsum"
+            && xs[axis] == 1
+            && os[axis] == 1
+            && x4(&[len as usize, x.layout.offset()])
+            && x4(&ks[0])
+            && x4(&ks[1]);
+        let mut key = KernelKey::new(
             "rows.wgsl",
             &[
                 ("OP", op),
@@ -930,6 +1016,9 @@ impl Planner {
                 ("WG", "256"),
             ],
         );
+        if vec4 {
+            key = Fast::Vec4.key(key);
+        }
         let bufs = vec![Buffer::Input(0), Buffer::Output];
         if per_thread {
             self.launch(key, params, bufs, n_rows)
@@ -1409,6 +1498,21 @@ pub fn variants() -> Vec<KernelKey> {
             keys.push(tile.key(mode, "f32"));
         }
     }
+    // the fast paths of the elementwise kernels: vec4 for all, a broadcast b for binary ops
+    let fast: Vec<KernelKey> = keys
+        .iter()
+        .filter(|k| matches!(k.file, "map.wgsl" | "binary.wgsl"))
+        .flat_map(|k| {
+            let bcast =
+                k.file == "binary.wgsl" && k.defines.get("OP").is_some_and(|o| o != "where");
+            let mut v = vec![Fast::Vec4.key(k.clone())];
+            if bcast {
+                v.extend(["a", "b"].map(|which| Fast::Bcast(which, 1).key(k.clone())));
+            }
+            v
+        })
+        .collect();
+    keys.extend(fast);
     // reductions, rows, split-K sums and pooling come from planning real ops, so the keys match
     // exactly
     let f = |d: &[usize], dt: DType| ViewMeta::new(&Layout::contiguous(Shape::from(d)), dt);
@@ -1435,7 +1539,8 @@ pub fn variants() -> Vec<KernelKey> {
     ];
     for dt in [DType::F32, DType::I32, DType::U32, DType::Bool] {
         for r in reduce_ops {
-            for len in [8, 1000] {
+            // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
+            for len in [7, 8, 999, 1000] {
                 add(
                     Op::Reduce {
                         op: r,
@@ -1467,7 +1572,8 @@ pub fn variants() -> Vec<KernelKey> {
         }
         add(Op::Matmul, vec![f(&[4, 5], dt), f(&[5, 6], dt)]);
     }
-    for len in [8, 1000] {
+    // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
+    for len in [7, 8, 999, 1000] {
         add(Op::Softmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
         add(Op::LogSoftmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
     }
@@ -1560,12 +1666,185 @@ pub fn variants() -> Vec<KernelKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::slice::from_ref;
 
     fn matmul_plan(m: usize, k: usize, n: usize) -> Plan {
         let a = Layout::contiguous(Shape::from([m, k]));
         let b = Layout::contiguous(Shape::from([k, n]));
         let metas = [ViewMeta::new(&a, DType::F32), ViewMeta::new(&b, DType::F32)];
         plan(&Op::Matmul, &metas, DType::F32, &Shape::from([m, n])).unwrap()
+    }
+
+    fn view(dims: &[usize], strides: &[isize], offset: usize) -> ViewMeta {
+        let l = Layout::from_parts(Shape::from(dims), strides.to_vec(), offset);
+        ViewMeta::new(&l, DType::F32)
+    }
+
+    /// The one dispatch of `op` on `inputs`, after checking its kernel is a listed variant.
+    fn single(op: Op, inputs: &[ViewMeta]) -> Dispatch {
+        let metas: Vec<_> = inputs
+            .iter()
+            .map(|v| (v.dtype, v.layout.shape().clone()))
+            .collect();
+        let (dt, shape) = op.infer(&metas).unwrap();
+        let mut p = plan(&op, inputs, dt, &shape).unwrap();
+        assert_eq!(p.dispatches.len(), 1);
+        let d = p.dispatches.remove(0);
+        assert!(
+            variants().contains(&d.kernel),
+            "{} is not in variants()",
+            d.kernel.label()
+        );
+        d
+    }
+
+    /// Whether `d` takes the vec4 kernel, and which input it broadcasts ("" for none).
+    fn path(d: &Dispatch) -> (bool, &str) {
+        let get = |k: &str| d.kernel.defines.get(k).map_or("", String::as_str);
+        (get("VEC4") == "1", get("BCAST"))
+    }
+
+    fn threads(d: &Dispatch) -> u32 {
+        d.workgroups.iter().product::<u32>() * WG
+    }
+
+    #[test]
+    fn contiguous_aligned_elementwise_ops_use_vec4() {
+        let add = Op::Binary(BinaryOp::Add);
+        let x = view(&[6, 8], &[8, 1], 0);
+        let d = single(add.clone(), &[x.clone(), x.clone()]);
+        assert_eq!(path(&d), (true, ""));
+        // one invocation per 4 elements
+        let big = view(&[64, 64], &[64, 1], 0);
+        let d = single(add.clone(), &[big.clone(), big]);
+        assert_eq!(threads(&d), 1024);
+        let d = single(Op::Unary(UnaryOp::Exp), from_ref(&x));
+        assert_eq!(path(&d), (true, ""));
+        let cond = ViewMeta::new(&x.layout, DType::Bool);
+        let d = single(Op::Where, &[cond, x.clone(), x.clone()]);
+        assert_eq!(path(&d), (true, ""));
+        // offsets that are multiples of 4
+        let d = single(add.clone(), &[view(&[8], &[1], 4), view(&[8], &[1], 12)]);
+        assert_eq!(path(&d), (true, ""));
+    }
+
+    #[test]
+    fn unaligned_odd_or_strided_views_take_the_strided_kernel() {
+        let add = Op::Binary(BinaryOp::Add);
+        let x = view(&[6, 8], &[8, 1], 0);
+        for other in [
+            view(&[6, 8], &[8, 1], 1),  // starts at element 1
+            view(&[6, 8], &[1, 6], 0),  // transposed
+            view(&[6, 8], &[16, 2], 0), // every other element
+            view(&[6, 8], &[1, 0], 0),  // a column broadcast
+        ] {
+            let d = single(add.clone(), &[x.clone(), other.clone()]);
+            assert_eq!(path(&d), (false, ""), "{:?}", other.layout);
+            assert_eq!(d.params[2], 0);
+        }
+        let odd = view(&[5, 3], &[3, 1], 0);
+        let d = single(add.clone(), &[odd.clone(), odd.clone()]);
+        assert_eq!(path(&d), (false, ""));
+        // a row of 6, both inputs broadcast, and a broadcast a with b unaligned are not fast
+        let (y, row6) = (view(&[4, 6], &[6, 1], 0), view(&[6], &[1], 0));
+        assert_eq!(path(&single(add.clone(), &[y, row6])), (false, ""));
+        let (row, column) = (view(&[8], &[1], 0), view(&[6, 1], &[1, 1], 0));
+        assert_eq!(path(&single(add.clone(), &[row, column])), (false, ""));
+        let (one, shifted) = (view(&[1], &[1], 0), view(&[6, 8], &[8, 1], 1));
+        assert_eq!(path(&single(add, &[one, shifted])), (false, ""));
+    }
+
+    #[test]
+    fn scalar_and_row_broadcasts_use_vec4() {
+        let x = view(&[6, 8], &[8, 1], 0);
+        let mul = Op::Binary(BinaryOp::Mul);
+        // a bias row at an odd offset: b is read as scalars
+        let d = single(mul.clone(), &[x.clone(), view(&[8], &[1], 3)]);
+        assert_eq!((path(&d), d.params[2]), ((true, "b"), 8));
+        let d = single(mul.clone(), &[x.clone(), view(&[], &[], 5)]);
+        assert_eq!((path(&d), d.params[2]), ((true, "b"), 1));
+        let lt = Op::Compare(kiln_core::CmpOp::Lt);
+        let d = single(lt.clone(), &[x.clone(), view(&[1, 8], &[0, 1], 0)]);
+        assert_eq!((path(&d), d.params[2]), ((true, "b"), 8));
+        // the same with the broadcast input first (1 - x, bias + x)
+        let d = single(lt, &[view(&[], &[], 2), x.clone()]);
+        assert_eq!((path(&d), d.params[2]), ((true, "a"), 1));
+        let d = single(Op::Binary(BinaryOp::Sub), &[view(&[8], &[1], 0), x]);
+        assert_eq!((path(&d), d.params[2]), ((true, "a"), 8));
+    }
+
+    #[test]
+    fn contiguous_rows_of_softmax_and_reductions_use_vec4() {
+        let sum = |axes: Vec<usize>| Op::Reduce {
+            op: ReduceOp::Sum,
+            axes,
+            keepdim: false,
+        };
+        let cases = [
+            (
+                Op::Softmax { axis: 1 },
+                view(&[3, 1000], &[1000, 1], 0),
+                true,
+            ),
+            (Op::LogSoftmax { axis: 1 }, view(&[3, 8], &[8, 1], 4), true),
+            (Op::Softmax { axis: 1 }, view(&[3, 8], &[8, 1], 1), false),
+            (Op::Softmax { axis: 1 }, view(&[3, 7], &[7, 1], 0), false),
+            (Op::Softmax { axis: 0 }, view(&[8, 8], &[8, 1], 0), false),
+            (Op::Softmax { axis: 1 }, view(&[8, 8], &[1, 8], 0), false),
+            (sum(vec![1]), view(&[3, 1000], &[1000, 1], 0), true),
+            (sum(vec![1]), view(&[3, 8], &[10, 1], 0), false),
+            (sum(vec![1]), view(&[3, 8], &[8, 1], 2), false),
+            (sum(vec![0]), view(&[64, 8], &[8, 1], 0), false),
+            (sum(vec![]), view(&[64, 8], &[8, 1], 0), true),
+        ];
+        for (op, x, vec4) in cases {
+            let d = single(op.clone(), from_ref(&x));
+            assert_eq!(path(&d).0, vec4, "{op:?} of {:?}", x.layout);
+        }
+    }
+
+    #[test]
+    fn few_long_runs_are_reduced_in_chunks_first() {
+        let x = view(&[3, 40000], &[40000, 1], 0);
+        for op in [ReduceOp::Mean, ReduceOp::Max] {
+            let r = Op::Reduce {
+                op,
+                axes: vec![1],
+                keepdim: false,
+            };
+            let p = plan(&r, from_ref(&x), DType::F32, &Shape::from([3])).unwrap();
+            assert_eq!(p.dispatches.len(), 2, "{op:?}");
+            let (first, second) = (&p.dispatches[0], &p.dispatches[1]);
+            // 32 chunks of 1250 per output, then the 32 results of each
+            assert_eq!(&first.params[..4], &[96, 1, 1, 1250]);
+            assert_eq!(&second.params[..4], &[3, 1, 1, 32]);
+            assert_eq!(first.buffers, vec![Buffer::Input(0), Buffer::Scratch(0)]);
+            assert_eq!(second.buffers, vec![Buffer::Scratch(0), Buffer::Output]);
+            assert_eq!(p.scratch_bytes, vec![96 * ELEM_BYTES]);
+            assert!(p.dispatches.iter().all(|d| variants().contains(&d.kernel)));
+        }
+        // many outputs, short or prime runs, and ops that do not combine stay in one pass
+        let one_pass = [
+            (ReduceOp::Sum, view(&[300, 40000], &[40000, 1], 0)),
+            (ReduceOp::Sum, view(&[3, 8000], &[8000, 1], 0)),
+            (ReduceOp::Sum, view(&[3, 40009], &[40009, 1], 0)),
+            (ReduceOp::ArgMax, view(&[3, 40000], &[40000, 1], 0)),
+            (
+                ReduceOp::Var { correction: 1 },
+                view(&[3, 40000], &[40000, 1], 0),
+            ),
+        ];
+        for (op, x) in one_pass {
+            let r = Op::Reduce {
+                op,
+                axes: vec![1],
+                keepdim: false,
+            };
+            let metas = [(DType::F32, x.layout.shape().clone())];
+            let (dt, shape) = r.infer(&metas).unwrap();
+            let p = plan(&r, from_ref(&x), dt, &shape).unwrap();
+            assert_eq!(p.dispatches.len(), 1, "{op:?} of {:?}", x.layout);
+        }
     }
 
     #[test]

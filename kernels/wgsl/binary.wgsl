@@ -4,19 +4,39 @@
 // params: [numel, rank, 0, 0, shape[rank], out view, a view, b view (, c view for where)];
 // a view is offset, strides[rank] (stride 0 on broadcast axes).
 // defines: OP (a BinaryOp/CmpOp name or "where"), T (input element type), TO (output type),
-// FLOAT (T is a float), WG (workgroup size).
+// FLOAT (T is a float), WG (workgroup size), VEC4: views contiguous from multiples of 4, numel a
+// multiple of 4: one vec4 per invocation; BCAST (a or b): that input of a VEC4 launch repeats
+// with period params[2] (1 or a multiple of 4: a scalar or a row) and is read as scalars.
 #include "common.wgsl"
 #include "math.wgsl"
 
-#if OP == where
-@group(0) @binding(1) var<storage, read> cond: array<u32>;
-@group(0) @binding(2) var<storage, read> a: array<{{T}}>;
-@group(0) @binding(3) var<storage, read> b: array<{{T}}>;
-@group(0) @binding(4) var<storage, read_write> out: array<{{TO}}>;
+#if VEC4
+alias O = vec4<{{TO}}>;
+alias C = vec4<u32>;
 #else
-@group(0) @binding(1) var<storage, read> a: array<{{T}}>;
-@group(0) @binding(2) var<storage, read> b: array<{{T}}>;
-@group(0) @binding(3) var<storage, read_write> out: array<{{TO}}>;
+alias O = {{TO}};
+alias C = u32;
+#endif
+#if VEC4 && BCAST != a
+alias A = vec4<{{T}}>;
+#else
+alias A = {{T}};
+#endif
+#if VEC4 && BCAST != b
+alias B = vec4<{{T}}>;
+#else
+alias B = {{T}};
+#endif
+
+#if OP == where
+@group(0) @binding(1) var<storage, read> cond: array<C>;
+@group(0) @binding(2) var<storage, read> a: array<A>;
+@group(0) @binding(3) var<storage, read> b: array<B>;
+@group(0) @binding(4) var<storage, read_write> out: array<O>;
+#else
+@group(0) @binding(1) var<storage, read> a: array<A>;
+@group(0) @binding(2) var<storage, read> b: array<B>;
+@group(0) @binding(3) var<storage, read_write> out: array<O>;
 #endif
 
 #if OP != where
@@ -60,6 +80,46 @@ fn apply(x: {{T}}, y: {{T}}) -> {{TO}} {
 }
 #endif
 
+#if VEC4
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = group_index(wid, nwg) * {{WG}}u + lid;
+    if (i >= params[0] / 4u) {
+        return;
+    }
+    let view = 1u + params[1];
+    let out_at = 4u + params[1];
+#if OP == where
+    let a_at = out_at + 2u * view;
+#else
+    let a_at = out_at + view;
+#endif
+#if BCAST
+    let p = params[2];
+    let hop = min(p - 1u, 1u);
+#endif
+#if BCAST == a
+    let at = params[a_at] + (4u * i) % p;
+    let va = vec4<{{T}}>(a[at], a[at + hop], a[at + 2u * hop], a[at + 3u * hop]);
+#else
+    let va = a[params[a_at] / 4u + i];
+#endif
+#if BCAST == b
+    let at = params[a_at + view] + (4u * i) % p;
+    let vb = vec4<{{T}}>(b[at], b[at + hop], b[at + 2u * hop], b[at + 3u * hop]);
+#else
+    let vb = b[params[a_at + view] / 4u + i];
+#endif
+#if OP == where
+    let c = cond[params[out_at + view] / 4u + i];
+    out[params[out_at] / 4u + i] = select(vb, va, c != vec4<u32>(0u));
+#else
+    out[params[out_at] / 4u + i] = vec4<{{TO}}>(apply(va.x, vb.x), apply(va.y, vb.y),
+                                                apply(va.z, vb.z), apply(va.w, vb.w));
+#endif
+}
+#else
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -78,3 +138,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     out[at.x] = apply(a[at.y], b[at.z]);
 #endif
 }
+#endif

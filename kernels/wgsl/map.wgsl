@@ -4,12 +4,17 @@
 // params: [numel, rank, c0, c1, shape[rank], out view, x view] (a view is offset, strides[rank]);
 // c0/c1 are the op's constants as bits of {{TI}} (powf exponent; clamp min/max).
 // defines: OP (a UnaryOp name, "cast" or "copy"), TI/TO (input/output element types),
-// FLOAT (input is a float), TO_BOOL (cast to bool), WG (workgroup size).
+// FLOAT (input is a float), TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl).
 #include "common.wgsl"
 #include "math.wgsl"
 
+#if VEC4
+@group(0) @binding(1) var<storage, read> x: array<vec4<{{TI}}>>;
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<{{TO}}>>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<{{TI}}>;
 @group(0) @binding(2) var<storage, read_write> out: array<{{TO}}>;
+#endif
 
 fn constant(k: u32) -> {{TI}} {
     return bitcast<{{TI}}>(params[2u + k]);
@@ -90,11 +95,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
     let i = group_index(wid, nwg) * {{WG}}u + lid;
     let numel = params[0];
+    let rank = params[1];
+    let shape_at = 4u;
+    let out_at = shape_at + rank;
+#if VEC4
+    if (i >= numel / 4u) {
+        return;
+    }
+    let v = x[params[out_at + 1u + rank] / 4u + i];
+    out[params[out_at] / 4u + i] = vec4<{{TO}}>(apply(v.x), apply(v.y), apply(v.z), apply(v.w));
+#else
     if (i >= numel) {
         return;
     }
-    let rank = params[1];
-    let shape_at = 4u;
-    let at = strided_indices(i, rank, shape_at, shape_at + rank, 2u);
+    let at = strided_indices(i, rank, shape_at, out_at, 2u);
     out[at.x] = apply(x[at.y]);
+#endif
 }

@@ -6,10 +6,19 @@
 // params: [n_out, rank_keep, rank_red, len, correction, shape_keep[rk], shape_red[rr],
 //          keep view (offset, strides[rk]), red view (0, strides[rr])]
 // defines: OP (sum mean prod max min var argmax argmin), T, TO (output type), LOWEST/HIGHEST
-// (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size).
+// (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), VEC4 (each
+// output's run contiguous from a multiple of 4, len a multiple of 4: x read as vec4).
 #include "common.wgsl"
 
-@group(0) @binding(1) var<storage, read> x: array<{{T}}>;
+#if VEC4
+alias V = vec4<{{T}}>;
+const W: u32 = 4u;
+#else
+alias V = {{T}};
+const W: u32 = 1u;
+#endif
+
+@group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read_write> out: array<{{TO}}>;
 
 const WG: u32 = {{WG}}u;
@@ -55,19 +64,55 @@ fn combine(a: Acc, b: Acc) -> Acc {
 #endif
 }
 
-fn load(base: u32, r: u32) -> {{T}} {
+// Output o's run: x[base + r * stride], r < n (in units of V), if flat (one reduced axis).
+struct Red {
+    base: u32,
+    stride: u32,
+    n: u32,
+    flat: bool,
+}
+
+fn red_of(o: u32) -> Red {
+    let rk = params[1];
+    let rr = params[2];
+    let red_view_at = 5u + rk + rr + rk + 1u;
+    let base = strided_index(o, rk, 5u, 5u + rk + rr);
+    return Red(base / W, params[red_view_at + 1u], params[3] / W, rr == 1u);
+}
+
+fn load(red: Red, r: u32) -> V {
+    if (red.flat) {
+        return x[red.base + r * red.stride];
+    }
     let rk = params[1];
     let rr = params[2];
     let red_shape_at = 5u + rk;
-    let red_view_at = red_shape_at + rr + 1u + rk;
-    return x[base + strided_index(r, rr, red_shape_at, red_view_at)];
+    return x[red.base + strided_index(r, rr, red_shape_at, red_shape_at + rr + 1u + rk)];
 }
 
-fn base_of(o: u32) -> u32 {
-    let rk = params[1];
-    let rr = params[2];
-    return strided_index(o, rk, 5u, 5u + rk + rr);
+#if VEC4
+fn fold(a: Acc, v: V, r: u32) -> Acc {
+    let at = 4u * r;
+    let b = combine(combine(a, Acc(v.x, at)), Acc(v.y, at + 1u));
+    return combine(combine(b, Acc(v.z, at + 2u)), Acc(v.w, at + 3u));
 }
+#else
+fn fold(a: Acc, v: V, r: u32) -> Acc {
+    return combine(a, Acc(v, r));
+}
+#endif
+
+#if OP == var && VEC4
+fn squares(v: V, mean: {{T}}) -> {{T}} {
+    let d = v - V(mean);
+    return dot(d, d);
+}
+#elif OP == var
+fn squares(v: V, mean: {{T}}) -> {{T}} {
+    let d = v - mean;
+    return d * d;
+}
+#endif
 
 fn finish(a: Acc, sq: {{T}}) -> {{TO}} {
     let len = params[3];
@@ -91,17 +136,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let len = params[3];
-    let base = base_of(o);
+    let red = red_of(o);
     var acc = identity();
-    for (var r = 0u; r < len; r++) {
-        acc = combine(acc, Acc(load(base, r), r));
+    for (var r = 0u; r < red.n; r++) {
+        acc = fold(acc, load(red, r), r);
     }
     var sq = {{T}}(0);
 #if OP == var
     let mean = acc.v / f32(len);
-    for (var r = 0u; r < len; r++) {
-        let d = load(base, r) - mean;
-        sq += d * d;
+    for (var r = 0u; r < red.n; r++) {
+        sq += squares(load(red, r), mean);
     }
 #endif
     out[o] = finish(acc, sq);
@@ -131,19 +175,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // (so every barrier is reached by the whole workgroup) and store nothing.
     let o = group_index(wid, nwg);
     let len = params[3];
-    let base = base_of(min(o, params[0] - 1u));
+    let red = red_of(min(o, params[0] - 1u));
     var acc = identity();
-    for (var r = lid; r < len; r += WG) {
-        acc = combine(acc, Acc(load(base, r), r));
+    for (var r = lid; r < red.n; r += WG) {
+        acc = fold(acc, load(red, r), r);
     }
     let total = tree_reduce(lid, acc);
     var sq = {{T}}(0);
 #if OP == var
     let mean = total.v / f32(len);
     var mine = {{T}}(0);
-    for (var r = lid; r < len; r += WG) {
-        let d = load(base, r) - mean;
-        mine += d * d;
+    for (var r = lid; r < red.n; r += WG) {
+        mine += squares(load(red, r), mean);
     }
     sq = tree_reduce(lid, Acc(mine, 0u)).v;
 #endif

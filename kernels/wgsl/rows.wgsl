@@ -4,24 +4,39 @@
 //
 // params: [n_rows, rank_keep, len, reverse, shape_keep[rk],
 //          x view (offset, strides[rk], axis stride), out view (same)]
-// defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG.
+// defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG,
+// VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
 #include "common.wgsl"
 
-@group(0) @binding(1) var<storage, read> x: array<{{T}}>;
-@group(0) @binding(2) var<storage, read_write> out: array<{{T}}>;
+#if VEC4
+alias V = vec4<{{T}}>;
+const W: u32 = 4u;
+#else
+alias V = {{T}};
+const W: u32 = 1u;
+#endif
+
+@group(0) @binding(1) var<storage, read> x: array<V>;
+@group(0) @binding(2) var<storage, read_write> out: array<V>;
 
 const WG: u32 = {{WG}}u;
 
-fn x_at(row: u32, j: u32) -> u32 {
-    let rk = params[1];
-    let view = 4u + rk;
-    return strided_index(row, rk, 4u, view) + j * params[view + 1u + rk];
+// A row, in units of V: x[x + j * xs] and out[o + j * os], j < n.
+struct Row {
+    x: u32,
+    xs: u32,
+    o: u32,
+    os: u32,
+    n: u32,
 }
 
-fn out_at(row: u32, j: u32) -> u32 {
+fn row_at(row: u32) -> Row {
     let rk = params[1];
-    let view = 4u + rk + rk + 2u;
-    return strided_index(row, rk, 4u, view) + j * params[view + 1u + rk];
+    let xv = 4u + rk;
+    let ov = xv + rk + 2u;
+    let xb = strided_index(row, rk, 4u, xv);
+    let ob = strided_index(row, rk, 4u, ov);
+    return Row(xb / W, params[xv + 1u + rk], ob / W, params[ov + 1u + rk], params[2] / W);
 }
 
 #if OP == cumsum
@@ -32,44 +47,81 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row >= params[0]) {
         return;
     }
-    let len = params[2];
+    let r = row_at(row);
     let reverse = params[3] != 0u;
     var acc = {{T}}(0);
-    for (var k = 0u; k < len; k++) {
-        let j = select(k, len - 1u - k, reverse);
-        acc += x[x_at(row, j)];
-        out[out_at(row, j)] = acc;
+    for (var k = 0u; k < r.n; k++) {
+        let j = select(k, r.n - 1u - k, reverse);
+        acc += x[r.x + j * r.xs];
+        out[r.o + j * r.os] = acc;
     }
 }
 #else
-// Running maximum and sum of exp(x - max).
+// Running maximum m and sum s of exp(x - m). m starts at -f32::MAX, not -inf, so that -inf adds
+// exp(-inf) = 0, not exp(NaN); a row of only -inf keeps s = 0 and gives NaN, as on the CPU.
 struct Stat {
     m: f32,
     s: f32,
 }
 
+fn start() -> Stat {
+    return Stat(f32_from_bits(0xff7fffffu), 0.0);
+}
+
+// One exp per element: only a new maximum rescales the sum.
+fn push(a: Stat, v: f32) -> Stat {
+    if (v > a.m) {
+        return Stat(v, a.s * exp(a.m - v) + 1.0);
+    }
+    return Stat(a.m, a.s + exp(v - a.m));
+}
+
 fn merge(a: Stat, b: Stat) -> Stat {
-    if (a.m == neg_inf()) {
-        return b;
-    }
-    if (b.m == neg_inf()) {
-        return a;
-    }
     let m = max(a.m, b.m);
     return Stat(m, a.s * exp(a.m - m) + b.s * exp(b.m - m));
 }
 
-fn push(a: Stat, v: f32) -> Stat {
-    return merge(a, Stat(v, 1.0));
+// The row's maximum, and 1 / sum (softmax) or log(sum) (log-softmax).
+struct Norm {
+    m: f32,
+    k: f32,
 }
 
-fn result(v: f32, st: Stat) -> f32 {
+fn settle(a: Stat) -> Norm {
+    // +inf: all NaN, as on the CPU
+    let s = select(a.s, f32_from_bits(0x7fc00000u), a.m == f32_from_bits(0x7f800000u));
 #if OP == log_softmax
-    return v - st.m - log(st.s);
+    return Norm(a.m, log(s));
 #else
-    return exp(v - st.m) / st.s;
+    return Norm(a.m, 1.0 / s);
 #endif
 }
+
+fn result(v: f32, n: Norm) -> f32 {
+#if OP == log_softmax
+    return v - n.m - n.k;
+#else
+    return exp(v - n.m) * n.k;
+#endif
+}
+
+#if VEC4
+fn fold(a: Stat, v: V) -> Stat {
+    return push(push(push(push(a, v.x), v.y), v.z), v.w);
+}
+
+fn finish(v: V, n: Norm) -> V {
+    return V(result(v.x, n), result(v.y, n), result(v.z, n), result(v.w, n));
+}
+#else
+fn fold(a: Stat, v: V) -> Stat {
+    return push(a, v);
+}
+
+fn finish(v: V, n: Norm) -> V {
+    return result(v, n);
+}
+#endif
 
 #if PER_THREAD
 @compute @workgroup_size(WG)
@@ -79,28 +131,56 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row >= params[0]) {
         return;
     }
-    let len = params[2];
-    var st = Stat(neg_inf(), 0.0);
-    for (var j = 0u; j < len; j++) {
-        st = push(st, x[x_at(row, j)]);
+    let r = row_at(row);
+    var st = start();
+    for (var j = 0u; j < r.n; j++) {
+        st = fold(st, x[r.x + j * r.xs]);
     }
-    for (var j = 0u; j < len; j++) {
-        out[out_at(row, j)] = result(x[x_at(row, j)], st);
+    let norm = settle(st);
+    for (var j = 0u; j < r.n; j++) {
+        out[r.o + j * r.os] = finish(x[r.x + j * r.xs], norm);
     }
 }
 #else
 var<workgroup> tree: array<Stat, WG>;
+
+// Element j, or -inf (adds 0 to the sum) past the row's end.
+fn load_at(r: Row, j: u32) -> V {
+    if (j < r.n) {
+        return x[r.x + j * r.xs];
+    }
+    return V(neg_inf());
+}
+
+fn store_at(r: Row, j: u32, v: V, n: Norm) {
+    if (j < r.n) {
+        out[r.o + j * r.os] = finish(v, n);
+    }
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     // Spare workgroups of a rounded-up grid redo the last row and store nothing (see reduce.wgsl).
     let g = group_index(wid, nwg);
-    let row = min(g, params[0] - 1u);
-    let len = params[2];
-    var st = Stat(neg_inf(), 0.0);
-    for (var j = lid; j < len; j += WG) {
-        st = push(st, x[x_at(row, j)]);
+    let r = row_at(min(g, params[0] - 1u));
+    // rows of up to 4 * WG units stay in registers, so x is read once
+    let fits = r.n <= 4u * WG;
+    var st = start();
+    var v0 = V(0);
+    var v1 = V(0);
+    var v2 = V(0);
+    var v3 = V(0);
+    if (fits) {
+        v0 = load_at(r, lid);
+        v1 = load_at(r, lid + WG);
+        v2 = load_at(r, lid + 2u * WG);
+        v3 = load_at(r, lid + 3u * WG);
+        st = fold(fold(fold(fold(st, v0), v1), v2), v3);
+    } else {
+        for (var j = lid; j < r.n; j += WG) {
+            st = fold(st, x[r.x + j * r.xs]);
+        }
     }
     tree[lid] = st;
     workgroupBarrier();
@@ -110,10 +190,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
-    let all = tree[0];
-    if (g < params[0]) {
-        for (var j = lid; j < len; j += WG) {
-            out[out_at(row, j)] = result(x[x_at(row, j)], all);
+    let all = settle(tree[0]);
+    if (g >= params[0]) {
+        return;
+    }
+    if (fits) {
+        store_at(r, lid, v0, all);
+        store_at(r, lid + WG, v1, all);
+        store_at(r, lid + 2u * WG, v2, all);
+        store_at(r, lid + 3u * WG, v3, all);
+    } else {
+        for (var j = lid; j < r.n; j += WG) {
+            out[r.o + j * r.os] = finish(x[r.x + j * r.xs], all);
         }
     }
 }
