@@ -508,9 +508,10 @@ enum Fast {
     None,
     /// Every view one contiguous, 4-aligned run: one vec4 per invocation.
     Vec4,
-    /// As `Vec4` for out and one input of a binary op, while the other (`"a"` or `"b"`) repeats
-    /// with a period: 1 (a scalar) or a multiple of 4 (a row).
-    Bcast(&'static str, u32),
+    /// As `Vec4` for out and one input of a binary op, while the other (`"a"` or `"b"`) repeats:
+    /// element e of out reads its element (e / inner) % period. A scalar is (1, 1), a row of a
+    /// multiple of 4 (period, 1), a channel of NCHW (C, H * W a multiple of 4).
+    Bcast(&'static str, u32, u32),
 }
 
 impl Fast {
@@ -528,6 +529,7 @@ impl Fast {
         let out_flat = match (dims, out) {
             (_, [1]) => true,
             ([_, c], [s, 1]) => s == c,
+            ([_, c, h], [s, t, 1]) => t == h && *s == c * h,
             _ => false,
         };
         if !binary || !out_flat {
@@ -536,13 +538,16 @@ impl Fast {
         // a view walked as out is (aligned), or one repeating along it
         let like_out = |v: usize| strides[v] == out && offsets[v].is_multiple_of(4);
         let period = |v: usize| match (dims, strides[v].as_slice()) {
-            (_, [0]) => Some(1),
-            ([_, c], [0, 1]) if c.is_multiple_of(4) => Some(*c as u32),
+            (_, [0]) => Some((1, 1)),
+            ([_, c], [0, 1]) if c.is_multiple_of(4) => Some((*c as u32, 1)),
+            ([c, h], [1, 0]) | ([_, c, h], [0, 1, 0]) if h.is_multiple_of(4) => {
+                Some((*c as u32, *h as u32))
+            }
             _ => None,
         };
         match (period(1), period(2)) {
-            (None, Some(p)) if like_out(1) => Fast::Bcast("b", p),
-            (Some(p), None) if like_out(2) => Fast::Bcast("a", p),
+            (None, Some((p, inner))) if like_out(1) => Fast::Bcast("b", p, inner),
+            (Some((p, inner)), None) if like_out(2) => Fast::Bcast("a", p, inner),
             _ => Fast::None,
         }
     }
@@ -555,7 +560,7 @@ impl Fast {
             Fast::Vec4 => {
                 set("VEC4", "1");
             }
-            Fast::Bcast(which, _) => {
+            Fast::Bcast(which, ..) => {
                 set("VEC4", "1");
                 set("BCAST", which);
             }
@@ -860,8 +865,9 @@ impl Planner {
         let offsets: Vec<usize> = views.iter().map(|v| v.0).collect();
         let binary = key.file == "binary.wgsl" && inputs.len() == 2;
         let fast = Fast::of(&dims, &strides, &offsets, binary);
-        if let Fast::Bcast(_, period) = fast {
+        if let Fast::Bcast(_, period, inner) = fast {
             params[2] = period;
+            params[3] = inner;
         }
         let threads = if fast == Fast::None { n } else { n / 4 };
         let mut buffers: Vec<Buffer> = inputs.iter().map(|(b, _)| *b).collect();
@@ -1507,7 +1513,7 @@ pub fn variants() -> Vec<KernelKey> {
                 k.file == "binary.wgsl" && k.defines.get("OP").is_some_and(|o| o != "where");
             let mut v = vec![Fast::Vec4.key(k.clone())];
             if bcast {
-                v.extend(["a", "b"].map(|which| Fast::Bcast(which, 1).key(k.clone())));
+                v.extend(["a", "b"].map(|which| Fast::Bcast(which, 1, 1).key(k.clone())));
             }
             v
         })
@@ -1736,7 +1742,6 @@ mod tests {
             view(&[6, 8], &[8, 1], 1),  // starts at element 1
             view(&[6, 8], &[1, 6], 0),  // transposed
             view(&[6, 8], &[16, 2], 0), // every other element
-            view(&[6, 8], &[1, 0], 0),  // a column broadcast
         ] {
             let d = single(add.clone(), &[x.clone(), other.clone()]);
             assert_eq!(path(&d), (false, ""), "{:?}", other.layout);
@@ -1745,6 +1750,11 @@ mod tests {
         let odd = view(&[5, 3], &[3, 1], 0);
         let d = single(add.clone(), &[odd.clone(), odd.clone()]);
         assert_eq!(path(&d), (false, ""));
+        // a column broadcast is fast when its rows are whole vec4s (a channel of NCHW)
+        let d = single(add.clone(), &[x.clone(), view(&[6, 8], &[1, 0], 0)]);
+        assert_eq!((path(&d), d.params[2], d.params[3]), ((true, "b"), 6, 8));
+        let (x6, col6) = (view(&[4, 6], &[6, 1], 0), view(&[4, 6], &[1, 0], 0));
+        assert_eq!(path(&single(add.clone(), &[x6, col6])), (false, ""));
         // a row of 6, both inputs broadcast, and a broadcast a with b unaligned are not fast
         let (y, row6) = (view(&[4, 6], &[6, 1], 0), view(&[6], &[1], 0));
         assert_eq!(path(&single(add.clone(), &[y, row6])), (false, ""));

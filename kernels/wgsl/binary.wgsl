@@ -5,8 +5,9 @@
 // a view is offset, strides[rank] (stride 0 on broadcast axes).
 // defines: OP (a BinaryOp/CmpOp name or "where"), T (input element type), TO (output type),
 // FLOAT (T is a float), WG (workgroup size), VEC4: views contiguous from multiples of 4, numel a
-// multiple of 4: one vec4 per invocation; BCAST (a or b): that input of a VEC4 launch repeats
-// with period params[2] (1 or a multiple of 4: a scalar or a row) and is read as scalars.
+// multiple of 4: one vec4 per invocation; BCAST (a or b): that input of a VEC4 launch repeats,
+// element e of out reading its element (e / params[3]) % params[2] (a scalar, a row, or a
+// channel of NCHW when params[3] is H * W, a multiple of 4), read as scalars.
 #include "common.wgsl"
 #include "math.wgsl"
 
@@ -96,17 +97,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let a_at = out_at + view;
 #endif
 #if BCAST
+    // a row steps through the repeating input with the vec4's lanes; a channel's lanes share
+    // one value
     let p = params[2];
-    let hop = min(p - 1u, 1u);
+    let inner = params[3];
+    let row = inner == 1u;
+    let rep = select(((4u * i) / max(inner, 1u)) % p, (4u * i) % p, row);
+    let hop = select(0u, min(p - 1u, 1u), row);
 #endif
 #if BCAST == a
-    let at = params[a_at] + (4u * i) % p;
+    let at = params[a_at] + rep;
     let va = vec4<{{T}}>(a[at], a[at + hop], a[at + 2u * hop], a[at + 3u * hop]);
 #else
     let va = a[params[a_at] / 4u + i];
 #endif
 #if BCAST == b
-    let at = params[a_at + view] + (4u * i) % p;
+    let at = params[a_at + view] + rep;
     let vb = vec4<{{T}}>(b[at], b[at + hop], b[at + 2u * hop], b[at + 3u * hop]);
 #else
     let vb = b[params[a_at + view] / 4u + i];

@@ -119,9 +119,11 @@ fn elementwise_with_broadcast_operands() {
         ("minimum", Tensor::minimum),
         ("ge", Tensor::ge),
     ];
-    // (x, b): a bias row of 8 (fast), of 6 (strided), a scalar (fast), a column (strided), the
-    // broadcast input first (fast), and both inputs broadcast (strided)
-    let cases: [(&[usize], &[usize]); 9] = [
+    // (x, b): a bias row of 8 (fast), of 6 (strided), a scalar (fast), a column of rows of 8
+    // (fast), the broadcast input first (fast), both inputs broadcast (strided), a channel of
+    // NCHW with planes of 24 (fast, either side), of 25 (strided), and a column of rows of 6
+    // (strided)
+    let cases: [(&[usize], &[usize]); 13] = [
         (&[6, 8], &[8]),
         (&[3, 5, 16], &[16]),
         (&[4, 6], &[6]),
@@ -131,6 +133,10 @@ fn elementwise_with_broadcast_operands() {
         (&[], &[5, 4]),
         (&[16], &[3, 5, 16]),
         (&[1, 8], &[6, 1]),
+        (&[3, 5, 4, 6], &[5, 1, 1]),
+        (&[5, 1, 1], &[2, 5, 4, 4]),
+        (&[2, 3, 5, 5], &[3, 1, 1]),
+        (&[4, 6], &[4, 1]),
     ];
     for (i, (xs, bs)) in cases.into_iter().enumerate() {
         let x = data(xs, F, 300 + i as u64, -2.0, 2.0);
