@@ -4,8 +4,10 @@
 #   kiln             release `kiln` with --features cuda
 #   kiln-lib-test    kiln's lib tests with --features cuda: the CUDA backend tests (every planned
 #                    kernel variant through NVRTC, ops vs the CPU oracle) and the ignored `cuda::bench`
-#   conformance-ops  the conformance suite (every op forward and backward vs the CPU oracle),
-#                    only when it builds with --features cuda
+#   conformance-ops, conformance-fast_paths
+#                    the conformance suites (every op forward and backward vs the CPU oracle;
+#                    the kernels' fast paths and their fallbacks), when they build with
+#                    --features cuda
 #   wgpu_bench       kernels/examples/wgpu_bench.rs (matmul, add, sum, copy on wgpu's device)
 #   mnist/           the MNIST .gz files from shared/data/mnist
 set -eu
@@ -29,15 +31,17 @@ cargo build --release -p kiln --features cuda --bin kiln
 cp "$target/release/kiln" "$out/kiln"
 lib="$(cargo test --release -p kiln --features cuda --lib --no-run --message-format=json | executables lib | tail -n 1)"
 cp "$lib" "$out/kiln-lib-test"
-if ops="$(cargo test --release -p kiln-conformance --features cuda --test ops --no-run --message-format=json | executables ops | tail -n 1)" && [ -n "$ops" ]; then
-  cp "$ops" "$out/conformance-ops"
-else
-  echo "build.sh: the conformance suite did not build with --features cuda; run_all.sh will skip it"
-fi
+for suite in ops fast_paths; do
+  if exe="$(cargo test --release -p kiln-conformance --features cuda --test $suite --no-run --message-format=json | executables $suite | tail -n 1)" && [ -n "$exe" ]; then
+    cp "$exe" "$out/conformance-$suite"
+  else
+    echo "build.sh: the conformance suite $suite did not build with --features cuda; run_all.sh will skip it"
+  fi
+done
 cargo build --release -p kiln-kernels --example wgpu_bench
 cp "$target/release/examples/wgpu_bench" "$out/wgpu_bench"
 data="$(cd "$root/.." && pwd)/shared/data/mnist"
 [ -d "$root/shared/data/mnist" ] && data="$root/shared/data/mnist"
 cp "$data"/*-ubyte.gz "$out/mnist/"
-strip "$out"/kiln "$out"/kiln-lib-test "$out"/conformance-ops "$out"/wgpu_bench 2>/dev/null || true
+strip "$out"/kiln "$out"/kiln-lib-test "$out"/conformance-* "$out"/wgpu_bench 2>/dev/null || true
 du -sh "$out"

@@ -22,11 +22,13 @@ step "1. CUDA backend tests: NVRTC on every planned kernel variant, ops vs the C
 "$bin/kiln-lib-test" cuda:: --test-threads 1 --nocapture 2>&1 | grep -v '^$' || status=1
 
 step "2. conformance suite on cuda (every op forward and backward vs the CPU oracle)"
-if [ -x "$bin/conformance-ops" ]; then
-  KILN_CONFORMANCE_DEVICE=cuda "$bin/conformance-ops" --test-threads 1 2>&1 | tail -n 40 || status=1
-else
-  echo "not carried (tests/device/build.sh could not build it); skipped"
-fi
+for suite in "$bin"/conformance-*; do
+  if [ -x "$suite" ]; then
+    KILN_CONFORMANCE_DEVICE=cuda "$suite" --test-threads 1 2>&1 | tail -n 40 || status=1
+  else
+    echo "not carried (tests/device/build.sh could not build it); skipped"
+  fi
+done
 
 step "3. kiln train mnist --device cuda --epochs 1"
 (cd "$work" && "$bin/kiln" train mnist --device cuda --epochs 1 --quiet --data "$bin/mnist" \
@@ -44,9 +46,11 @@ if [ -d "$root/.gl" ]; then
 fi
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export WGPU_BACKEND=vulkan
-if [ -x "$bin/conformance-ops" ]; then
-  KILN_CONFORMANCE_DEVICE=wgpu "$bin/conformance-ops" --test-threads 1 2>&1 | tail -n 20 || status=1
-fi
+for suite in "$bin"/conformance-*; do
+  if [ -x "$suite" ]; then
+    KILN_CONFORMANCE_DEVICE=wgpu "$suite" --test-threads 1 2>&1 | tail -n 20 || status=1
+  fi
+done
 (cd "$work" && "$bin/kiln" train mnist --device wgpu --epochs 1 --quiet --data "$bin/mnist" \
   --out "$work/model-wgpu.safetensors") 2>&1 | tail -n 5 || status=1
 "$bin/kiln" bench train-mnist --device wgpu --data "$bin/mnist" 2>&1 | tail -n 3 || status=1
