@@ -7,6 +7,7 @@
 // defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG,
 // VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
 #include "common.wgsl"
+#include "math.wgsl"
 
 #if VEC4
 alias V = vec4<{{T}}>;
@@ -57,26 +58,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 #else
-// Running maximum m and sum s of exp(x - m). m starts at -f32::MAX, not -inf, so that -inf adds
-// exp(-inf) = 0, not exp(NaN); a row of only -inf keeps s = 0 and gives NaN, as on the CPU.
+// Running maximum m and sum s of exp(x - m), from m = -inf and s = 0. Infinities are only
+// ever compared, never computed with: NVIDIA's Vulkan compiler gave NaN where arithmetic met
+// them (or -f32::MAX, which overflows to -inf in exp). A row of only -inf keeps s = 0 and
+// gives NaN, as on the CPU.
 struct Stat {
     m: f32,
     s: f32,
 }
 
 fn start() -> Stat {
-    return Stat(f32_from_bits(0xff7fffffu), 0.0);
+    return Stat(neg_inf(), 0.0);
 }
 
-// One exp per element: only a new maximum rescales the sum.
+// One exp per element: only a new maximum rescales the sum; -inf adds nothing; NaN makes both
+// NaN, so that no merge takes the stat for an empty one.
 fn push(a: Stat, v: f32) -> Stat {
+    if (is_nan_(v)) {
+        return Stat(v, v);
+    }
     if (v > a.m) {
+        if (a.m == neg_inf()) {
+            return Stat(v, 1.0);
+        }
         return Stat(v, a.s * exp(a.m - v) + 1.0);
+    }
+    if (v == neg_inf()) {
+        return a;
     }
     return Stat(a.m, a.s + exp(v - a.m));
 }
 
 fn merge(a: Stat, b: Stat) -> Stat {
+    if (a.m == neg_inf()) {
+        return b;
+    }
+    if (b.m == neg_inf()) {
+        return a;
+    }
     let m = max(a.m, b.m);
     return Stat(m, a.s * exp(a.m - m) + b.s * exp(b.m - m));
 }
