@@ -125,8 +125,24 @@ fn result(v: f32, n: Norm) -> f32 {
 }
 
 #if VEC4
+// Four elements at once: one rescale of the running sum per vec4, no branch per element. Lanes
+// of -inf are zeroed by a select, so whatever exp gives for them is never used.
 fn fold(a: Stat, v: V) -> Stat {
-    return push(push(push(push(a, v.x), v.y), v.z), v.w);
+    if (is_nan_(v.x) || is_nan_(v.y) || is_nan_(v.z) || is_nan_(v.w)) {
+        let nan = f32_from_bits(0x7fc00000u);
+        return Stat(nan, nan);
+    }
+    let top = max(max(v.x, v.y), max(v.z, v.w));
+    if (!(top > a.m)) {
+        if (top == neg_inf()) {
+            return a;
+        }
+        let e = select(exp(v - V(a.m)), V(0.0), v == V(neg_inf()));
+        return Stat(a.m, a.s + e.x + e.y + e.z + e.w);
+    }
+    let old = select(a.s * exp(a.m - top), 0.0, a.m == neg_inf());
+    let e = select(exp(v - V(top)), V(0.0), v == V(neg_inf()));
+    return Stat(top, old + e.x + e.y + e.z + e.w);
 }
 
 fn finish(v: V, n: Norm) -> V {
