@@ -598,3 +598,24 @@ fn transposed_weight_gets_a_row_major_gradient() -> Result<()> {
     close(&gw.to_vec::<f64>()?, &want, 1e-12);
     Ok(())
 }
+
+/// A product with a small output and a long reduction (split across threads) on strided views
+/// against a plain loop.
+#[test]
+fn long_reduction_matmul_matches_loop() -> Result<()> {
+    let (m, k, n) = (6, 4099, 9);
+    // `a`: columns 1.. of a [m, k + 1] matrix; `b`: the transpose of an [n, k] matrix.
+    let (av, bv) = (rand(m * (k + 1), 91), rand(n * k, 92));
+    let a = t(&av, &[m, k + 1]).narrow(1, 1, k)?;
+    let b = t(&bv, &[n, k]).t()?;
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k)
+                .map(|j| av[r * (k + 1) + 1 + j] * bv[c * k + j])
+                .sum()
+        })
+        .collect();
+    close(&a.matmul(&b)?.to_vec::<f64>()?, &want, 1e-12);
+    Ok(())
+}
