@@ -452,7 +452,9 @@ fn backward_weight_t<T: Float>(
     };
     let (xv, gv) = (xs.to_contiguous(), gs.to_contiguous());
     let (ohw, og, kg, chw) = (goh * gow, o / groups, (c / groups) * kh * kw, c * h * wd);
-    // Each run of images sums into its own copy of the gradient; the copies are added last.
+    // Each run of images sums into its own copy of the gradient, per group transposed
+    // (`[kg, og]`: `col @ grad^T`, whose long operand `col` the GEMM then reads along its rows);
+    // the copies are added and transposed back last.
     let (step, threaded) = split(n);
     let len = o * kg;
     let mut partial = vec![T::ZERO; n.div_ceil(step).max(1) * len];
@@ -462,12 +464,12 @@ fn backward_weight_t<T: Float>(
             let col = g.columns(&xv[b * chw..][..chw], &mut buf);
             for gi in 0..groups {
                 gemm(
-                    og,
-                    ohw,
                     kg,
-                    &gv[(b * o + gi * og) * ohw..],
-                    [ohw as isize, 1],
+                    ohw,
+                    og,
                     &col[gi * kg * ohw..],
+                    [ohw as isize, 1],
+                    &gv[(b * o + gi * og) * ohw..],
                     [1, ohw as isize],
                     true,
                     &mut acc[gi * og * kg..],
@@ -476,13 +478,23 @@ fn backward_weight_t<T: Float>(
             }
         }
     });
-    if let Some((dw, rest)) = partial.split_at_mut_checked(len) {
+    if let Some((sum, rest)) = partial.split_at_mut_checked(len) {
         for run in rest.chunks_exact(len.max(1)) {
-            for (d, &v) in dw.iter_mut().zip(run) {
+            for (d, &v) in sum.iter_mut().zip(run) {
                 *d = *d + v;
             }
         }
     }
-    partial.truncate(len);
-    Ok(CpuStorage::new(partial))
+    let mut dw = vec![T::ZERO; len];
+    for (block, sum) in dw
+        .chunks_exact_mut(og * kg)
+        .zip(partial.chunks_exact(og * kg))
+    {
+        for (i, row) in block.chunks_exact_mut(kg).enumerate() {
+            for (j, d) in row.iter_mut().enumerate() {
+                *d = sum[j * og + i];
+            }
+        }
+    }
+    Ok(CpuStorage::new(dw))
 }
