@@ -5,7 +5,6 @@
 
 use super::num::Float;
 use super::par;
-
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
