@@ -447,12 +447,28 @@ fn matmul(
     };
     let g2 = g.reshape(crate::matmul_shape(a2.shape(), b2.shape())?)?;
     let ga = on(want_a, || {
-        sum_to(&g2.matmul(&b2.t()?)?, a2.shape())?.reshape(a.shape())
+        sum_to(&product_like(&g2, &b2.t()?, &a2)?, a2.shape())?.reshape(a.shape())
     })?;
     let gb = on(want_b, || {
-        sum_to(&a2.t()?.matmul(&g2)?, b2.shape())?.reshape(b.shape())
+        sum_to(&product_like(&a2.t()?, &g2, &b2)?, b2.shape())?.reshape(b.shape())
     })?;
     Ok((ga, gb))
+}
+
+/// `p @ q`, the gradient of the rank-2 operand `like`. When `like` is a transposed view (the
+/// weight of `Linear`, used as `w.t()`), it is computed as `(q^T @ p^T)^T`: the same product, in
+/// the memory order of the tensor behind the view, so that its gradient needs no copy later.
+fn product_like(p: &Tensor, q: &Tensor, like: &Tensor) -> Result<Tensor> {
+    let transposed = like.rank() == 2
+        && p.rank() == 2
+        && q.rank() == 2
+        && !like.layout().is_contiguous()
+        && like.t()?.layout().is_contiguous();
+    if transposed {
+        q.t()?.matmul(&p.t()?)?.t()
+    } else {
+        p.matmul(q)
+    }
 }
 
 /// The gradient of a slice: `g` put back at the sliced positions of zeros shaped `input`.

@@ -5,13 +5,13 @@
 
 use super::num::Float;
 use super::par;
-use super::par::zeros;
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
 use crate::op::Conv2dParams;
 use crate::{DType, Error, Result, Shape};
 use alloc::vec;
+use alloc::vec::Vec;
 use core::ops::Range;
 
 /// Output size of a convolution along one axis, or `None` when the kernel does not fit.
@@ -129,24 +129,25 @@ fn split(n: usize) -> (usize, bool) {
     }
 }
 
-/// Calls `image(b, dst, col, threaded)` for every image `b`, whose `per`-element output `dst` is
-/// the `b`-th chunk of `out`; `col` is a scratch buffer of `scratch` elements.
+/// The `n * per` outputs of `n` images: calls `image(b, dst, col, threaded)` for every image `b`,
+/// whose `per`-element output `dst` (zeros on entry, just written, so in cache) is its chunk;
+/// `col` is a scratch buffer of `scratch` elements.
 fn for_images<T: Float>(
-    out: &mut [T],
+    n: usize,
     per: usize,
     scratch: usize,
-    image: impl Fn(usize, &mut [T], &mut [T], bool) + Sync,
-) {
+    image: impl Fn(usize, &mut [T], &mut [T], bool) + Send + Sync,
+) -> Vec<T> {
     if per == 0 {
-        return;
+        return Vec::new();
     }
-    let (step, threaded) = split(out.len() / per);
-    par::chunks_mut(out, step * per, |t, run| {
+    let (step, threaded) = split(n);
+    par::zeros_with(n * per, step * per, |t, run| {
         let mut col = vec![T::ZERO; scratch];
         for (j, dst) in run.chunks_exact_mut(per).enumerate() {
             image(t * step + j, dst, &mut col, threaded);
         }
-    });
+    })
 }
 
 /// Reduction lengths up to which [`gemm()`] multiplies with plain row updates.
@@ -283,8 +284,7 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
     };
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
-    let mut out = zeros(n * o * ohw);
-    for_images(&mut out, o * ohw, g.col_len(), |b, dst, buf, threaded| {
+    let out = for_images(n, o * ohw, g.col_len(), |b, dst, buf, threaded| {
         let col = g.columns(&xv[b * c * h * wd..][..c * h * wd], buf);
         for gi in 0..groups {
             gemm(
@@ -345,63 +345,57 @@ fn conv_transpose2d_t<T: Float>(
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (hw, ohw, cg, kk) = (h * wd, oh * ow, cin / groups, kh * kw);
     let rows = og * kk; // rows of one group's column matrix
-    let mut out = zeros(n * oc * ohw);
-    for_images(
-        &mut out,
-        oc * ohw,
-        groups * rows * hw,
-        |b, dst, col, threaded| {
-            let img = &xv[b * cin * hw..][..cin * hw];
-            for gi in 0..groups {
-                // weight[g] is [cg, og*kh*kw]; its transpose has strides (1, rows).
-                gemm(
-                    rows,
-                    cg,
-                    hw,
-                    &wv[gi * cg * rows..],
-                    [1, rows as isize],
-                    &img[gi * cg * hw..],
-                    [hw as isize, 1],
-                    false,
-                    &mut col[gi * rows * hw..],
-                    threaded,
-                );
-            }
-            // col2im: each output plane gathers the taps that land on it.
-            for (c, plane) in dst.chunks_exact_mut(ohw).enumerate() {
-                let (gi, ol) = (c / og, c % og);
-                for ki in 0..kh {
-                    for kj in 0..kw {
-                        let src = &col[(gi * rows + ol * kk + ki * kw + kj) * hw..][..hw];
-                        let dy = (ki * p.dilation[0]) as isize - p.padding[0] as isize;
-                        let dx = (kj * p.dilation[1]) as isize - p.padding[1] as isize;
-                        for (iy, srow) in src.chunks_exact(wd).enumerate() {
-                            let y = (iy * p.stride[0]) as isize + dy;
-                            if y < 0 || y >= oh as isize {
-                                continue;
+    let out = for_images(n, oc * ohw, groups * rows * hw, |b, dst, col, threaded| {
+        let img = &xv[b * cin * hw..][..cin * hw];
+        for gi in 0..groups {
+            // weight[g] is [cg, og*kh*kw]; its transpose has strides (1, rows).
+            gemm(
+                rows,
+                cg,
+                hw,
+                &wv[gi * cg * rows..],
+                [1, rows as isize],
+                &img[gi * cg * hw..],
+                [hw as isize, 1],
+                false,
+                &mut col[gi * rows * hw..],
+                threaded,
+            );
+        }
+        // col2im: each output plane gathers the taps that land on it.
+        for (c, plane) in dst.chunks_exact_mut(ohw).enumerate() {
+            let (gi, ol) = (c / og, c % og);
+            for ki in 0..kh {
+                for kj in 0..kw {
+                    let src = &col[(gi * rows + ol * kk + ki * kw + kj) * hw..][..hw];
+                    let dy = (ki * p.dilation[0]) as isize - p.padding[0] as isize;
+                    let dx = (kj * p.dilation[1]) as isize - p.padding[1] as isize;
+                    for (iy, srow) in src.chunks_exact(wd).enumerate() {
+                        let y = (iy * p.stride[0]) as isize + dy;
+                        if y < 0 || y >= oh as isize {
+                            continue;
+                        }
+                        let drow = &mut plane[y as usize * ow..][..ow];
+                        if p.stride[1] == 1 {
+                            // x = ix + dx: add the in-range span.
+                            let r = overlap(wd, ow, dx);
+                            let x0 = (r.start as isize + dx) as usize;
+                            for (d, &v) in drow[x0..x0 + r.len()].iter_mut().zip(&srow[r]) {
+                                *d = *d + v;
                             }
-                            let drow = &mut plane[y as usize * ow..][..ow];
-                            if p.stride[1] == 1 {
-                                // x = ix + dx: add the in-range span.
-                                let r = overlap(wd, ow, dx);
-                                let x0 = (r.start as isize + dx) as usize;
-                                for (d, &v) in drow[x0..x0 + r.len()].iter_mut().zip(&srow[r]) {
-                                    *d = *d + v;
-                                }
-                            } else {
-                                for (ix, &v) in srow.iter().enumerate() {
-                                    let x = (ix * p.stride[1]) as isize + dx;
-                                    if x >= 0 && x < ow as isize {
-                                        drow[x as usize] = drow[x as usize] + v;
-                                    }
+                        } else {
+                            for (ix, &v) in srow.iter().enumerate() {
+                                let x = (ix * p.stride[1]) as isize + dx;
+                                if x >= 0 && x < ow as isize {
+                                    drow[x as usize] = drow[x as usize] + v;
                                 }
                             }
                         }
                     }
                 }
             }
-        },
-    );
+        }
+    });
     Ok(CpuStorage::new(out))
 }
 
@@ -457,7 +451,9 @@ fn backward_weight_t<T: Float>(
     };
     let (xv, gv) = (xs.to_contiguous(), gs.to_contiguous());
     let (ohw, og, kg, chw) = (goh * gow, o / groups, (c / groups) * kh * kw, c * h * wd);
-    // Each run of images sums into its own copy of the gradient; the copies are added last.
+    // Each run of images sums into its own copy of the gradient, per group transposed
+    // (`[kg, og]`: `col @ grad^T`, whose long operand `col` the GEMM then reads along its rows);
+    // the copies are added and transposed back last.
     let (step, threaded) = split(n);
     let len = o * kg;
     let mut partial = vec![T::ZERO; n.div_ceil(step).max(1) * len];
@@ -467,12 +463,12 @@ fn backward_weight_t<T: Float>(
             let col = g.columns(&xv[b * chw..][..chw], &mut buf);
             for gi in 0..groups {
                 gemm(
-                    og,
-                    ohw,
                     kg,
-                    &gv[(b * o + gi * og) * ohw..],
-                    [ohw as isize, 1],
+                    ohw,
+                    og,
                     &col[gi * kg * ohw..],
+                    [ohw as isize, 1],
+                    &gv[(b * o + gi * og) * ohw..],
                     [1, ohw as isize],
                     true,
                     &mut acc[gi * og * kg..],
@@ -481,13 +477,23 @@ fn backward_weight_t<T: Float>(
             }
         }
     });
-    if let Some((dw, rest)) = partial.split_at_mut_checked(len) {
+    if let Some((sum, rest)) = partial.split_at_mut_checked(len) {
         for run in rest.chunks_exact(len.max(1)) {
-            for (d, &v) in dw.iter_mut().zip(run) {
+            for (d, &v) in sum.iter_mut().zip(run) {
                 *d = *d + v;
             }
         }
     }
-    partial.truncate(len);
-    Ok(CpuStorage::new(partial))
+    let mut dw = vec![T::ZERO; len];
+    for (block, sum) in dw
+        .chunks_exact_mut(og * kg)
+        .zip(partial.chunks_exact(og * kg))
+    {
+        for (i, row) in block.chunks_exact_mut(kg).enumerate() {
+            for (j, d) in row.iter_mut().enumerate() {
+                *d = sum[j * og + i];
+            }
+        }
+    }
+    Ok(CpuStorage::new(dw))
 }

@@ -3,6 +3,7 @@
 //! place; integers use a plain wrapping loop.
 
 use super::num::{Float, Num};
+use super::par;
 use super::par::zeros;
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
@@ -86,6 +87,45 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
     if k == 0 || m * n == 0 {
         return Ok(CpuStorage::new(out));
     }
+    let parts = k_parts(m, k, n);
+    if parts > 1 && p.a_offsets.len() == 1 {
+        let (oa, ob) = (p.a_offsets[0] as isize, p.b_offsets[0] as isize);
+        let len = k.div_ceil(parts);
+        // Each thread multiplies one slice of the reduction into its own `m x n` block.
+        let mut partial = zeros::<T>(parts * m * n);
+        par::chunks_mut(&mut partial, m * n, |i, c| {
+            let k0 = (i * len).min(k);
+            let kk = len.min(k - k0);
+            // SAFETY: as below, for the columns `k0..k0 + kk` of `a` and rows of `b`, which lie
+            // inside the full operands; `c` is this part's own block.
+            unsafe {
+                T::gemm(
+                    m,
+                    kk,
+                    n,
+                    x.data.as_ptr().offset(oa + k0 as isize * p.a_strides[1]),
+                    p.a_strides[0],
+                    p.a_strides[1],
+                    y.data.as_ptr().offset(ob + k0 as isize * p.b_strides[0]),
+                    p.b_strides[0],
+                    p.b_strides[1],
+                    T::ZERO,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                    false,
+                );
+            }
+        });
+        let (first, rest) = partial.split_at_mut(m * n);
+        for part in rest.chunks_exact(m * n) {
+            for (d, &v) in first.iter_mut().zip(part) {
+                *d = *d + v;
+            }
+        }
+        partial.truncate(m * n);
+        return Ok(CpuStorage::new(partial));
+    }
     for (c, (&oa, &ob)) in out
         .chunks_exact_mut(m * n)
         .zip(p.a_offsets.iter().zip(&p.b_offsets))
@@ -113,6 +153,18 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
         }
     }
     Ok(CpuStorage::new(out))
+}
+
+/// Into how many slices of the reduction a product is split across threads: a GEMM spreads only
+/// its output blocks over them, and a small output with a long `k` (a wide layer's forward pass,
+/// 64x128 outputs from 9216 inputs) has too few blocks to keep the threads busy.
+fn k_parts(m: usize, k: usize, n: usize) -> usize {
+    let threads = par::threads();
+    if threads > 1 && m * n <= 1 << 15 && k >= 1024 && k >= 8 * m.max(n) {
+        threads.min(k / 512)
+    } else {
+        1
+    }
 }
 
 fn int<T: Num>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {

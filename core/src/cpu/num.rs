@@ -214,6 +214,8 @@ pub(crate) trait Float:
     /// Round half to even.
     fn rint(self) -> Self;
     fn powf(self, p: Self) -> Self;
+    /// `if m { a } else { b }` on the bits: never a branch, which mispredicts on data.
+    fn select(m: bool, a: Self, b: Self) -> Self;
     /// matrixmultiply's GEMM for this type: the no_std and wasm32 path, where it is the smaller.
     #[cfg_attr(all(feature = "std", not(target_arch = "wasm32")), allow(dead_code))]
     const MATRIXMULTIPLY: MatrixMultiply<Self>;
@@ -350,6 +352,11 @@ unsafe fn fast_gemm<T: Float>(
 }
 
 impl Float for f32 {
+    #[inline(always)]
+    fn select(m: bool, a: Self, b: Self) -> Self {
+        let m = u32::from(m).wrapping_neg();
+        Self::from_bits((a.to_bits() & m) | (b.to_bits() & !m))
+    }
     fn from_f(v: f64) -> Self {
         v as f32
     }
@@ -390,6 +397,11 @@ impl Float for f32 {
 }
 
 impl Float for f64 {
+    #[inline(always)]
+    fn select(m: bool, a: Self, b: Self) -> Self {
+        let m = u64::from(m).wrapping_neg();
+        Self::from_bits((a.to_bits() & m) | (b.to_bits() & !m))
+    }
     fn from_f(v: f64) -> Self {
         v
     }

@@ -1,10 +1,11 @@
 //! Fused optimizer steps.
 
 use super::num::Float;
-use super::storage::{CpuElem, CpuStorage, Src};
+use super::par;
+use super::storage::{CpuElem, CpuStorage, Src, buffer};
 use super::unsupported;
-use crate::{AdamParams, DType, Result, View};
-use alloc::vec;
+use crate::{AdamParams, DType, Error, Result, View};
+use alloc::vec::Vec;
 
 /// [`crate::Op::AdamStep`] on float `[param, grad, exp_avg, exp_avg_sq]`: `[3, n]` out.
 pub(super) fn adam_step(x: &[View<'_>], p: &AdamParams) -> Result<CpuStorage> {
@@ -19,27 +20,47 @@ fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<CpuStorage
     let read = |i: usize| Src::<T>::new("adam_step", &x[i]).map(Src::to_contiguous);
     let (w, g, m, v) = (read(0)?, read(1)?, read(2)?, read(3)?);
     let n = w.len();
-    let mut out = vec![T::from_f(0.0); 3 * n];
-    let (new_w, moments) = out.split_at_mut(n);
-    let (new_m, new_v) = moments.split_at_mut(n);
     let (step_size, inv_sqrt_bc2) = p.corrections();
     let c = |v: f64| T::from_f(v);
     let (step_size, inv_sqrt_bc2) = (c(step_size), c(inv_sqrt_bc2));
     let (b1, b2, eps, wd) = (c(p.beta1), c(p.beta2), c(p.eps), c(p.weight_decay));
     let (one, shrink) = (c(1.0), c(1.0 - p.lr * p.weight_decay));
-    for i in 0..n {
-        let (mut wi, mut gi) = (w[i], g[i]);
-        if p.decoupled {
-            wi = wi * shrink;
-        } else {
-            gi = gi + wd * wi;
-        }
-        let mi = b1 * m[i] + (one - b1) * gi;
-        let vi = b2 * v[i] + (one - b2) * (gi * gi);
-        let denom = vi.sqrt() * inv_sqrt_bc2 + eps;
-        new_w[i] = wi - mi / denom * step_size;
-        new_m[i] = mi;
-        new_v[i] = vi;
+    if [g.len(), m.len(), v.len()] != [n; 3] {
+        return Err(Error::shape(
+            "adam_step",
+            "param, grad and moments must have one shape",
+        ));
     }
+    let mut out = buffer::<T>(3 * n);
+    let (new_w, moments) = out.spare_capacity_mut()[..3 * n].split_at_mut(n);
+    let (new_m, new_v) = moments.split_at_mut(n);
+    // Pieces of the three outputs side by side, updated on all cores.
+    let size = par::piece(n, par::GRAIN);
+    let pieces: Vec<_> = (new_w.chunks_mut(size).zip(new_m.chunks_mut(size)))
+        .zip(new_v.chunks_mut(size))
+        .enumerate()
+        .collect();
+    par::for_each(pieces, |(i, ((nw, nm), nv))| {
+        let at = i * size;
+        let src = w[at..].iter().zip(&g[at..]).zip(&m[at..]).zip(&v[at..]);
+        for (((nw, nm), nv), (((&wi, &gi), &mi), &vi)) in nw.iter_mut().zip(nm).zip(nv).zip(src) {
+            let (mut wi, mut gi) = (wi, gi);
+            if p.decoupled {
+                wi = wi * shrink;
+            } else {
+                gi = gi + wd * wi;
+            }
+            let mi = b1 * mi + (one - b1) * gi;
+            let vi = b2 * vi + (one - b2) * (gi * gi);
+            let denom = vi.sqrt() * inv_sqrt_bc2 + eps;
+            nw.write(wi - mi / denom * step_size);
+            nm.write(mi);
+            nv.write(vi);
+        }
+    });
+    // SAFETY: the capacity is at least 3n, and the pieces of the three n-element parts were each
+    // written in full: every input has n elements (checked above), so each zip runs to the end
+    // of its piece (a panic propagates before this line).
+    unsafe { out.set_len(3 * n) };
     Ok(CpuStorage::new(out))
 }

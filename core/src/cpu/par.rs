@@ -36,6 +36,17 @@ pub(crate) fn chunks_mut<T: Send>(
     data.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
 }
 
+/// Calls `f` on every item, on all cores under `std`.
+pub(crate) fn for_each<I: Send>(items: Vec<I>, f: impl Fn(I) + Send + Sync) {
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    {
+        use rayon::prelude::*;
+        items.into_par_iter().for_each(f);
+    }
+    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+    items.into_iter().for_each(f);
+}
+
 /// Size of the pieces `n` items are split into for [`chunks_mut`]: a few per thread (so that a
 /// busy core does not hold the rest up), but no fewer than `grain` items each.
 pub(crate) fn piece(n: usize, grain: usize) -> usize {
@@ -75,6 +86,42 @@ where
     let _ = grain;
     out.extend(f(0..n));
     out
+}
+
+/// `n` zeros (`false`) handed to `f(i, chunk)` in `size`-element chunks, each right after it is
+/// zeroed, on all cores under `std`: kernels that overwrite most of their output then find it in
+/// cache instead of paying a separate pass of zeros over memory.
+pub(crate) fn zeros_with<T: CpuElem>(
+    n: usize,
+    size: usize,
+    f: impl Fn(usize, &mut [T]) + Send + Sync,
+) -> Vec<T> {
+    let mut out = buffer(n);
+    let size = size.max(1);
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    {
+        use rayon::prelude::*;
+        let zero = core::mem::MaybeUninit::new(T::default());
+        out.spare_capacity_mut()[..n]
+            .par_chunks_mut(size)
+            .enumerate()
+            .for_each(|(i, c)| {
+                c.fill(zero);
+                // SAFETY: every slot of `c` was just written, and `MaybeUninit<T>` has `T`'s layout.
+                let c = unsafe { &mut *(c as *mut [core::mem::MaybeUninit<T>] as *mut [T]) };
+                f(i, c);
+            });
+        // SAFETY: the capacity is at least `n`, and all of the first `n` slots were written (a
+        // panic in `f` propagates before this line).
+        unsafe { out.set_len(n) };
+        out
+    }
+    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+    {
+        out.resize(n, T::default());
+        out.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
+        out
+    }
 }
 
 /// `n` zeros (`false`), written on all cores under `std`.

@@ -169,7 +169,11 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
             true => Some(Src::<T>::new(name, &inputs[1])?.to_contiguous()),
             false => None,
         };
-        let out = max_pool(&first, grad.as_deref(), n * c, w, &rows, &cols, p);
+        let out = if p.kernel == p.stride && p.padding == [0, 0] && p.dilation == [1, 1] {
+            max_pool_tiled(&first, grad.as_deref(), n * c, [h, w], [oh, ow], p.kernel)
+        } else {
+            max_pool(&first, grad.as_deref(), n * c, w, &rows, &cols, p)
+        };
         return Ok(CpuStorage::new(out));
     }
     if !backward {
@@ -259,6 +263,87 @@ fn max_pool<T: Float>(
         }
     });
     out
+}
+
+/// Max pooling (with `grad`, its gradient) whose windows tile the input: kernel == stride, no
+/// padding or dilation, as in the usual 2x2 pooling. Each input element lies in at most one
+/// window, so the gradient is written window by window instead of added into zeros.
+fn max_pool_tiled<T: Float>(
+    x: &[T],
+    grad: Option<&[T]>,
+    planes: usize,
+    [h, w]: [usize; 2],
+    [oh, ow]: [usize; 2],
+    [kh, kw]: [usize; 2],
+) -> Vec<T> {
+    let (hw, ohw) = (h * w, oh * ow);
+    let per = if grad.is_some() { hw } else { ohw };
+    par::zeros_with(planes * per, per, |pl, dst| {
+        let plane = &x[pl * hw..][..hw];
+        let g = grad.map(|g| &g[pl * ohw..][..ohw]);
+        // The common 2x2 window gets loops with constant bounds.
+        if (kh, kw) == (2, 2) {
+            tiled_plane(plane, dst, g, w, [oh, ow], [2, 2]);
+        } else {
+            tiled_plane(plane, dst, g, w, [oh, ow], [kh, kw]);
+        }
+    })
+}
+
+/// One plane of [`max_pool_tiled`]: the maxima into `dst` (`[oh, ow]`) or, with `g`, the
+/// gradient into `dst` (`[h, w]`, zeros on entry) at the first maximum of each window (NaN counts
+/// as the maximum).
+#[inline(always)]
+fn tiled_plane<T: Float>(
+    plane: &[T],
+    dst: &mut [T],
+    g: Option<&[T]>,
+    w: usize,
+    [oh, ow]: [usize; 2],
+    [kh, kw]: [usize; 2],
+) {
+    let mut args = vec![0u32; ow];
+    for oy in 0..oh {
+        for (ox, arg) in args.iter_mut().enumerate() {
+            let win = |ki: usize| &plane[(oy * kh + ki) * w + ox * kw..][..kw];
+            // The maximum as `if v > best`, which compiles to a max instruction; NaN separately
+            // (the data-dependent selects must not become branches, which mispredict).
+            let (mut best, mut nan) = (win(0)[0], false);
+            for ki in 0..kh {
+                for &v in win(ki) {
+                    best = if v > best { v } else { best };
+                    nan |= v.is_nan();
+                }
+            }
+            if nan {
+                best = T::from_f(f64::NAN);
+            }
+            let Some(_) = g else {
+                dst[oy * ow + ox] = best;
+                continue;
+            };
+            // The first tap at the maximum: the last met going backwards, picked with a mask.
+            let mut at = 0u32;
+            for ki in (0..kh).rev() {
+                for (kj, &v) in win(ki).iter().enumerate().rev() {
+                    let hit = (v == best) | (v.is_nan() & nan);
+                    let m = u32::from(hit).wrapping_neg();
+                    at = ((ki * kw + kj) as u32 & m) | (at & !m);
+                }
+            }
+            *arg = at;
+        }
+        let Some(g) = g else { continue };
+        // Second pass, row by row: each window's gradient at its tap, zeros at the others.
+        for ki in 0..kh {
+            let row = dst[(oy * kh + ki) * w..][..ow * kw].chunks_exact_mut(kw);
+            for ((out, &gv), &at) in row.zip(&g[oy * ow..][..ow]).zip(&args) {
+                for (kj, d) in out.iter_mut().enumerate() {
+                    *d = T::select((ki * kw + kj) as u32 == at, gv, T::ZERO);
+                }
+            }
+        }
+    }
 }
 
 /// The windows of one output row of max pooling: rows `ys` of `plane`, columns `cols`, of which

@@ -472,3 +472,150 @@ fn large_views_split_across_threads_match_loops() -> Result<()> {
     close(&p.mean_all()?.to_vec::<f64>()?, &[all / n as f64], 1e-12);
     Ok(())
 }
+
+/// Max pooling by windows that tile the input (kernel == stride), on f32 read through a
+/// permuted view, with ties and NaN: values and gradients against plain loops.
+#[test]
+fn tiling_max_pool_matches_loops() -> Result<()> {
+    // Stored as [n, h, c, w], seen as [n, c, h, w]; odd sizes leave rows/columns out of windows.
+    let (n, c, h, w) = (2, 3, 9, 11);
+    let mut v: Vec<f32> = rand(n * c * h * w, 61).iter().map(|&x| x as f32).collect();
+    v[1] = v[0]; // a tie in the first window
+    v[40] = f32::NAN;
+    let x = Tensor::from_vec(v.clone(), [n, h, c, w], &Device::cpu())?.permute(&[0, 2, 1, 3])?;
+    let at = |b: usize, ch: usize, y: usize, xx: usize| v[((b * h + y) * c + ch) * w + xx];
+    for k in [[2, 2], [3, 2], [1, 3]] {
+        let p = pool_params(k, k, [0, 0], [1, 1], true);
+        let (oh, ow) = (h / k[0], w / k[1]);
+        let g: Vec<f32> = rand(n * c * oh * ow, 62)
+            .iter()
+            .map(|&x| x as f32)
+            .collect();
+        let (mut want, mut want_g) = (vec![0f32; g.len()], vec![0f32; n * c * h * w]);
+        for b in 0..n {
+            for ch in 0..c {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut best: Option<(f32, usize)> = None;
+                        for y in oy * k[0]..(oy + 1) * k[0] {
+                            for xx in ox * k[1]..(ox + 1) * k[1] {
+                                let val = at(b, ch, y, xx);
+                                let i = ((b * c + ch) * h + y) * w + xx;
+                                best = match best {
+                                    Some((bv, _)) if bv.is_nan() || !(val > bv || val.is_nan()) => {
+                                        best
+                                    }
+                                    _ => Some((val, i)),
+                                };
+                            }
+                        }
+                        let (bv, i) = best.unwrap();
+                        let o = ((b * c + ch) * oh + oy) * ow + ox;
+                        want[o] = bv;
+                        want_g[i] += g[o];
+                    }
+                }
+            }
+        }
+        let got = x.max_pool2d(p)?.to_vec::<f32>()?;
+        let same = |a: f32, b: f32| a == b || (a.is_nan() && b.is_nan());
+        assert!(got.iter().zip(&want).all(|(&a, &b)| same(a, b)), "{k:?}");
+        let gt = Tensor::from_vec(g, [n, c, oh, ow], &Device::cpu())?;
+        let got_g = Tensor::apply(crate::Op::MaxPool2dBackward(p), &[&x, &gt])?;
+        assert_eq!(got_g.to_vec::<f32>()?, want_g, "{k:?}");
+    }
+    Ok(())
+}
+
+/// The fused Adam step over a tensor split into pieces across threads, with a transposed
+/// gradient, against a plain loop of the same f32 arithmetic.
+#[test]
+fn adam_step_in_pieces_matches_loop() -> Result<()> {
+    let (r, c) = (1031, 263); // more elements than one piece holds
+    let n = r * c;
+    let f = |seed| -> Vec<f32> { rand(n, seed).iter().map(|&x| x as f32).collect() };
+    let (w, g, m) = (f(71), f(72), f(73));
+    let v: Vec<f32> = f(74).iter().map(|x| x * x).collect();
+    let dev = Device::cpu();
+    let tw = Tensor::from_vec(w.clone(), [r, c], &dev)?;
+    let tg = Tensor::from_vec(g.clone(), [c, r], &dev)?.t()?; // element (i, j) is g[j * r + i]
+    let tm = Tensor::from_vec(m.clone(), [r, c], &dev)?;
+    let tv = Tensor::from_vec(v.clone(), [r, c], &dev)?;
+    for decoupled in [false, true] {
+        let p = crate::AdamParams {
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            decoupled,
+            step: 3,
+        };
+        let out = Tensor::apply(crate::Op::AdamStep(p), &[&tw, &tg, &tm, &tv])?;
+        let got = out.to_vec::<f32>()?;
+        let (ss, ib) = p.corrections();
+        let (ss, ib, b1, b2) = (ss as f32, ib as f32, p.beta1 as f32, p.beta2 as f32);
+        let (eps, wd, shrink) = (
+            p.eps as f32,
+            p.weight_decay as f32,
+            (1.0 - 0.01 * 0.1) as f32,
+        );
+        for i in 0..n {
+            let (mut wi, mut gi) = (w[i], g[(i % c) * r + i / c]);
+            if decoupled {
+                wi *= shrink;
+            } else {
+                gi += wd * wi;
+            }
+            let mi = b1 * m[i] + (1.0 - b1) * gi;
+            let vi = b2 * v[i] + (1.0 - b2) * (gi * gi);
+            let nw = wi - mi / (vi.sqrt() * ib + eps) * ss;
+            assert_eq!(
+                [got[i], got[n + i], got[2 * n + i]],
+                [nw, mi, vi],
+                "element {i}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `x @ w.t()` (as in Linear) hands `w` a gradient in `w`'s own memory order, equal to `g^T x`.
+#[test]
+fn transposed_weight_gets_a_row_major_gradient() -> Result<()> {
+    let (b, i, o) = (5, 7, 3);
+    let (xv, wv) = (rand(b * i, 81), rand(o * i, 82));
+    let x = t(&xv, &[b, i]);
+    let w = t(&wv, &[o, i]).require_grad();
+    let y = x.matmul(&w.t()?)?;
+    let grads = y.sum_all()?.backward()?;
+    let gw = grads.get(&w).expect("w has a gradient");
+    assert!(gw.layout().is_contiguous());
+    // d sum(x w^T) / d w[p, q] = sum over rows of x[:, q].
+    let want: Vec<f64> = (0..o * i)
+        .map(|k| (0..b).map(|r| xv[r * i + k % i]).sum())
+        .collect();
+    close(&gw.to_vec::<f64>()?, &want, 1e-12);
+    Ok(())
+}
+
+/// A product with a small output and a long reduction (split across threads) on strided views
+/// against a plain loop.
+#[test]
+fn long_reduction_matmul_matches_loop() -> Result<()> {
+    let (m, k, n) = (6, 4099, 9);
+    // `a`: columns 1.. of a [m, k + 1] matrix; `b`: the transpose of an [n, k] matrix.
+    let (av, bv) = (rand(m * (k + 1), 91), rand(n * k, 92));
+    let a = t(&av, &[m, k + 1]).narrow(1, 1, k)?;
+    let b = t(&bv, &[n, k]).t()?;
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k)
+                .map(|j| av[r * (k + 1) + 1 + j] * bv[c * k + j])
+                .sum()
+        })
+        .collect();
+    close(&a.matmul(&b)?.to_vec::<f64>()?, &want, 1e-12);
+    Ok(())
+}
