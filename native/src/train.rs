@@ -62,7 +62,7 @@ impl Default for TrainConfig {
             seed: 0,
             limit: None,
             test_limit: None,
-            dropout: true,
+            dropout: false,
             checkpoint: PathBuf::from("model.ckpt.safetensors"),
             log: None,
             progress: true,
