@@ -45,3 +45,8 @@ data="$(cd "$root/.." && pwd)/shared/data/mnist"
 cp "$data"/*-ubyte.gz "$out/mnist/"
 strip "$out"/kiln "$out"/kiln-lib-test "$out"/conformance-* "$out"/wgpu_bench 2>/dev/null || true
 du -sh "$out"
+# The device tool carries at most 64 MiB with the working tree: carry the archive, not the folder
+# (run_all.sh unpacks it when devcarry/cuda/ is missing).
+tar -C "$root/devcarry" -cf - cuda | xz -T0 -3 > "$root/devcarry/cuda.tar.xz"
+du -sh "$root/devcarry/cuda.tar.xz"
+echo "carry: [\"devcarry/cuda.tar.xz\", \".gl\"] (move devcarry/cuda aside first)"

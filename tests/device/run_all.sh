@@ -8,6 +8,9 @@
 # tests/bench/wgpu_vs_torch.py; 6. CPU training bench vs PyTorch CPU. Exit status 1 if any failed.
 set -u -o pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+if [ ! -d "${1:-$root/devcarry/cuda}" ] && [ -f "$root/devcarry/cuda.tar.xz" ]; then
+  tar -C "$root/devcarry" -xJf "$root/devcarry/cuda.tar.xz"
+fi
 bin="$(cd "${1:-$root/devcarry/cuda}" && pwd)"
 # NVRTC and cuBLAS: the toolkit's, else the ones in PyTorch's nvidia wheels.
 wheels="$(python3 -c 'import glob, site
