@@ -7,7 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-stage() { printf '\n=== [%4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
+# Disk is printed at each stage: CI machines can be short of it.
+stage() { printf '\n=== [%4ss] %s (disk free: %s)\n' "$(($(date +%s) - start))" "$*" "$(df -h --output=avail . | tail -1 | tr -d ' ')"; }
+# Incremental caches only help repeated local builds; in CI they are gigabytes of dead weight.
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 
 stage "toolchain"
 source scripts/lib/ensure.sh
