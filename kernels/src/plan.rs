@@ -499,6 +499,24 @@ impl ConvGeometry {
         ];
         ConvGeometry(v.map(|d| d as u32), c.groups as u32)
     }
+
+    /// gemm.wgsl's table of the K loop's steps for conv (`transposed` false) or conv_t, for
+    /// k < `k_len` of group 0: A's offset, B's offset, tap row and column offsets, 4 words per k.
+    /// conv's k runs over (input channel, ky, kx), conv_t's over (output channel, ky, kx).
+    fn k_steps(&self, transposed: bool, k_len: usize) -> impl Iterator<Item = u32> + use<> {
+        let [_, ci, h, w, _, oh, ow, kh, kw, _, _, _, _, dh, dw] = self.0;
+        let (kk, ci_g) = (kh * kw, ci / self.1.max(1));
+        (0..k_len as u32).flat_map(move |k| {
+            let (ch, tap) = (k / kk, k % kk);
+            let taps = [(tap / kw) * dh, (tap % kw) * dw];
+            let ab = if transposed {
+                [ch * ci_g * kk + tap, ch * oh * ow]
+            } else {
+                [k, ch * h * w]
+            };
+            [ab[0], ab[1], taps[0], taps[1]]
+        })
+    }
 }
 
 /// The fast paths of map.wgsl and binary.wgsl (described there) an elementwise launch can take.
@@ -1134,6 +1152,9 @@ impl Planner {
         let mut params = vec![mnk[0] as u32, mnk[1] as u32, mnk[2] as u32, 0, geo.1, 0, 0];
         params.extend_from_slice(&geo.0);
         params.extend([aoff, boff]);
+        if mode != "conv_wgrad" {
+            params.extend(geo.k_steps(mode == "conv_t", mnk[2]));
+        }
         let groups = geo.1 as usize;
         self.gemm(
             mode,

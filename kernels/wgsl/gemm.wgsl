@@ -25,7 +25,9 @@
 //   matmul: [7] batch rank br, [8..11) a offset/row/col strides, [11..14) b offset/row/col
 //           strides, [14..14+br) batch shape, then a batch view (0, strides[br]) and b batch view
 //   conv*:  [7..22) N C H W O OH OW KH KW sh sw ph pw dh dw (conv2d terms: x is N,C,H,W, weight
-//           O,C/g,KH,KW, y is N,O,OH,OW), [22] a offset, [23] b offset; batches = groups
+//           O,C/g,KH,KW, y is N,O,OH,OW), [22] a offset, [23] b offset; batches = groups;
+//           conv and conv_t: from [24], 4 words per k of group 0: A's step, B's step, tap row and
+//           column offsets (the planner's division of k into channel and tap, done once)
 // grid: x = column tiles, y (* z) = row tiles times batches times splits, each dimension at
 // most 65535.
 // defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4; BK * BM / 4 and
@@ -134,13 +136,23 @@ fn load_a(l: Line, s: Step) -> {{T}} {
 }
 #endif
 
+#if MODE == conv || MODE == conv_t
+// The steps of k, from the planner's table: no integer division in the K loop (a division by a
+// run-time value costs more instructions than the multiply-adds it feeds).
+const STEPS: u32 = 24u;
+fn step_a(g: u32, k: u32) -> Step {
+    return Step(params[STEPS + 4u * k], 0, 0);
+}
+fn step_b(g: u32, k: u32) -> Step {
+    let at = STEPS + 4u * k;
+    return Step(params[at + 1u], i32(params[at + 2u]), i32(params[at + 3u]));
+}
+#endif
+
 #if MODE == conv
 // A = weight rows of group g: (o, (c, ky, kx)); B = im2col(x): ((c, ky, kx), (n, oy, ox)).
 fn line_a(g: u32, row: u32) -> Line {
     return Line(params[22] + (g * params[0] + row) * params[2], 0, 0);
-}
-fn step_a(g: u32, k: u32) -> Step {
-    return Step(k, 0, 0);
 }
 fn line_b(g: u32, col: u32) -> Line {
     let p = conv();
@@ -151,12 +163,6 @@ fn line_b(g: u32, col: u32) -> Line {
     let ch0 = g * (p.ci / p.groups);
     return Line(params[23] + (n * p.ci + ch0) * p.h * p.w, i32(oy * p.sh) - i32(p.ph),
         i32(ox * p.sw) - i32(p.pw));
-}
-fn step_b(g: u32, k: u32) -> Step {
-    let p = conv();
-    let kk = p.kh * p.kw;
-    let ky = (k % kk) / p.kw;
-    return Step((k / kk) * p.h * p.w, i32(ky * p.dh), i32((k % p.kw) * p.dw));
 }
 fn load_b(l: Line, s: Step) -> {{T}} {
     return x_tap(l, s);
@@ -170,15 +176,12 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
 #elif MODE == conv_t
 // dx[n, c, iy, ix] = sum over (o, ky, kx) of weight[o, c, ky, kx] * dy[n, o, oy, ox]
 // where oy * sh = iy + ph - ky * dh. A = weight^T: (c, (o, ky, kx)); B: ((o, ky, kx), (n, iy, ix)).
+// The steps count o from the group's first output channel, whose offsets the lines add.
 fn line_a(g: u32, row: u32) -> Line {
     let p = conv();
-    return Line(params[22] + row * p.kh * p.kw, 0, 0);
-}
-fn step_a(g: u32, k: u32) -> Step {
-    let p = conv();
     let kk = p.kh * p.kw;
-    let o = g * (p.co / p.groups) + k / kk;
-    return Step(o * (p.ci / p.groups) * kk + k % kk, 0, 0);
+    let o0 = g * (p.co / p.groups);
+    return Line(params[22] + (o0 * (p.ci / p.groups) + row) * kk, 0, 0);
 }
 fn line_b(g: u32, col: u32) -> Line {
     let p = conv();
@@ -186,14 +189,8 @@ fn line_b(g: u32, col: u32) -> Line {
     let n = col / plane;
     let iy = (col % plane) / p.w;
     let ix = col % p.w;
-    return Line(params[23] + n * p.co * p.oh * p.ow, i32(iy + p.ph), i32(ix + p.pw));
-}
-fn step_b(g: u32, k: u32) -> Step {
-    let p = conv();
-    let kk = p.kh * p.kw;
-    let o = g * (p.co / p.groups) + k / kk;
-    let ky = (k % kk) / p.kw;
-    return Step(o * p.oh * p.ow, i32(ky * p.dh), i32((k % p.kw) * p.dw));
+    let o0 = g * (p.co / p.groups);
+    return Line(params[23] + (n * p.co + o0) * p.oh * p.ow, i32(iy + p.ph), i32(ix + p.pw));
 }
 fn load_b(l: Line, s: Step) -> {{T}} {
     let p = conv();

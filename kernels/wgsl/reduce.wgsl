@@ -102,6 +102,26 @@ fn fold(a: Acc, v: V, r: u32) -> Acc {
 }
 #endif
 
+// Folds elements r = first, first + step, .. (r < red.n) into a in that order, four loads at a
+// time: a load per iteration left one read in flight per invocation, too few to keep the memory
+// system busy.
+fn fold_run(a: Acc, red: Red, first: u32, step: u32) -> Acc {
+    var acc = a;
+    var r = first;
+    for (; r + 3u * step < red.n; r += 4u * step) {
+        let v0 = load(red, r);
+        let v1 = load(red, r + step);
+        let v2 = load(red, r + 2u * step);
+        let v3 = load(red, r + 3u * step);
+        acc = fold(fold(acc, v0, r), v1, r + step);
+        acc = fold(fold(acc, v2, r + 2u * step), v3, r + 3u * step);
+    }
+    for (; r < red.n; r += step) {
+        acc = fold(acc, load(red, r), r);
+    }
+    return acc;
+}
+
 #if OP == var && VEC4
 fn squares(v: V, mean: {{T}}) -> {{T}} {
     let d = v - V(mean);
@@ -137,10 +157,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let len = params[3];
     let red = red_of(o);
-    var acc = identity();
-    for (var r = 0u; r < red.n; r++) {
-        acc = fold(acc, load(red, r), r);
-    }
+    let acc = fold_run(identity(), red, 0u, 1u);
     var sq = {{T}}(0);
 #if OP == var
     let mean = acc.v / f32(len);
@@ -176,10 +193,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let o = group_index(wid, nwg);
     let len = params[3];
     let red = red_of(min(o, params[0] - 1u));
-    var acc = identity();
-    for (var r = lid; r < red.n; r += WG) {
-        acc = fold(acc, load(red, r), r);
-    }
+    let acc = fold_run(identity(), red, lid, WG);
     let total = tree_reduce(lid, acc);
     var sq = {{T}}(0);
 #if OP == var

@@ -71,24 +71,6 @@ fn start() -> Stat {
     return Stat(neg_inf(), 0.0);
 }
 
-// One exp per element: only a new maximum rescales the sum; -inf adds nothing; NaN makes both
-// NaN, so that no merge takes the stat for an empty one.
-fn push(a: Stat, v: f32) -> Stat {
-    if (is_nan_(v)) {
-        return Stat(v, v);
-    }
-    if (v > a.m) {
-        if (a.m == neg_inf()) {
-            return Stat(v, 1.0);
-        }
-        return Stat(v, a.s * exp(a.m - v) + 1.0);
-    }
-    if (v == neg_inf()) {
-        return a;
-    }
-    return Stat(a.m, a.s + exp(v - a.m));
-}
-
 fn merge(a: Stat, b: Stat) -> Stat {
     if (a.m == neg_inf()) {
         return b;
@@ -116,47 +98,73 @@ fn settle(a: Stat) -> Norm {
 #endif
 }
 
-fn result(v: f32, n: Norm) -> f32 {
-#if OP == log_softmax
-    return v - n.m - n.k;
-#else
-    return exp(v - n.m) * n.k;
-#endif
+#if VEC4
+fn top(v: V) -> f32 {
+    return max(max(v.x, v.y), max(v.z, v.w));
 }
 
-#if VEC4
-// Four elements at once: one rescale of the running sum per vec4, no branch per element. Lanes
-// of -inf are zeroed by a select, so whatever exp gives for them is never used.
-fn fold(a: Stat, v: V) -> Stat {
-    if (is_nan_(v.x) || is_nan_(v.y) || is_nan_(v.z) || is_nan_(v.w)) {
+fn any_nan(v: V) -> bool {
+    return is_nan_(v.x) || is_nan_(v.y) || is_nan_(v.z) || is_nan_(v.w);
+}
+
+// The sum of exp(v - m) over v's lanes, -inf lanes adding 0 (whatever exp gives for them).
+fn part(v: V, m: f32) -> f32 {
+    let e = select(exp(v - V(m)), V(0.0), v == V(neg_inf()));
+    return e.x + e.y + e.z + e.w;
+}
+#else
+fn top(v: V) -> f32 {
+    return v;
+}
+
+fn any_nan(v: V) -> bool {
+    return is_nan_(v);
+}
+
+fn part(v: V, m: f32) -> f32 {
+    return select(exp(v - m), 0.0, v == neg_inf());
+}
+#endif
+
+// The stat of the four values an invocation holds in registers: their maximum first, then one
+// exp per element and no rescaling of the sum.
+fn stat_of(v0: V, v1: V, v2: V, v3: V) -> Stat {
+    if (any_nan(v0) || any_nan(v1) || any_nan(v2) || any_nan(v3)) {
         let nan = f32_from_bits(0x7fc00000u);
         return Stat(nan, nan);
     }
-    let top = max(max(v.x, v.y), max(v.z, v.w));
-    if (!(top > a.m)) {
-        if (top == neg_inf()) {
+    let m = max(max(top(v0), top(v1)), max(top(v2), top(v3)));
+    if (m == neg_inf()) {
+        return start();
+    }
+    return Stat(m, part(v0, m) + part(v1, m) + part(v2, m) + part(v3, m));
+}
+
+// Folds v into the running stat: only a new maximum rescales the sum, and -inf lanes add
+// nothing; NaN makes both NaN, so that no merge takes the stat for an empty one.
+fn fold(a: Stat, v: V) -> Stat {
+    if (any_nan(v)) {
+        let nan = f32_from_bits(0x7fc00000u);
+        return Stat(nan, nan);
+    }
+    let t = top(v);
+    if (!(t > a.m)) {
+        if (t == neg_inf()) {
             return a;
         }
-        let e = select(exp(v - V(a.m)), V(0.0), v == V(neg_inf()));
-        return Stat(a.m, a.s + e.x + e.y + e.z + e.w);
+        return Stat(a.m, a.s + part(v, a.m));
     }
-    let old = select(a.s * exp(a.m - top), 0.0, a.m == neg_inf());
-    let e = select(exp(v - V(top)), V(0.0), v == V(neg_inf()));
-    return Stat(top, old + e.x + e.y + e.z + e.w);
+    let old = select(a.s * exp(a.m - t), 0.0, a.m == neg_inf());
+    return Stat(t, old + part(v, t));
 }
 
 fn finish(v: V, n: Norm) -> V {
-    return V(result(v.x, n), result(v.y, n), result(v.z, n), result(v.w, n));
-}
+#if OP == log_softmax
+    return v - V(n.m) - V(n.k);
 #else
-fn fold(a: Stat, v: V) -> Stat {
-    return push(a, v);
-}
-
-fn finish(v: V, n: Norm) -> V {
-    return result(v, n);
-}
+    return exp(v - V(n.m)) * n.k;
 #endif
+}
 
 #if PER_THREAD
 @compute @workgroup_size(WG)
@@ -211,7 +219,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         v1 = load_at(r, lid + WG);
         v2 = load_at(r, lid + 2u * WG);
         v3 = load_at(r, lid + 3u * WG);
-        st = fold(fold(fold(fold(st, v0), v1), v2), v3);
+        st = stat_of(v0, v1, v2, v3);
     } else {
         for (var j = lid; j < r.n; j += WG) {
             st = fold(st, x[r.x + j * r.xs]);
