@@ -500,22 +500,32 @@ impl ConvGeometry {
         ConvGeometry(v.map(|d| d as u32), c.groups as u32)
     }
 
-    /// gemm.wgsl's table of the K loop's steps for conv (`transposed` false) or conv_t, for
-    /// k < `k_len` of group 0: A's offset, B's offset, tap row and column offsets, 4 words per k.
-    /// conv's k runs over (input channel, ky, kx), conv_t's over (output channel, ky, kx).
-    fn k_steps(&self, transposed: bool, k_len: usize) -> impl Iterator<Item = u32> + use<> {
-        let [_, ci, h, w, _, oh, ow, kh, kw, _, _, _, _, dh, dw] = self.0;
+    /// gemm.wgsl's table of the K loop's steps, 4 words per entry (A's offset, B's offset, tap
+    /// row and column offsets): for conv one entry per k = (input channel, ky, kx) of group 0,
+    /// for conv_t per k = (output channel, ky, kx), for conv_wgrad per output position (oy, ox)
+    /// of an image (its k = (n, oy, ox) and the kernel adds the image's offsets).
+    fn k_steps(&self, mode: &str, k_len: usize) -> Vec<u32> {
+        let [_, ci, h, w, _, oh, ow, kh, kw, sh, sw, _, _, dh, dw] = self.0;
         let (kk, ci_g) = (kh * kw, ci / self.1.max(1));
-        (0..k_len as u32).flat_map(move |k| {
-            let (ch, tap) = (k / kk, k % kk);
-            let taps = [(tap / kw) * dh, (tap % kw) * dw];
-            let ab = if transposed {
-                [ch * ci_g * kk + tap, ch * oh * ow]
-            } else {
-                [k, ch * h * w]
-            };
-            [ab[0], ab[1], taps[0], taps[1]]
-        })
+        let entry = |k: u32| match mode {
+            "conv" => [k, (k / kk) * h * w, (k % kk / kw) * dh, (k % kw) * dw],
+            "conv_t" => {
+                let (o, tap) = (k / kk, k % kk);
+                [
+                    o * ci_g * kk + tap,
+                    o * oh * ow,
+                    (tap / kw) * dh,
+                    (tap % kw) * dw,
+                ]
+            }
+            _ => [k, 0, (k / ow) * sh, (k % ow) * sw],
+        };
+        let entries = if mode == "conv_wgrad" {
+            (oh * ow).min(k_len as u32)
+        } else {
+            k_len as u32
+        };
+        (0..entries).flat_map(entry).collect()
     }
 }
 
@@ -1152,9 +1162,7 @@ impl Planner {
         let mut params = vec![mnk[0] as u32, mnk[1] as u32, mnk[2] as u32, 0, geo.1, 0, 0];
         params.extend_from_slice(&geo.0);
         params.extend([aoff, boff]);
-        if mode != "conv_wgrad" {
-            params.extend(geo.k_steps(mode == "conv_t", mnk[2]));
-        }
+        params.extend(geo.k_steps(mode, mnk[2]));
         let groups = geo.1 as usize;
         self.gemm(
             mode,

@@ -26,8 +26,9 @@
 //           strides, [14..14+br) batch shape, then a batch view (0, strides[br]) and b batch view
 //   conv*:  [7..22) N C H W O OH OW KH KW sh sw ph pw dh dw (conv2d terms: x is N,C,H,W, weight
 //           O,C/g,KH,KW, y is N,O,OH,OW), [22] a offset, [23] b offset; batches = groups;
-//           conv and conv_t: from [24], 4 words per k of group 0: A's step, B's step, tap row and
-//           column offsets (the planner's division of k into channel and tap, done once)
+//           from [24], 4 words per k of group 0 (conv, conv_t) or per output position
+//           (conv_wgrad): A's step, B's step, tap row and column offsets (the planner's
+//           division of k into channel and tap, or of the position into oy and ox, done once)
 // grid: x = column tiles, y (* z) = row tiles times batches times splits, each dimension at
 // most 65535.
 // defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4; BK * BM / 4 and
@@ -134,12 +135,12 @@ fn x_tap(l: Line, s: Step) -> {{T}} {
 fn load_a(l: Line, s: Step) -> {{T}} {
     return a[l.at + s.at];
 }
+// Where the planner's table of steps starts (see the header): it spares the K loop integer
+// divisions, each of which costs more instructions than the multiply-adds it feeds.
+const STEPS: u32 = 24u;
 #endif
 
 #if MODE == conv || MODE == conv_t
-// The steps of k, from the planner's table: no integer division in the K loop (a division by a
-// run-time value costs more instructions than the multiply-adds it feeds).
-const STEPS: u32 = 24u;
 fn step_a(g: u32, k: u32) -> Step {
     return Step(params[STEPS + 4u * k], 0, 0);
 }
@@ -227,10 +228,13 @@ fn line_a(g: u32, row: u32) -> Line {
     let p = conv();
     return Line(params[22] + (g * params[0] + row) * p.oh * p.ow, 0, 0);
 }
+// k runs over (n, oy, ox): one division splits it into the image and the position, whose tap
+// offsets come from the planner's table (4 words per position, as for conv).
 fn step_a(g: u32, k: u32) -> Step {
     let p = conv();
     let plane = p.oh * p.ow;
-    return Step((k / plane) * p.co * plane + k % plane, 0, 0);
+    let n = k / plane;
+    return Step(n * p.co * plane + k - n * plane, 0, 0);
 }
 fn line_b(g: u32, col: u32) -> Line {
     let p = conv();
@@ -244,8 +248,9 @@ fn line_b(g: u32, col: u32) -> Line {
 fn step_b(g: u32, k: u32) -> Step {
     let p = conv();
     let plane = p.oh * p.ow;
-    let oy = (k % plane) / p.ow;
-    return Step((k / plane) * p.ci * p.h * p.w, i32(oy * p.sh), i32((k % p.ow) * p.sw));
+    let n = k / plane;
+    let at = STEPS + 4u * (k - n * plane);
+    return Step(n * p.ci * p.h * p.w, i32(params[at + 2u]), i32(params[at + 3u]));
 }
 fn load_b(l: Line, s: Step) -> {{T}} {
     return x_tap(l, s);
