@@ -610,14 +610,16 @@ struct GemmTile {
 
 impl GemmTile {
     /// Every shape `pick` chooses from. Workgroup memory is 16 * BK * (BM / 4 + 1 + BN / 4)
-    /// bytes (8.3, 12.3, 10.5 and 8.3 KiB), within WebGPU's guaranteed 16 KiB; each shape stages
+    /// bytes (8.3, 12.3, 6.3 and 8.3 KiB), within WebGPU's guaranteed 16 KiB; each shape stages
     /// whole vec4s per invocation (BK * BM / 4 and BK * BN / 4 are multiples of the workgroup).
-    /// (A 64 x 128 tile of 8 x 8 per invocation was tried for 64-row convolutions: on an H200
-    /// it ran conv2 of the MNIST CNN at batch 256 in 419 us against 251 us in 64 x 64 tiles.)
+    /// Tried and dropped, on the MNIST CNN at batch 256: 64 x 128 tiles of 8 x 8 for conv2
+    /// (H200: 419 us against 251 us in 64 x 64), and 32 x 128 tiles of 4 x 8 for the 32-row
+    /// convolutions (H100: conv2's input gradient 512 us against 369 us in 32 x 64; the larger
+    /// block per invocation holds more registers, so fewer workgroups hide the gathers' latency).
     const ALL: [GemmTile; 4] = [
         GemmTile::new(128, 128, 8, 8, 8),
         GemmTile::new(128, 64, 16, 8, 4),
-        GemmTile::new(32, 128, 16, 4, 8),
+        GemmTile::new(32, 64, 16, 4, 4),
         GemmTile::new(64, 64, 16, 4, 4),
     ];
     /// Workgroups that keep a large GPU busy: a larger tile is only worth it when the output
@@ -630,8 +632,8 @@ impl GemmTile {
     }
 
     /// The larger the block of C per invocation, the more multiply-adds per value read from
-    /// workgroup memory: the largest tile that still gives BUSY workgroups, a short-and-wide
-    /// tile for outputs of at most 32 rows (convolutions with few channels), else 64 x 64.
+    /// workgroup memory: the largest tile that still gives BUSY workgroups, a 32-row tile for
+    /// outputs of at most 32 rows (convolutions with few channels), else 64 x 64.
     fn pick(m: usize, n: usize, batches: usize) -> Self {
         let [big, tall, short, small] = Self::ALL;
         let tiles = |t: GemmTile| m.div_ceil(t.bm) * n.div_ceil(t.bn) * batches;
@@ -1350,13 +1352,15 @@ fn strides_u32(s: &[isize], op: &'static str) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// A grid of `groups` workgroups, split over x, y (and z) so that none exceeds [`MAX_GRID`].
+/// A grid of `groups` workgroups, split over x, y (and z) so that none exceeds [`MAX_GRID`],
+/// with as few spare workgroups as the split allows: 65536 workgroups as 32768 x 2, not as
+/// 65535 x 2 (half of them spare, each redoing a row of a reduction).
 pub fn grid(groups: u64, op: &'static str) -> Result<[u32; 3]> {
     let max = MAX_GRID as u64;
-    let x = groups.clamp(1, max);
-    let rest = groups.div_ceil(x);
-    let y = rest.clamp(1, max);
-    let z = rest.div_ceil(y);
+    let groups = groups.max(1);
+    let z = groups.div_ceil(max * max);
+    let y = groups.div_ceil(z).div_ceil(max);
+    let x = groups.div_ceil(z * y);
     if z > max {
         return Err(Error::unsupported(
             op,
@@ -1944,6 +1948,29 @@ mod tests {
             &Shape::from(out),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn grids_cover_every_workgroup_with_little_to_spare() {
+        let max = MAX_GRID as u64;
+        for groups in [
+            1,
+            7,
+            max,
+            max + 1,
+            65536,
+            3 * max + 5,
+            max * max,
+            max * max + 1,
+        ] {
+            let [x, y, z] = grid(groups, "test").unwrap().map(u64::from);
+            assert!(x <= max && y <= max && z <= max, "{groups}: {x} {y} {z}");
+            assert!(x * y * z >= groups, "{groups}: {x} {y} {z}");
+            // less than one row of x spare per plane
+            assert!(x * y * z - groups < y * z, "{groups}: {x} {y} {z}");
+        }
+        assert_eq!(grid(65536, "test").unwrap(), [32768, 2, 1]);
+        assert!(grid(max * max * max + 1, "test").is_err());
     }
 
     #[test]
