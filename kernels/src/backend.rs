@@ -8,7 +8,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use wgpu::util::DeviceExt;
 
 /// How to pick the GPU.
 #[derive(Clone, Debug)]
@@ -62,6 +61,12 @@ const BATCH_OPS: usize = 32;
 struct Batch {
     encoder: Option<wgpu::CommandEncoder>,
     ops: usize,
+    /// Params buffers of the recorded ops, and free ones by size. A params buffer is written
+    /// with `write_buffer`, which lands before the next submission's commands, so one is only
+    /// reused once the ops that read it were submitted. (A buffer created per dispatch cost more
+    /// host time than a small kernel takes on the GPU.)
+    params_in_use: Vec<wgpu::Buffer>,
+    params_free: HashMap<u64, Vec<wgpu::Buffer>>,
 }
 
 impl Batch {
@@ -70,6 +75,35 @@ impl Batch {
         if let Some(e) = self.encoder.take() {
             queue.submit([e.finish()]);
         }
+        for b in self.params_in_use.drain(..) {
+            self.params_free.entry(b.size()).or_default().push(b);
+        }
+    }
+
+    /// A storage buffer holding `words`, for an op about to be recorded in this batch.
+    fn params(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        words: &[u32],
+    ) -> wgpu::Buffer {
+        let bytes: &[u8] = bytemuck::cast_slice(words);
+        let size = bucket(bytes.len() as u64);
+        let buffer = self
+            .params_free
+            .get_mut(&size)
+            .and_then(Vec::pop)
+            .unwrap_or_else(|| {
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("kiln params"),
+                    size,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            });
+        queue.write_buffer(&buffer, 0, bytes);
+        self.params_in_use.push(buffer.clone());
+        buffer
     }
 }
 
@@ -275,7 +309,13 @@ impl WgpuBackend {
             layout: None,
             module: &module,
             entry_point: Some("main"),
-            compilation_options: Default::default(),
+            // Every kernel writes its workgroup memory before a barrier and reads it after, so
+            // the zero fill wgpu would otherwise add to the start of every workgroup (a store
+            // loop and a barrier) is only overhead. Browsers fill it whatever is asked here.
+            compilation_options: wgpu::PipelineCompilationOptions {
+                zero_initialize_workgroup_memory: false,
+                ..Default::default()
+            },
             cache: None,
         });
         self.check(&label)?;
@@ -297,18 +337,24 @@ impl WgpuBackend {
             return Ok(out);
         }
         let device = &self.inner.device;
+        let pipelines = plan
+            .dispatches
+            .iter()
+            .map(|d| self.pipeline(&d.kernel))
+            .collect::<Result<Vec<_>>>()?;
+        // Params are written and the op recorded under one hold of the lock, so that no other
+        // thread submits the batch (freeing the params buffers for reuse) in between.
+        let mut batch =
+            self.inner.batch.lock().map_err(|_| {
+                Error::device(name.to_string(), "the command batch lock is poisoned")
+            })?;
         let mut groups = Vec::with_capacity(plan.dispatches.len());
-        for d in &plan.dispatches {
-            let pipeline = self.pipeline(&d.kernel)?;
+        for (d, pipeline) in plan.dispatches.iter().zip(pipelines) {
             let mut words = d.params.clone();
             if words.is_empty() {
                 words.push(0);
             }
-            let params = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("kiln params"),
-                contents: bytemuck::cast_slice(&words),
-                usage: wgpu::BufferUsages::STORAGE,
-            });
+            let params = batch.params(device, &self.inner.queue, &words);
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
                 resource: params.as_entire_binding(),
@@ -343,30 +389,26 @@ impl WgpuBackend {
             });
             groups.push((pipeline, group, d.workgroups));
         }
-        {
-            let mut batch = self.inner.batch.lock().map_err(|_| {
-                Error::device(name.to_string(), "the command batch lock is poisoned")
-            })?;
-            let encoder = batch.encoder.get_or_insert_with(|| {
-                device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("kiln batch"),
-                })
-            });
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(name),
-                timestamp_writes: None,
-            });
-            for (pipeline, group, [x, y, z]) in &groups {
-                pass.set_pipeline(pipeline);
-                pass.set_bind_group(0, group, &[]);
-                pass.dispatch_workgroups(*x, *y, *z);
-            }
-            drop(pass);
-            batch.ops += 1;
-            if batch.ops >= BATCH_OPS {
-                batch.submit(&self.inner.queue);
-            }
+        let encoder = batch.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kiln batch"),
+            })
+        });
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(name),
+            timestamp_writes: None,
+        });
+        for (pipeline, group, [x, y, z]) in &groups {
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(*x, *y, *z);
         }
+        drop(pass);
+        batch.ops += 1;
+        if batch.ops >= BATCH_OPS {
+            batch.submit(&self.inner.queue);
+        }
+        drop(batch);
         self.check(name)?;
         Ok(out)
     }

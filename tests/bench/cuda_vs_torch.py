@@ -6,7 +6,7 @@
     kiln's `Trainer::step` uploads each batch from the host and reads the loss and the number
     correct back every step, so its figure includes that traffic;
 (b) matmul f32 4096: torch.matmul against kiln's cuBLAS path and its translated WGSL GEMM;
-(c) an elementwise add and a row softmax in GB/s against a device-to-device copy.
+(c) an elementwise add, a row sum and a row softmax in GB/s against a device-to-device copy.
 
     python3 tests/bench/cuda_vs_torch.py --kiln-bin DIR/kiln --kiln-lib-test DIR/kiln-lib-test
 
@@ -124,21 +124,26 @@ def main():
     v = torch.rand(length, device=dev)
     tadd = 12 * length / timed(lambda: u + v, 20) / 1e9
     rows = u.view(1 << 14, 1 << 12)
+    tsum = 4 * length / timed(lambda: rows.sum(dim=1), 20) / 1e9
     tsm = 8 * length / timed(lambda: torch.softmax(rows, dim=1), 20) / 1e9
     out = torch.empty_like(u)
     tcopy = 8 * length / timed(lambda: out.copy_(u), 20) / 1e9
-    print(f"torch add: {tadd:.1f} GB/s, softmax: {tsm:.1f} GB/s, device copy: {tcopy:.1f} GB/s", flush=True)
+    print(f"torch add: {tadd:.1f} GB/s, row sum: {tsum:.1f} GB/s, softmax: {tsm:.1f} GB/s, "
+          f"device copy: {tcopy:.1f} GB/s", flush=True)
     if a.kiln_lib_test:
         text = run([a.kiln_lib_test, "cuda::bench", "--ignored", "--nocapture", "--test-threads", "1"])
         ratio("matmul 4096 cublas TFLOP/s", figure(r"cublas: ([\d.]+) TFLOP/s", text), tm)
         ratio("matmul 4096 translated-wgsl TFLOP/s", figure(r"translated-wgsl: ([\d.]+) TFLOP/s", text), tm)
         kcopy = figure(r"device copy f32, \d+ elements: ([\d.]+) GB/s", text)
         kadd = figure(r"kiln add f32, \d+ elements: ([\d.]+) GB/s", text)
+        ksum = figure(r"kiln sum over rows \[16384, 4096\] f32: ([\d.]+) GB/s", text)
         ksm = figure(r"kiln softmax rows \[16384, 4096\] f32: ([\d.]+) GB/s", text)
         ratio("add GB/s vs torch add", kadd, tadd)
+        ratio("row sum GB/s vs torch sum", ksum, tsum)
         ratio("softmax GB/s vs torch softmax", ksm, tsm)
         if kcopy:
             ratio("add GB/s vs device copy (cuMemcpyDtoD)", kadd, kcopy, "copy")
+            ratio("row sum GB/s vs device copy (cuMemcpyDtoD)", ksum, kcopy, "copy")
             ratio("softmax GB/s vs device copy (cuMemcpyDtoD)", ksm, kcopy, "copy")
         ratio("device copy GB/s vs torch copy_", kcopy, tcopy)
     print("\nsummary (same run, same GPU; strict fp32, TF32 off on both sides):")

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! matmul 4096 through cuBLAS (strict fp32) and through the translated WGSL GEMM, an
-//! elementwise add and a row softmax in GB/s, and a device-to-device copy
+//! elementwise add, a row sum and a row softmax in GB/s, and a device-to-device copy
 //! (`cuMemcpyDtoDAsync`) of the same bytes as the reference.
 
 use super::tests::gpu;
@@ -66,6 +66,11 @@ fn bench() -> Result<()> {
         12.0 * len as f64 / s / 1e9
     );
     let rows = x.reshape([1 << 14, 1 << 12])?;
+    let s = timed(dev.backend(), 20, || rows.sum(&[1], false))?;
+    println!(
+        "kiln sum over rows [16384, 4096] f32: {:.1} GB/s",
+        4.0 * len as f64 / s / 1e9
+    );
     let s = timed(dev.backend(), 20, || rows.softmax(-1))?;
     println!(
         "kiln softmax rows [16384, 4096] f32: {:.1} GB/s",
