@@ -668,23 +668,6 @@ impl GemmTile {
     }
 }
 
-/// Invocations of a reduction's workgroup.
-const REDUCE_WG: usize = 256;
-
-/// Invocations per output of a workgroup reduction (reduce.wgsl's LANES): the whole workgroup,
-/// or 8 (which still read whole 128-byte lines of a contiguous run) once the outputs alone fill
-/// 512 workgroups. Each invocation then reads more of its run in a loop, keeping loads in
-/// flight, and the tree that follows is 3 levels, not 8: a [16384, 4096] row sum runs in 512
-/// workgroups of 32 outputs, not 16384 of one. (Two values, so that the variants stay few.)
-fn reduce_lanes(n_out: usize) -> usize {
-    const FEW: usize = 8;
-    if n_out >= 512 * (REDUCE_WG / FEW) {
-        FEW
-    } else {
-        REDUCE_WG
-    }
-}
-
 /// Workgroups a chunked reduction aims for (see `reduce_in_chunks`).
 const REDUCE_WORKGROUPS: usize = 512;
 /// Elements below which a reduction is left in one pass.
@@ -959,11 +942,6 @@ impl Planner {
         push_view(&mut params, x.offset() as u32, &ks[0]);
         push_view(&mut params, 0, &rs[0]);
         let per_thread = len <= 64;
-        let lanes = if per_thread {
-            1
-        } else {
-            reduce_lanes(n_out as usize)
-        };
         // each output's elements one contiguous, 4-aligned run: read as vec4
         let vec4 = rs[0] == [1] && x4(&[len as usize, x.offset()]) && x4(&ks[0]);
         let (lowest, highest) = match ty {
@@ -980,8 +958,7 @@ impl Planner {
                 ("LOWEST", lowest),
                 ("HIGHEST", highest),
                 ("PER_THREAD", if per_thread { "1" } else { "0" }),
-                ("WG", &REDUCE_WG.to_string()),
-                ("LANES", &lanes.to_string()),
+                ("WG", "256"),
             ],
         );
         let key = if vec4 { Fast::Vec4.key(key) } else { key };
@@ -989,8 +966,7 @@ impl Planner {
         if per_thread {
             self.launch(key, params, bufs, n_out)
         } else {
-            let per_group = (REDUCE_WG / lanes) as u32;
-            let g = grid(n_out.div_ceil(per_group) as u64, self.name)?;
+            let g = grid(n_out as u64, self.name)?;
             self.push(key, params, bufs, g);
             Ok(())
         }
@@ -1602,23 +1578,15 @@ pub fn variants() -> Vec<KernelKey> {
     ];
     for dt in [DType::F32, DType::I32, DType::U32, DType::Bool] {
         for r in reduce_ops {
-            // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones;
-            // 16384 rows take 8 invocations per row
-            for (rows, len) in [
-                (3, 7),
-                (3, 8),
-                (3, 999),
-                (3, 1000),
-                (16384, 999),
-                (16384, 1000),
-            ] {
+            // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
+            for len in [7, 8, 999, 1000] {
                 add(
                     Op::Reduce {
                         op: r,
                         axes: vec![1],
                         keepdim: false,
                     },
-                    vec![f(&[rows, len], dt)],
+                    vec![f(&[3, len], dt)],
                 );
             }
         }

@@ -1,14 +1,13 @@
 // Reductions over any set of axes. The planner permutes the input view so that kept axes come
 // first and reduced axes last (no copy); each output element reduces `len` strided elements,
-// either by LANES invocations of a workgroup with a tree in workgroup memory (long rows; WG /
-// LANES outputs per workgroup) or by one invocation (PER_THREAD, short rows).
+// either by a whole workgroup with a tree in workgroup memory (long rows) or by one invocation
+// (PER_THREAD, short rows).
 //
 // params: [n_out, rank_keep, rank_red, len, correction, shape_keep[rk], shape_red[rr],
 //          keep view (offset, strides[rk]), red view (0, strides[rr])]
 // defines: OP (sum mean prod max min var argmax argmin), T, TO (output type), LOWEST/HIGHEST
-// (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), LANES
-// (invocations per output, a power of two dividing WG), VEC4 (each output's run contiguous from a
-// multiple of 4, len a multiple of 4: x read as vec4).
+// (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), VEC4 (each
+// output's run contiguous from a multiple of 4, len a multiple of 4: x read as vec4).
 #include "common.wgsl"
 
 #if VEC4
@@ -170,21 +169,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 #else
 var<workgroup> tree: array<Acc, WG>;
-const LANES: u32 = {{LANES}}u;
 
-// Folds the values of the LANES invocations of one output into the first one's, returned to
-// all of them (every invocation of the workgroup must call it).
+// Folds every invocation's value into tree[0] (all invocations must call it).
 fn tree_reduce(lid: u32, mine: Acc) -> Acc {
-    let lane = lid % LANES;
     tree[lid] = mine;
     workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
             tree[lid] = combine(tree[lid], tree[lid + s]);
         }
         workgroupBarrier();
     }
-    let all = tree[lid - lane];
+    let all = tree[0];
     workgroupBarrier();
     return all;
 }
@@ -192,25 +188,23 @@ fn tree_reduce(lid: u32, mine: Acc) -> Acc {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    // Outputs past the end (the last workgroup's spare lanes, or spare workgroups of a grid
-    // rounded up to 2-D) compute a copy of the last output, so that every barrier is reached by
-    // the whole workgroup, and store nothing.
-    let o = group_index(wid, nwg) * (WG / LANES) + lid / LANES;
-    let lane = lid % LANES;
+    // Grids rounded up to 2-D hold a few spare workgroups; they compute a copy of the last row
+    // (so every barrier is reached by the whole workgroup) and store nothing.
+    let o = group_index(wid, nwg);
     let len = params[3];
     let red = red_of(min(o, params[0] - 1u));
-    let acc = fold_run(identity(), red, lane, LANES);
+    let acc = fold_run(identity(), red, lid, WG);
     let total = tree_reduce(lid, acc);
     var sq = {{T}}(0);
 #if OP == var
     let mean = total.v / f32(len);
     var mine = {{T}}(0);
-    for (var r = lane; r < red.n; r += LANES) {
+    for (var r = lid; r < red.n; r += WG) {
         mine += squares(load(red, r), mean);
     }
     sq = tree_reduce(lid, Acc(mine, 0u)).v;
 #endif
-    if (lane == 0u && o < params[0]) {
+    if (lid == 0u && o < params[0]) {
         out[o] = finish(total, sq);
     }
 }

@@ -282,11 +282,8 @@ fn softmax_rows_with_infinities_and_nan() {
 fn reductions_of_contiguous_and_strided_runs() {
     let Some(dev) = dev() else { return };
     // rows of 8 (one invocation each, vec4), 1000 (workgroups, vec4), 999 and an unaligned
-    // start (strided), columns (the batch axis of a bias gradient) and everything; 16389 rows
-    // (8 invocations per row, the last workgroup's spare lanes storing nothing), vec4 and strided
-    let cases: [(&[usize], usize, &[isize]); 11] = [
-        (&[16389, 68], 0, &[1]),
-        (&[16389, 67], 0, &[1]),
+    // start (strided), columns (the batch axis of a bias gradient) and everything
+    let cases: [(&[usize], usize, &[isize]); 9] = [
         (&[7, 8], 0, &[1]),
         (&[5, 1000], 0, &[1]),
         (&[5, 1000], 4, &[1]),
