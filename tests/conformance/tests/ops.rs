@@ -544,7 +544,7 @@ fn convolutions_forward_and_backward() {
     let cases = cases.into_iter().chain([
         // 520 output channels: the conv and its weight gradient use the largest gemm tiles
         ([1, 60, 25, 25], [520, 60, 3, 3], Conv2dParams::default()),
-        // 3 input channels over 26136 positions: the input gradient in 32 x 128 tiles
+        // 3 input channels over 26136 positions: the input gradient in 32-row tiles
         ([6, 3, 66, 66], [40, 3, 3, 3], Conv2dParams::default()),
         // weight gradients with K = N * OH * OW long enough to be split, one and two groups
         ([4, 3, 20, 20], [5, 3, 3, 3], Conv2dParams::default()),
