@@ -13,6 +13,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!(concat!(env!("OUT_DIR"), "/math.wgsl")),
     ),
     (
+        "vec.wgsl",
+        include_str!(concat!(env!("OUT_DIR"), "/vec.wgsl")),
+    ),
+    (
         "map.wgsl",
         include_str!(concat!(env!("OUT_DIR"), "/map.wgsl")),
     ),

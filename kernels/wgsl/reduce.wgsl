@@ -9,14 +9,7 @@
 // (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), VEC4 (each
 // output's run contiguous from a multiple of 4, len a multiple of 4: x read as vec4).
 #include "common.wgsl"
-
-#if VEC4
-alias V = vec4<{{T}}>;
-const W: u32 = 4u;
-#else
-alias V = {{T}};
-const W: u32 = 1u;
-#endif
+#include "vec.wgsl"
 
 @group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read_write> out: array<{{TO}}>;

@@ -8,14 +8,7 @@
 // VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
 #include "common.wgsl"
 #include "math.wgsl"
-
-#if VEC4
-alias V = vec4<{{T}}>;
-const W: u32 = 4u;
-#else
-alias V = {{T}};
-const W: u32 = 1u;
-#endif
+#include "vec.wgsl"
 
 @group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read_write> out: array<V>;
