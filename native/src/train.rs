@@ -202,15 +202,23 @@ impl Trainer {
     /// One optimisation step on a batch already on the device: normalised images `x`
     /// `[B, 1, 28, 28]` and their i32 labels `y` `[B]` (as [`batch`] makes them).
     pub fn step_on(&mut self, x: &Tensor, y: &Tensor) -> Result<StepStats> {
+        let (logits, loss) = self.optimize(x, y)?;
+        let hits = logits.argmax(-1, false)?.eq(y)?;
+        Ok(StepStats {
+            loss_sum: loss.mul_scalar(x.shape().dims()[0] as f64)?,
+            correct: hits.cast(DType::F32)?.sum_all()?,
+        })
+    }
+
+    /// The optimisation of [`Trainer::step_on`] without its stats: forward, cross-entropy,
+    /// backward and the optimizer's update, as a peer's training loop does them. Returns the
+    /// logits and the mean loss, detached and still on the device.
+    pub fn optimize(&mut self, x: &Tensor, y: &Tensor) -> Result<(Tensor, Tensor)> {
         let logits = self.model.forward(x)?;
         let loss = loss::cross_entropy(&logits, y, 0.0)?;
         let grads = loss.backward()?;
         self.optimizer.step(&mut self.model, &grads)?;
-        let hits = logits.detach().argmax(-1, false)?.eq(y)?;
-        Ok(StepStats {
-            loss_sum: loss.detach().mul_scalar(x.shape().dims()[0] as f64)?,
-            correct: hits.cast(DType::F32)?.sum_all()?,
-        })
+        Ok((logits.detach(), loss.detach()))
     }
 
     /// Trains until `cfg.epochs` epochs are done, `stop` is raised, or `cfg.max_steps` is reached.
