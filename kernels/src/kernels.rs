@@ -2,60 +2,28 @@
 //! Each file in `kernels/wgsl/` is documented in its header comment (params layout, bindings,
 //! defines); the Rust side that fills them lives in [`crate::plan`].
 
+/// A kernel file as `build.rs` writes it, under its name.
+macro_rules! kernel {
+    ($name:literal) => {
+        ($name, include_str!(concat!(env!("OUT_DIR"), "/", $name)))
+    };
+}
+
 /// Every kernel file by name, including the `#include`-only helpers.
 pub const FILES: &[(&str, &str)] = &[
-    (
-        "common.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/common.wgsl")),
-    ),
-    (
-        "math.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/math.wgsl")),
-    ),
-    (
-        "vec.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/vec.wgsl")),
-    ),
-    (
-        "map.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/map.wgsl")),
-    ),
-    (
-        "adam.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/adam.wgsl")),
-    ),
-    (
-        "binary.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/binary.wgsl")),
-    ),
-    (
-        "reduce.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/reduce.wgsl")),
-    ),
-    (
-        "rows.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/rows.wgsl")),
-    ),
-    (
-        "gemm.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/gemm.wgsl")),
-    ),
-    (
-        "pool.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/pool.wgsl")),
-    ),
-    (
-        "index.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/index.wgsl")),
-    ),
-    (
-        "fill.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/fill.wgsl")),
-    ),
-    (
-        "random.wgsl",
-        include_str!(concat!(env!("OUT_DIR"), "/random.wgsl")),
-    ),
+    kernel!("common.wgsl"),
+    kernel!("math.wgsl"),
+    kernel!("vec.wgsl"),
+    kernel!("map.wgsl"),
+    kernel!("adam.wgsl"),
+    kernel!("binary.wgsl"),
+    kernel!("reduce.wgsl"),
+    kernel!("rows.wgsl"),
+    kernel!("gemm.wgsl"),
+    kernel!("pool.wgsl"),
+    kernel!("index.wgsl"),
+    kernel!("fill.wgsl"),
+    kernel!("random.wgsl"),
 ];
 
 /// The text of kernel file `name` (`"map.wgsl"`).

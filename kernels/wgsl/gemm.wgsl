@@ -94,9 +94,6 @@ fn line_a(g: u32, row: u32) -> Line {
 fn step_a(g: u32, k: u32) -> Step {
     return Step(k * params[10], 0, 0);
 }
-fn load_a(l: Line, s: Step) -> {{T}} {
-    return a[l.at + s.at];
-}
 fn line_b(g: u32, col: u32) -> Line {
     return Line(params[11] + batch_offset(g, 1u) + col * params[13], 0, 0);
 }
@@ -132,13 +129,15 @@ fn x_tap(l: Line, s: Step) -> {{T}} {
     }
     return b[l.at + s.at + u32(iy) * w + u32(ix)];
 }
-fn load_a(l: Line, s: Step) -> {{T}} {
-    return a[l.at + s.at];
-}
 // Where the planner's table of steps starts (see the header): it spares the K loop integer
 // divisions, each of which costs more instructions than the multiply-adds it feeds.
 const STEPS: u32 = 24u;
 #endif
+
+// A is read where its line and step point in every mode (B is gathered in the convolutions).
+fn load_a(l: Line, s: Step) -> {{T}} {
+    return a[l.at + s.at];
+}
 
 #if MODE == conv || MODE == conv_t
 fn step_a(g: u32, k: u32) -> Step {

@@ -64,6 +64,12 @@ fn start() -> Stat {
     return Stat(neg_inf(), 0.0);
 }
 
+// The stat of a row holding NaN: NaN in both, so that no merge takes it for an empty one.
+fn poisoned() -> Stat {
+    let nan = f32_from_bits(0x7fc00000u);
+    return Stat(nan, nan);
+}
+
 fn merge(a: Stat, b: Stat) -> Stat {
     if (a.m == neg_inf()) {
         return b;
@@ -123,8 +129,7 @@ fn part(v: V, m: f32) -> f32 {
 // exp per element and no rescaling of the sum.
 fn stat_of(v0: V, v1: V, v2: V, v3: V) -> Stat {
     if (any_nan(v0) || any_nan(v1) || any_nan(v2) || any_nan(v3)) {
-        let nan = f32_from_bits(0x7fc00000u);
-        return Stat(nan, nan);
+        return poisoned();
     }
     let m = max(max(top(v0), top(v1)), max(top(v2), top(v3)));
     if (m == neg_inf()) {
@@ -133,12 +138,11 @@ fn stat_of(v0: V, v1: V, v2: V, v3: V) -> Stat {
     return Stat(m, part(v0, m) + part(v1, m) + part(v2, m) + part(v3, m));
 }
 
-// Folds v into the running stat: only a new maximum rescales the sum, and -inf lanes add
-// nothing; NaN makes both NaN, so that no merge takes the stat for an empty one.
+// Folds v into the running stat: only a new maximum rescales the sum, -inf lanes add nothing
+// and NaN poisons it.
 fn fold(a: Stat, v: V) -> Stat {
     if (any_nan(v)) {
-        let nan = f32_from_bits(0x7fc00000u);
-        return Stat(nan, nan);
+        return poisoned();
     }
     let t = top(v);
     if (!(t > a.m)) {
