@@ -3,7 +3,7 @@
 //! and each runs single-threaded GEMMs on a column matrix that stays in cache; smaller batches go
 //! image after image with the GEMMs threaded instead.
 
-use super::num::Float;
+use super::num::{Float, sum_into_first};
 use super::par;
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
@@ -477,13 +477,7 @@ fn backward_weight_t<T: Float>(
             }
         }
     });
-    if let Some((sum, rest)) = partial.split_at_mut_checked(len) {
-        for run in rest.chunks_exact(len.max(1)) {
-            for (d, &v) in sum.iter_mut().zip(run) {
-                *d = *d + v;
-            }
-        }
-    }
+    sum_into_first(&mut partial, len);
     let mut dw = vec![T::ZERO; len];
     for (block, sum) in dw
         .chunks_exact_mut(og * kg)

@@ -2,7 +2,7 @@
 //! Floats go to matrixmultiply's GEMM (multi-threaded under `std`), reading strided inputs in
 //! place; integers use a plain wrapping loop.
 
-use super::num::{Float, Num};
+use super::num::{Float, Num, sum_into_first};
 use super::par;
 use super::par::zeros;
 use super::storage::{CpuStorage, Src};
@@ -117,12 +117,7 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
                 );
             }
         });
-        let (first, rest) = partial.split_at_mut(m * n);
-        for part in rest.chunks_exact(m * n) {
-            for (d, &v) in first.iter_mut().zip(part) {
-                *d = *d + v;
-            }
-        }
+        sum_into_first(&mut partial, m * n);
         partial.truncate(m * n);
         return Ok(CpuStorage::new(partial));
     }

@@ -191,6 +191,18 @@ impl Num for u32 {
     }
 }
 
+/// Adds every `len`-element block of `parts` after the first into the first: the per-thread
+/// partial results of a product split along its reduction.
+pub(crate) fn sum_into_first<T: Float>(parts: &mut [T], len: usize) {
+    if let Some((first, rest)) = parts.split_at_mut_checked(len) {
+        for part in rest.chunks_exact(len.max(1)) {
+            for (d, &v) in first.iter_mut().zip(part) {
+                *d = *d + v;
+            }
+        }
+    }
+}
+
 /// A float element the kernels compute in (f16 is promoted to f32 before reaching them).
 pub(crate) trait Float:
     Num<Acc = f64>

@@ -126,18 +126,10 @@ pub(crate) fn zeros_with<T: CpuElem>(
 
 /// `n` zeros (`false`), written on all cores under `std`.
 pub(crate) fn zeros<T: CpuElem>(n: usize) -> Vec<T> {
-    let mut out = buffer(n);
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
     if n >= 2 * GRAIN && threads() > 1 {
-        use rayon::prelude::*;
-        let zero = core::mem::MaybeUninit::new(T::default());
-        out.spare_capacity_mut()[..n]
-            .par_chunks_mut(piece(n, GRAIN))
-            .for_each(|c| c.fill(zero));
-        // SAFETY: the capacity is at least `n`, and all of the first `n` slots were just written.
-        unsafe { out.set_len(n) };
-        return out;
+        return zeros_with(n, piece(n, GRAIN), |_, _| {});
     }
+    let mut out = buffer(n);
     out.resize(n, T::default());
     out
 }
