@@ -196,23 +196,19 @@ impl Trainer {
     /// the device until [`StepStats::read`], so steps queue without waiting for each other.
     pub fn step(&mut self, split: &Split, idx: &[usize]) -> Result<StepStats> {
         let (x, y) = batch(split, idx, &self.device)?;
-        self.step_on(&x, &y)
-    }
-
-    /// One optimisation step on a batch already on the device: normalised images `x`
-    /// `[B, 1, 28, 28]` and their i32 labels `y` `[B]` (as [`batch`] makes them).
-    pub fn step_on(&mut self, x: &Tensor, y: &Tensor) -> Result<StepStats> {
-        let (logits, loss) = self.optimize(x, y)?;
-        let hits = logits.argmax(-1, false)?.eq(y)?;
+        let (logits, loss) = self.optimize(&x, &y)?;
+        let hits = logits.argmax(-1, false)?.eq(&y)?;
         Ok(StepStats {
-            loss_sum: loss.mul_scalar(x.shape().dims()[0] as f64)?,
+            loss_sum: loss.mul_scalar(idx.len() as f64)?,
             correct: hits.cast(DType::F32)?.sum_all()?,
         })
     }
 
-    /// The optimisation of [`Trainer::step_on`] without its stats: forward, cross-entropy,
-    /// backward and the optimizer's update, as a peer's training loop does them. Returns the
-    /// logits and the mean loss, detached and still on the device.
+    /// One optimisation step on a batch already on the device, normalised images `x`
+    /// `[B, 1, 28, 28]` and their i32 labels `y` `[B]` (as [`batch`] makes them): forward,
+    /// cross-entropy, backward and the optimizer's update, without [`Trainer::step`]'s stats, as
+    /// a peer's training loop does them. Returns the logits and the mean loss, detached and
+    /// still on the device.
     pub fn optimize(&mut self, x: &Tensor, y: &Tensor) -> Result<(Tensor, Tensor)> {
         let logits = self.model.forward(x)?;
         let loss = loss::cross_entropy(&logits, y, 0.0)?;
