@@ -1,34 +1,33 @@
 #!/usr/bin/env bash
 # Builds the npm package kiln-ml (npm/) from web/ and assembles the draw-a-digit page in www/,
-# installing what the build needs when it is missing: the wasm32 target, wasm-pack,
-# wasm-bindgen-cli (the version web's wasm-bindgen is pinned to) and the npm tools in tests/web
+# installing what the build needs when it is missing (scripts/lib/ensure.sh): the wasm32 target,
+# wasm-bindgen-cli at the version web's wasm-bindgen is pinned to, and tests/web's npm tools
 # (binaryen's wasm-opt). scripts/test-web.sh runs the web tests on top of this.
-#   scripts/build-web.sh           release build (wasm-opt -Oz), size check, npm pack, page in www/
-#   KILN_WEB_DEV=1 scripts/build-web.sh        unoptimised, faster to build
+#   scripts/build-web.sh           release build, wasm-opt -Oz, size check, npm pack, page in www/
+#   KILN_WEB_QUICK=1 scripts/build-web.sh      release build without wasm-opt and its size check
+#                                  (scripts/demo.sh: the page runs the same, see KILN_WEB_QUICK below)
+#   KILN_WEB_DEV=1 scripts/build-web.sh        unoptimised, fastest to build
 #   KILN_WEB_CPU_ONLY=1 scripts/build-web.sh   without the WebGPU backend (smaller, faster to build)
 #   KILN_WEB_OPT_LEVEL=z scripts/build-web.sh  rustc opt-level for the release .wasm (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 source scripts/lib/ensure.sh
-
-step() { printf '\n--- %s\n' "$*"; }
+start=$(date +%s)
+step() { printf '\n--- [%4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
 
 step "toolchain"
 ensure_rust_targets
-ensure_cargo_bin wasm-pack 0.15.1 wasm-pack --locked
-ensure_cargo_bin wasm-bindgen "$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' Cargo.toml)" wasm-bindgen-cli --locked
-if [ ! -x tests/web/node_modules/.bin/wasm-opt ]; then
-  (cd tests/web && npm ci --no-audit --no-fund)
-fi
-# npm's binaryen first on PATH: Debian's wasm-opt is too old for wasm-bindgen's output.
-export PATH="$ROOT/tests/web/node_modules/.bin:$PATH"
+ensure_wasm_bindgen
+[ -n "${KILN_WEB_QUICK:-}${KILN_WEB_DEV:-}" ] || ensure_npm_tools
 
-step "wasm: web/ -> npm/dist"
-profile=--release
-[ -n "${KILN_WEB_DEV:-}" ] && profile=--dev
-rm -rf npm/dist
-cargo_args=()
+step "wasm: cargo build -p kiln-web, wasm-bindgen -> npm/dist"
+profile=release
+cargo_args=(--release)
+if [ -n "${KILN_WEB_DEV:-}" ]; then
+  profile=debug
+  cargo_args=()
+fi
 [ -n "${KILN_WEB_CPU_ONLY:-}" ] && cargo_args+=(--no-default-features)
 if [ -z "${KILN_WEB_DEV:-}" ]; then
   # Set here rather than in the workspace profile so native release builds stay as they are.
@@ -47,17 +46,31 @@ if [ -z "${KILN_WEB_DEV:-}" ]; then
       --config 'profile.release.package.matrixmultiply.opt-level=3')
   fi
 fi
-wasm-pack build web $profile --mode no-install --target web --no-pack \
-  --out-dir ../npm/dist --out-name kiln_web -- "${cargo_args[@]}"
-rm -f npm/dist/.gitignore npm/dist/*.d.ts npm/dist/kiln_web_bg.wasm.d.ts
+cargo build -p kiln-web --lib --target wasm32-unknown-unknown "${cargo_args[@]}"
+rm -rf npm/dist
+wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web \
+  "${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile/kiln_web.wasm"
+
 wasm=npm/dist/kiln_web_bg.wasm
-if [ -z "${KILN_WEB_DEV:-}" ]; then
+if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
+  # wasm-opt is npm's binaryen, a JavaScript build: -Oz takes minutes on 2 cores. Its output is
+  # cached by the hash of its input, so an unchanged module is not optimised twice.
+  cache="${CARGO_TARGET_DIR:-$ROOT/target}/wasm-opt-cache"
+  key=$(sha256sum "$wasm" | cut -c1-32)
   before=$(stat -c %s "$wasm")
-  wasm-opt -Oz --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
-    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
-    "$wasm" -o "$wasm.opt"
-  mv "$wasm.opt" "$wasm"
-  echo "wasm-opt -Oz: $before -> $(stat -c %s "$wasm") bytes"
+  if [ -f "$cache/$key.wasm" ]; then
+    cp "$cache/$key.wasm" "$wasm"
+    echo "wasm-opt -Oz: unchanged module, reused $cache/$key.wasm"
+  else
+    t0=$(date +%s)
+    wasm-opt -Oz --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
+      --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+      "$wasm" -o "$wasm.opt"
+    mv "$wasm.opt" "$wasm"
+    mkdir -p "$cache"
+    cp "$wasm" "$cache/$key.wasm"
+    echo "wasm-opt -Oz: $before -> $(stat -c %s "$wasm") bytes in $(($(date +%s) - t0)) s"
+  fi
   node npm/check-size.mjs
 fi
 
@@ -73,5 +86,10 @@ cp demos/mnist/index.html demos/mnist/app.js demos/mnist/digit.js demos/mnist/st
 rm -rf www/vendor/kiln-ml
 mkdir -p www/vendor/kiln-ml
 tar -xzf "$tarball" -C www/vendor/kiln-ml --strip-components=1
-[ -f www/models/mnist.safetensors ] || echo "note: www/models/mnist.safetensors is missing; run: kiln train mnist --out www/models/mnist.safetensors --log www/models/mnist-train.jsonl"
+# www/ is a build output (ignored by git). The page serves the model a run of scripts/demo.sh
+# trained there, else the committed one from demos/mnist/models.
+if [ ! -f www/models/mnist.safetensors ]; then
+  cp demos/mnist/models/mnist.safetensors demos/mnist/models/mnist-train.jsonl www/models/
+  echo "www/models: the committed model (demos/mnist/models)"
+fi
 echo "www/ is ready: serve it with 'kiln serve www'"

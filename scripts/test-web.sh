@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # kiln's whole web test stage, as CI runs it on a fresh Debian machine (rustup's stable Rust,
 # node/npm, python3, gcc; root or sudo). Installs only what is missing, then:
-#   1. scripts/build-web.sh: the npm package (wasm-pack --target web, wasm-opt -Oz, size budget,
-#      npm pack) and the draw-a-digit page in www/
+#   1. scripts/build-web.sh: the npm package (cargo + wasm-bindgen --target web, wasm-opt -Oz,
+#      size budget, npm pack) and the draw-a-digit page in www/
 #   2. node --test tests/web/node/        the built package in Node (CPU backend)
 #   3. node tests/web/vite/run.mjs        the packed tarball in a fresh Vite project, in Chromium
-#   4. wasm-pack test --headless --chrome  web/tests/browser.rs: ops on WebGPU and the CPU, model
-#                                          files, errors, 10,000-run leak checks
+#   4. cargo test --target wasm32 (wasm-bindgen-test-runner driving headless Chromium through
+#      chromedriver): web/tests/browser.rs: ops on WebGPU and the CPU, model files, errors,
+#      Device.auto, 10,000-run leak checks
 #   5. node tests/web/e2e-mnist.mjs       the draw-a-digit page end to end (issue 6's test)
 #
 #   scripts/test-web.sh
@@ -21,21 +22,11 @@ source scripts/lib/ensure.sh
 start=$(date +%s)
 stage() { printf '\n=== [%4ss] web: %s\n' "$(( $(date +%s) - start ))" "$*"; }
 
-WASM_PACK_VERSION=0.15.1
-# wasm-bindgen-cli must equal the `=` pin of wasm-bindgen in the workspace Cargo.toml.
-WASM_BINDGEN_VERSION=$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' Cargo.toml)
-[ -n "$WASM_BINDGEN_VERSION" ] || { echo "no wasm-bindgen = \"=x.y.z\" pin in Cargo.toml" >&2; exit 1; }
-
 stage "toolchain (installing only what is missing)"
 ensure_rust_targets
 ensure_apt chromium chromium-driver
-ensure_cargo_bin wasm-pack "$WASM_PACK_VERSION" wasm-pack --locked
-ensure_cargo_bin wasm-bindgen "$WASM_BINDGEN_VERSION" wasm-bindgen-cli --locked
-if [ ! -x tests/web/node_modules/.bin/wasm-opt ] || [ ! -d tests/web/node_modules/playwright-core ] \
-  || [ ! -d tests/web/node_modules/vite ]; then
-  (cd tests/web && npm ci --no-audit --no-fund)
-fi
-export PATH="$ROOT/tests/web/node_modules/.bin:$PATH"
+ensure_wasm_bindgen
+ensure_npm_tools
 export CHROMIUM=${CHROMIUM:-/usr/lib/chromium/chromium}
 
 stage "build: scripts/build-web.sh"
@@ -47,9 +38,12 @@ node --test --test-reporter=spec tests/web/node/
 stage "fresh Vite project with the packed tarball (headless Chromium)"
 node tests/web/vite/run.mjs
 
-stage "wasm-pack test --headless --chrome --release (web/tests/browser.rs)"
-(cd web && WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
-  wasm-pack test --headless --chrome --release --mode no-install)
+stage "browser tests: cargo test --target wasm32-unknown-unknown --test browser (headless Chromium)"
+# wasm-bindgen-test-runner reads web/webdriver.json (Chromium's flags) from the working directory.
+(cd web && CHROMEDRIVER=${CHROMEDRIVER:-$(command -v chromedriver)} \
+  WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
+  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+  cargo test --release --target wasm32-unknown-unknown --test browser)
 
 if [ -n "${KILN_WEB_SKIP_E2E:-}" ]; then
   stage "done (e2e skipped: KILN_WEB_SKIP_E2E is set)"
@@ -67,11 +61,6 @@ if [ -z "${KILN_BIN:-}" ]; then
   fi
 fi
 export KILN_BIN
-if [ ! -f www/models/mnist.safetensors ]; then
-  # The page needs a trained model; this is scripts/demo.sh's training step.
-  "$KILN_BIN" train mnist --epochs 2 --out www/models/mnist.safetensors \
-    --log www/models/mnist-train.jsonl
-fi
 node tests/web/e2e-mnist.mjs
 
 stage "all web tests passed"

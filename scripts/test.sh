@@ -3,6 +3,10 @@
 # installing what is missing first. Used by `.ci/run` and quoted in the README.
 #   scripts/test.sh                    everything
 #   KILN_SKIP_WEB=1 scripts/test.sh    Rust only (no browser toolchain)
+#   KILN_FRESH_INSTALLS=1 scripts/test.sh   (what .ci/run does) first installs every tool the
+#                                      scripts install into throwaway places, as on a machine that
+#                                      has none of them, and fails when one fails; the rest of the
+#                                      run then uses those tools, so the proof costs no extra build
 # GPU-only suites (CUDA, and wgpu when no Vulkan adapter exists) print a notice and skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,11 +16,27 @@ stage() { printf '\n=== [%4ss] %s (disk free: %s)\n' "$(($(date +%s) - start))" 
 # Incremental caches only help repeated local builds; in CI they are gigabytes of dead weight.
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 
-stage "toolchain"
+if [ "${KILN_FRESH_INSTALLS:-0}" = 1 ]; then
+  # Nothing installed earlier on this machine may stand in for an install: cargo tools go to an
+  # empty root and npm downloads through an empty cache (the crates' sources may come from
+  # cargo's download cache: they are the same files).
+  fresh=$(mktemp -d "${TMPDIR:-/tmp}/kiln-fresh.XXXXXX")
+  export KILN_TOOLS=$fresh/tools npm_config_cache=$fresh/npm-cache
+  rm -rf tests/web/node_modules
+fi
+stage "toolchain${KILN_FRESH_INSTALLS:+ (installs from nothing: KILN_TOOLS=${KILN_TOOLS:-})}"
 source scripts/lib/ensure.sh
 ensure_rust_targets
 # lavapipe: Vulkan on the CPU, so the wgpu backend's conformance suite runs without a GPU.
 ensure_apt mesa-vulkan-drivers libvulkan1
+if [ "${KILN_FRESH_INSTALLS:-0}" = 1 ]; then
+  check_apt_from_nothing mesa-vulkan-drivers libvulkan1 chromium chromium-driver
+  ensure_wasm_bindgen
+  ensure_npm_tools
+  for tool in wasm-bindgen wasm-bindgen-test-runner wasm-opt; do
+    echo "$tool: $(command -v "$tool") ($("$tool" --version | head -1))"
+  done
+fi
 
 stage "format and lints"
 cargo fmt --all -- --check
@@ -35,7 +55,7 @@ cargo test -p kiln --features cuda
 if [ "${KILN_SKIP_WEB:-0}" = 1 ]; then
   stage "web tests skipped (KILN_SKIP_WEB=1)"
 else
-  stage "web: wasm build and size budget, Node, Vite, wasm-pack in headless Chromium, draw-a-digit"
+  stage "web: wasm build and size budget, Node, Vite, browser tests in headless Chromium, draw-a-digit"
   bash scripts/test-web.sh
 fi
 

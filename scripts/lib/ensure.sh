@@ -1,4 +1,24 @@
-# Shared install helpers for the scripts: each installs only what is missing.
+# Shared install helpers for the scripts: each installs only what is missing, into places the
+# project owns, so that a fresh clone installs from nothing exactly what CI installs.
+#
+# Tools built by `cargo install` go to $KILN_TOOLS (default target/tools), never to ~/.cargo:
+# a tool left on the machine by someone else can then never hide a broken install, and CI
+# (scripts/test.sh with KILN_FRESH_INSTALLS=1) points KILN_TOOLS at an empty folder.
+# Set KILN_TOOLS=~/.cargo to use (and fill) the usual cargo bin folder instead.
+
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+KILN_TOOLS=${KILN_TOOLS:-$ROOT/target/tools}
+export KILN_TOOLS
+# npm's binaryen (wasm-opt) and playwright-core first; then the tools folder.
+export PATH="$ROOT/tests/web/node_modules/.bin:$KILN_TOOLS/bin:$PATH"
+
+# The version wasm-bindgen is pinned to with `=` in the workspace Cargo.toml; the CLI must match it.
+wasm_bindgen_version() {
+  local v
+  v=$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml")
+  [ -n "$v" ] || { echo "no wasm-bindgen = \"=x.y.z\" pin in $ROOT/Cargo.toml" >&2; return 1; }
+  echo "$v"
+}
 
 ensure_rust_targets() {
   rustup component add clippy rustfmt >/dev/null 2>&1 || true
@@ -9,7 +29,7 @@ ensure_rust_targets() {
   done
 }
 
-# ensure_apt PKG... : installs Debian packages that are not installed yet (needs root).
+# ensure_apt PKG... : installs Debian packages that are not installed yet (needs root or sudo).
 ensure_apt() {
   local missing=()
   for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -20,9 +40,43 @@ ensure_apt() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 }
 
-# ensure_cargo_bin BIN VERSION CRATE [ARGS...]: installs CRATE when BIN is absent or not at VERSION.
-ensure_cargo_bin() {
-  local bin=$1 version=$2 crate=$3; shift 3
-  if command -v "$bin" >/dev/null 2>&1 && "$bin" --version 2>/dev/null | grep -q "$version"; then return 0; fi
-  cargo install "$crate" --version "$version" "$@"
+# check_apt_from_nothing PKG... : proves that PKG... and everything they depend on install on a
+# machine that has none of them (apt resolves against an empty package list, simulating only).
+check_apt_from_nothing() {
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  local plan
+  plan=$(apt-get install --simulate -o Dir::State::status=/dev/null "$@" 2>&1) || {
+    echo "$plan" | tail -20 >&2
+    echo "apt cannot install $* on a machine without them" >&2
+    return 1
+  }
+  echo "apt: $* resolve from nothing ($(grep -c '^Inst ' <<<"$plan") packages)"
+}
+
+# ensure_wasm_bindgen: wasm-bindgen and its test runner, at the pinned version, in $KILN_TOOLS.
+# Without --locked: the CLI's own lock file names versions crates.io no longer serves (it failed
+# on webpki-roots). Without default features: they only add HTTPS (rustls, ring) to the test
+# runner, which talks to a local chromedriver over plain HTTP; ring was the slowest crate to build.
+ensure_wasm_bindgen() {
+  local version
+  version=$(wasm_bindgen_version) || return 1
+  if [ -x "$KILN_TOOLS/bin/wasm-bindgen" ] && [ -x "$KILN_TOOLS/bin/wasm-bindgen-test-runner" ] \
+    && "$KILN_TOOLS/bin/wasm-bindgen" --version 2>/dev/null | grep -qw "$version"; then
+    return 0
+  fi
+  echo "installing wasm-bindgen-cli $version into $KILN_TOOLS (about 2 minutes on 2 cores)"
+  cargo install wasm-bindgen-cli --version "=$version" --root "$KILN_TOOLS" --force \
+    --no-default-features --bin wasm-bindgen --bin wasm-bindgen-test-runner
+}
+
+# ensure_npm_tools: tests/web's npm packages (binaryen's wasm-opt, playwright-core, Vite) exactly
+# as package-lock.json pins them; reinstalled when the lock file changed.
+ensure_npm_tools() {
+  local dir=$ROOT/tests/web
+  if [ ! -f "$dir/node_modules/.package-lock.json" ] \
+    || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    (cd "$dir" && npm ci --no-audit --no-fund)
+  fi
 }
