@@ -85,7 +85,13 @@ export function memory(): MemoryReport;
 /** Where tensors live and ops run. */
 export class Device {
   private constructor();
-  /** WebGPU when the browser has an adapter, else the CPU; `reason` says why. Never rejects. */
+  /**
+   * WebGPU on a hardware adapter, else the CPU; `reason` says why. The CPU when the browser has no
+   * WebGPU, no adapter, or only a software fallback adapter (`adapter.info.isFallbackAdapter`, e.g.
+   * SwiftShader), which is far slower than kiln's CPU backend; no GPU device is created then.
+   * Never rejects. To pick the faster backend for a particular model, use
+   * `Model.load(source, { device: "auto" })`.
+   */
   static auto(): Promise<Device>;
   /** The GPU through WebGPU; rejects with the reason when there is none. */
   static webgpu(): Promise<Device>;
@@ -94,7 +100,11 @@ export class Device {
   readonly kind: "webgpu" | "cpu";
   /** The backend's own name ("cpu", or the GPU adapter's description). */
   readonly name: string;
-  /** Why this device was chosen. */
+  /**
+   * Why this device was chosen, e.g. "requested explicitly", "the only WebGPU adapter is a
+   * software fallback (google swiftshader), slower than kiln's CPU backend", or for
+   * `model.device` after `device: "auto"`: "measured on this model: WebGPU 12.0 ms, CPU 5.9 ms per run".
+   */
   readonly reason: string;
   toString(): string;
   /** Frees the JS handle (the device itself stays usable through other handles). */
@@ -246,13 +256,21 @@ export interface TensorInfo {
 /** A trained kiln model (the safetensors file `kiln train` writes: weights + graph). */
 export class Model {
   private constructor();
-  /** From a URL, a Response or bytes, onto `options.device` (default: the CPU). */
+  /**
+   * From a URL, a Response or bytes, onto `options.device` (default: the CPU).
+   *
+   * `device: "auto"` picks the faster backend for this model: the CPU when `Device.auto()` says
+   * so; otherwise the choice remembered in `localStorage` for this adapter and these model bytes,
+   * else it loads the model on both, times a few runs on random inputs shaped by `inputs` (free
+   * dimensions 1), keeps the faster and remembers it. `model.device.reason` says which and why.
+   */
   static load(
     source: string | URL | Response | ArrayBuffer | ArrayBufferView,
-    options?: { device?: DeviceLike },
+    options?: { device?: DeviceLike | "auto" },
   ): Promise<Model>;
   readonly inputs: TensorInfo[];
   readonly outputs: TensorInfo[];
+  /** The device holding the weights; `reason` says why it was chosen. */
   readonly device: Device;
   /** Inputs in `inputs` order (or by name); outputs in `outputs` order. Dispose them when done. */
   run(inputs: Tensor[] | Record<string, Tensor>): Tensor[];

@@ -86,10 +86,7 @@ cp demos/mnist/index.html demos/mnist/app.js demos/mnist/digit.js demos/mnist/st
 rm -rf www/vendor/kiln-ml
 mkdir -p www/vendor/kiln-ml
 tar -xzf "$tarball" -C www/vendor/kiln-ml --strip-components=1
-# www/ is a build output (ignored by git). The page serves the model a run of scripts/demo.sh
-# trained there, else the committed one from demos/mnist/models.
-if [ ! -f www/models/mnist.safetensors ]; then
-  cp demos/mnist/models/mnist.safetensors demos/mnist/models/mnist-train.jsonl www/models/
-  echo "www/models: the committed model (demos/mnist/models)"
-fi
+# www/ is a build output (ignored by git); it serves the committed model (scripts/demo.sh puts
+# the model it trains there afterwards).
+cp demos/mnist/models/mnist.safetensors demos/mnist/models/mnist-train.jsonl www/models/
 echo "www/ is ready: serve it with 'kiln serve www'"

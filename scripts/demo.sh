@@ -83,7 +83,7 @@ else
 fi
 
 # Trained into target/ and copied to www/models once the page is built (the page build puts the
-# committed model there when it has none).
+# committed model there).
 model=demos/mnist/models
 if [ -n "$TRAIN" ]; then
   stage "train: kiln train mnist --device $DEVICE --epochs $EPOCHS --augment $AUGMENT${LIMIT:+ --limit $LIMIT}"

@@ -176,66 +176,61 @@ const backendLabel = () => (device.kind === "webgpu" ? "WebGPU" : "the CPU (WebA
 
 function markBackend() {
   $("backend").textContent = device.kind === "webgpu" ? "WebGPU" : "CPU";
-  $("backend").title = `${device.name} — ${device.reason}`;
+  $("backend").title = `${device.name} — ${reason}`;
   demo.backend = device.kind;
   for (const b of document.querySelectorAll("[data-choose]")) {
     b.setAttribute("aria-pressed", String(b.dataset.choose === device.kind));
   }
 }
 
-/** Switches to a backend ("webgpu", "cpu" or "auto"), loading the model there and checking it with one prediction. */
+/**
+ * Switches to a backend: "auto" (kiln picks the faster one for this model and says why in
+ * `model.device.reason`), "webgpu" or "cpu". Loads the model there (once per backend) and checks
+ * it with one prediction, which also warms the backend up.
+ */
 async function useDevice(kind) {
-  const next = kind === "webgpu" ? await Device.webgpu() : kind === "cpu" ? Device.cpu() : await Device.auto();
-  if (!models.has(next.kind)) {
+  let next = models.get(kind);
+  if (!next) {
+    const option = kind === "webgpu" ? await Device.webgpu() : kind;
     try {
-      models.set(next.kind, await Model.load(modelBytes, { device: next }));
+      next = await Model.load(modelBytes, { device: option });
     } catch (e) {
       throw new Error(`the model file ${MODEL_URL} could not be loaded: ${e.message}`);
     }
+    models.set(next.device.kind, next);
   }
+  const nextDevice = next.device;
   const [prevDevice, prevModel] = [device, model];
-  [device, model] = [next, models.get(next.kind)];
+  [device, model] = [nextDevice, next];
   try {
-    await predict(new Uint8Array(784)); // compiles the GPU pipelines; proves the backend works
+    await predict(new Uint8Array(784)); // proves the backend works
   } catch (e) {
+    models.delete(nextDevice.kind);
     try {
-      models.get(next.kind)?.dispose();
+      next.dispose();
     } catch {
       // a broken device may fail to free too; nothing more to do
     }
-    models.delete(next.kind);
     [device, model] = [prevDevice, prevModel];
-    if (kind === "auto" && next.kind === "webgpu") {
+    if (kind === "auto" && nextDevice.kind === "webgpu") {
       console.warn(`kiln demo: WebGPU failed (${e.message}); using the CPU`);
-      fallbackReason = `WebGPU failed (${e.message}), so this runs on the CPU`;
-      return useDevice("cpu");
+      await useDevice("cpu");
+      reason = `WebGPU failed here (${e.message}), so the CPU`;
+      markBackend();
+      return;
     }
     throw e;
   }
-  if (kind === "auto" && next.kind === "webgpu") {
-    // Live prediction needs speed: a software WebGPU adapter (e.g. SwiftShader) can be far slower
-    // than the CPU backend. Time one warm prediction on each and keep the faster.
-    const gpuMs = (await predict(new Uint8Array(784))).ms;
-    if (gpuMs > SLOW_MS) {
-      await useDevice("cpu");
-      const cpuMs = (await predict(new Uint8Array(784))).ms;
-      if (cpuMs < gpuMs) {
-        fallbackReason = `WebGPU took ${gpuMs.toFixed(0)} ms per prediction here and the CPU ${cpuMs.toFixed(1)} ms, so this runs on the CPU (switch below)`;
-        return;
-      }
-      [device, model] = [next, models.get(next.kind)];
-    }
-  }
+  reason = device.reason;
   markBackend();
 }
-let fallbackReason = null;
-const SLOW_MS = 30; // above this, `auto` compares WebGPU with the CPU
+let reason = "";
 
 for (const b of document.querySelectorAll("[data-choose]")) {
   b.addEventListener("click", async () => {
     try {
       await useDevice(b.dataset.choose);
-      status(`Running on ${backendLabel()}.`);
+      status(`Running on ${backendLabel()}: ${reason}.`);
       schedule();
     } catch (e) {
       status(`Cannot switch to ${b.dataset.choose}: ${e.message}`, true);
@@ -271,10 +266,10 @@ async function start() {
   modelBytes = bytes;
   $("model-size").textContent = `${(modelBytes.length / 2 ** 20).toFixed(2)} MB`;
   $("model-size").dataset.bytes = String(modelBytes.length);
-  const wanted = new URLSearchParams(location.search).get("backend") ?? "auto";
-  await useDevice(wanted); // includes the first prediction, which warms the backend up
+  const forced = new URLSearchParams(location.search).get("backend"); // ?backend=webgpu|cpu
+  await useDevice(forced === "webgpu" || forced === "cpu" ? forced : "auto"); // includes the first prediction, which warms the backend up
   demo.coldStartMs = performance.now();
-  status(fallbackReason ? `Ready. ${fallbackReason}. Draw a digit.` : `Ready on ${backendLabel()}. Draw a digit.`);
+  status(`Ready on ${backendLabel()}: ${reason}. Draw a digit.`);
   document.body.dataset.ready = "true";
 }
 
@@ -294,19 +289,27 @@ drawTrainingLog();
 
 // ------------------------------------------------------------------ how this was made
 
+/**
+ * The facts and the curve from the training log: per-epoch lines
+ * `{epoch, train_loss, train_acc, test_acc, images_per_sec, seconds}` and, in newer logs, step
+ * lines `{step, epoch, loss, acc, lr}` (no `test_acc`). With step lines the curve is the loss per
+ * logged step and the test accuracy as a point at each epoch's last step; without them, both per
+ * epoch. The svg carries `data-epochs` and `data-steps` (lines drawn) for tests.
+ */
 async function drawTrainingLog() {
-  let epochs;
+  let lines;
   try {
     const res = await fetch(LOG_URL);
     if (!res.ok) return;
-    epochs = (await res.text())
+    lines = (await res.text())
       .split("\n")
       .filter((l) => l.trim())
-      .map((l) => JSON.parse(l))
-      .filter((e) => typeof e.train_loss === "number" && typeof e.test_acc === "number");
+      .map((l) => JSON.parse(l));
   } catch {
     return;
   }
+  const epochs = lines.filter((e) => typeof e.train_loss === "number" && typeof e.test_acc === "number");
+  const steps = lines.filter((e) => typeof e.step === "number" && typeof e.loss === "number" && !("test_acc" in e));
   if (!epochs.length) return;
   const lastEpoch = epochs[epochs.length - 1];
   $("model-acc").textContent = `${(lastEpoch.test_acc * 100).toFixed(2)}%`;
@@ -316,24 +319,48 @@ async function drawTrainingLog() {
   const secs = epochs.reduce((s, e) => s + (e.seconds ?? 0), 0);
   if (secs > 0) $("model-time").textContent = `${(secs / 60).toFixed(1)} min`;
 
+  // Loss points [x, loss] and accuracy points [x, acc], x in steps or in epochs.
+  let loss, acc, xMin, xMax, xLabel;
+  if (steps.length) {
+    const lastStep = new Map(); // epoch -> its last logged step
+    for (const s of steps) lastStep.set(s.epoch, Math.max(lastStep.get(s.epoch) ?? 0, s.step));
+    loss = steps.map((s) => [s.step, s.loss]);
+    acc = epochs.filter((e) => lastStep.has(e.epoch)).map((e) => [lastStep.get(e.epoch), e.test_acc]);
+    [xMin, xMax] = [0, Math.max(...steps.map((s) => s.step))];
+    xLabel = `training step (${lastEpoch.epoch} epoch${lastEpoch.epoch === 1 ? "" : "s"})`;
+  } else {
+    loss = epochs.map((e) => [e.epoch, e.train_loss]);
+    acc = epochs.map((e) => [e.epoch, e.test_acc]);
+    [xMin, xMax] = [epochs[0].epoch, lastEpoch.epoch];
+    xLabel = "epoch";
+  }
+
   const [W, H, L, R, T, B] = [480, 200, 44, 44, 12, 28];
-  const maxLoss = Math.max(...epochs.map((e) => e.train_loss)) * 1.1;
-  const minAcc = Math.min(0.9, ...epochs.map((e) => e.test_acc));
-  const n = epochs.length;
-  const x = (i) => L + (n === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (n - 1));
+  const maxLoss = Math.max(...loss.map(([, v]) => v)) * 1.1;
+  const minAcc = Math.min(0.9, ...acc.map(([, v]) => v));
+  const x = (v) => L + (xMax === xMin ? (W - L - R) / 2 : ((v - xMin) * (W - L - R)) / (xMax - xMin));
   const yLoss = (v) => T + (1 - v / maxLoss) * (H - T - B);
   const yAcc = (v) => T + (1 - (v - minAcc) / (1 - minAcc)) * (H - T - B);
-  const line = (f, key) => epochs.map((e, i) => `${x(i).toFixed(1)},${f(e[key]).toFixed(1)}`).join(" ");
-  const dots = (f, key, color) =>
-    epochs.map((e, i) => `<circle cx="${x(i)}" cy="${f(e[key])}" r="3" fill="${color}"/>`).join("");
-  $("curve").innerHTML = `
+  const line = (pts, f) => pts.map(([a, v]) => `${x(a).toFixed(1)},${f(v).toFixed(1)}`).join(" ");
+  const dots = (pts, f, color) =>
+    pts.map(([a, v]) => `<circle cx="${x(a).toFixed(1)}" cy="${f(v).toFixed(1)}" r="3" fill="${color}"/>`).join("");
+  const svg = $("curve");
+  svg.dataset.epochs = String(epochs.length);
+  svg.dataset.steps = String(steps.length);
+  svg.setAttribute(
+    "aria-label",
+    steps.length ? "Training loss per logged step and test accuracy per epoch" : "Training loss and test accuracy per epoch",
+  );
+  svg.innerHTML = `
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#98a2b3"/>
     <text x="${L - 6}" y="${T + 4}" font-size="10" text-anchor="end" fill="#1570ef">${maxLoss.toFixed(2)}</text>
     <text x="${L - 6}" y="${H - B}" font-size="10" text-anchor="end" fill="#1570ef">0</text>
     <text x="${W - R + 6}" y="${T + 4}" font-size="10" fill="#e8590c">100%</text>
     <text x="${W - R + 6}" y="${H - B}" font-size="10" fill="#e8590c">${(minAcc * 100).toFixed(0)}%</text>
-    <text x="${(W / 2).toFixed(0)}" y="${H - 8}" font-size="11" text-anchor="middle" fill="#667085">epoch 1 – ${lastEpoch.epoch}</text>
-    <polyline fill="none" stroke="#1570ef" stroke-width="2" points="${line(yLoss, "train_loss")}"/>
-    <polyline fill="none" stroke="#e8590c" stroke-width="2" points="${line(yAcc, "test_acc")}"/>
-    ${dots(yLoss, "train_loss", "#1570ef")}${dots(yAcc, "test_acc", "#e8590c")}`;
+    <text x="${L}" y="${H - 8}" font-size="10" fill="#667085">${xMin}</text>
+    <text x="${W - R}" y="${H - 8}" font-size="10" text-anchor="end" fill="#667085">${xMax}</text>
+    <text x="${(W / 2).toFixed(0)}" y="${H - 8}" font-size="11" text-anchor="middle" fill="#667085">${xLabel}</text>
+    <polyline fill="none" stroke="#1570ef" stroke-width="${steps.length ? 1.5 : 2}" points="${line(loss, yLoss)}"/>
+    <polyline fill="none" stroke="#e8590c" stroke-width="2" points="${line(acc, yAcc)}"/>
+    ${steps.length ? "" : dots(loss, yLoss, "#1570ef")}${dots(acc, yAcc, "#e8590c")}`;
 }

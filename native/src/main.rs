@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use kiln::core::{Error, Result};
+use kiln::data::augment::Augment;
 use kiln::data::mnist::{self, Mnist};
 use kiln::train::{Outcome, TrainConfig, Trainer};
 use std::path::{Path, PathBuf};
@@ -124,12 +125,21 @@ struct TrainArgs {
     /// Continue from this checkpoint.
     #[arg(long)]
     resume: Option<PathBuf>,
-    /// Per-epoch metrics as JSON lines.
+    /// Metrics as JSON lines: one line per epoch, and one per 16 steps with the loss, accuracy
+    /// and learning rate of those steps (the two kinds told apart by a "step" key).
     #[arg(long)]
     log: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Augment the training images: `none`, `digits` (the preset for hand-drawn digits), or
+    /// key=value settings, e.g. `shift=2,rotate=15,scale=0.1,shear=10,thickness=0.5,elastic=8`
+    /// (over the preset when they follow `digits,`). Keys: shift (pixels), rotate and shear
+    /// (degrees), scale (relative), thickness (probability of a dilation or erosion), elastic
+    /// (alpha) and sigma (pixels) of the elastic distortion; 0 turns a transform off. Pass the same
+    /// setting with --resume.
+    #[arg(long, default_value = "none", value_name = "SPEC")]
+    augment: String,
 }
 
 #[derive(Subcommand)]
@@ -229,6 +239,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn train_mnist(a: TrainArgs) -> Result<()> {
+    let augment: Augment = a.augment.parse()?;
     let device = kiln::device::select(&a.common.device)?;
     let dir = mnist::data_dir(a.common.data.as_deref())?;
     let data = Mnist::load(&dir)?;
@@ -248,6 +259,7 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         log: a.log.clone(),
         progress: !a.quiet,
         max_steps: None,
+        augment,
     };
     let mut trainer = match &a.resume {
         Some(ckpt) => Trainer::resume(ckpt, &cfg, &device)?,
@@ -267,12 +279,13 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
     })
     .map_err(|e| Error::io("train", format!("cannot install the Ctrl-C handler: {e}")))?;
     eprintln!(
-        "training the MNIST CNN on {} ({} training images from {}), {} epochs, batch {}",
+        "training the MNIST CNN on {} ({} training images from {}), {} epochs, batch {}, augment {}",
         device.name(),
         cfg.limit.unwrap_or(data.train.len()).min(data.train.len()),
         dir.display(),
         cfg.epochs,
-        cfg.batch_size
+        cfg.batch_size,
+        cfg.augment
     );
     match trainer.run(&data, &cfg, &stop)? {
         Outcome::Stopped => {
@@ -289,6 +302,7 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
                         .join(" "),
                 ),
                 ("epochs".to_string(), cfg.epochs.to_string()),
+                ("augment".to_string(), cfg.augment.to_string()),
             ]);
             if let Some(m) = trainer.history.last() {
                 meta.insert("test_accuracy".to_string(), format!("{:.4}", m.test_acc));

@@ -1,12 +1,32 @@
-//! The MNIST training loop: seeded shuffled batches, forward, cross-entropy, backward, Adam; a
-//! progress bar; per-epoch metrics as JSON lines; an atomic checkpoint after every epoch (and on
-//! Ctrl-C) from which `--resume` continues exactly.
+//! The MNIST training loop: seeded shuffled batches, optionally augmented
+//! ([`TrainConfig::augment`]), forward, cross-entropy, backward, Adam; a progress bar; metrics as
+//! JSON lines; an atomic checkpoint after every epoch (and on Ctrl-C) from which `--resume`
+//! continues exactly.
+//!
+//! # The log
+//!
+//! [`TrainConfig::log`] (`kiln train mnist --log FILE`) is a JSON-lines file of two kinds of
+//! lines, told apart by their keys ([`LogLine`] reads either):
+//!
+//! - a **step line** ([`StepMetrics`]) at every read of the running figures (every
+//!   `READ_EVERY` = 16 steps, at the end of each epoch, and when stopping), covering the steps
+//!   since the previous step line:
+//!   `{"step":320,"epoch":1,"loss":0.1234,"acc":0.9612,"lr":0.00099}` — `step` is the number of
+//!   steps done in total, `epoch` 1-based, `loss` the mean cross-entropy and `acc` the accuracy
+//!   over those steps' images, `lr` the learning rate of the last of them;
+//! - an **epoch line** ([`EpochMetrics`]) after each epoch's evaluation, after that epoch's last
+//!   step line: `{"epoch":1,"train_loss":0.15,"train_acc":0.95,"test_acc":0.98,
+//!   "images_per_sec":1500.0,"seconds":40.0}`.
+//!
+//! Step lines always have `step` and never `test_acc`; epoch lines never have `step`. A fresh run
+//! starts a fresh log; a resumed run appends to it.
 
 use crate::checkpoint;
 use crate::core::autodiff::no_grad;
 use crate::core::nn::{Forward, Init, Module, loss};
 use crate::core::optim::{Adam, Constant, Cosine, Optimizer, Schedule};
 use crate::core::{DType, Device, Error, Result, Tensor};
+use crate::data::augment::{Augment, SplitMix64, image_seed};
 use crate::data::mnist::{Mnist, Split, normalize};
 use crate::models::MnistCnn;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -14,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
 
 /// Images per forward pass when evaluating.
@@ -21,6 +42,8 @@ const EVAL_BATCH: usize = 1000;
 /// Steps between reads of the running loss and accuracy: a read waits for the GPU to finish
 /// everything queued, so reading every step would stall the queue once per step.
 const READ_EVERY: usize = 16;
+/// Training batches prepared (read, augmented, normalised) ahead of the step using them.
+const PREFETCH: usize = 2;
 
 /// How to train (the `kiln train mnist` options).
 #[derive(Clone, Debug)]
@@ -44,12 +67,17 @@ pub struct TrainConfig {
     pub dropout: bool,
     /// Where the checkpoint is written after each epoch.
     pub checkpoint: PathBuf,
-    /// JSON-lines metrics, one line per epoch (appended when resuming).
+    /// JSON-lines metrics: a line per epoch and a line per read of the running figures (see
+    /// [the module docs](self)); appended to when resuming.
     pub log: Option<PathBuf>,
     /// Show a progress bar.
     pub progress: bool,
     /// Stop after this many steps in total (benchmarks and tests), checkpointing as on Ctrl-C.
     pub max_steps: Option<u64>,
+    /// How training images are augmented (none by default). Each image's draws come from
+    /// (`seed`, epoch, image index), so reruns and `--resume` with the same setting see the
+    /// same images. Evaluation images are never augmented.
+    pub augment: Augment,
 }
 
 impl Default for TrainConfig {
@@ -67,6 +95,7 @@ impl Default for TrainConfig {
             log: None,
             progress: true,
             max_steps: None,
+            augment: Augment::none(),
         }
     }
 }
@@ -86,6 +115,67 @@ pub struct EpochMetrics {
     pub images_per_sec: f64,
     /// Wall time of the epoch's training steps.
     pub seconds: f64,
+}
+
+/// The figures of the steps since the previous step line, as written to the log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// Steps done in total.
+    pub step: u64,
+    /// 1-based epoch number.
+    pub epoch: usize,
+    /// Mean training loss over the images of those steps.
+    pub loss: f64,
+    /// Training accuracy over the images of those steps.
+    pub acc: f64,
+    /// Learning rate of the last of those steps.
+    pub lr: f64,
+}
+
+/// One line of the log: a step line or an epoch line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LogLine {
+    /// Written at every read of the running figures.
+    Step(StepMetrics),
+    /// Written after each epoch.
+    Epoch(EpochMetrics),
+}
+
+/// A training log's step lines and epoch lines, each in file order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Log {
+    /// The step lines.
+    pub steps: Vec<StepMetrics>,
+    /// The epoch lines.
+    pub epochs: Vec<EpochMetrics>,
+}
+
+impl Log {
+    /// Reads a JSON-lines log written by [`Trainer::run`]; a line that is neither kind is an
+    /// error naming its number.
+    pub fn read(path: &Path) -> Result<Log> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io("train", format!("log {}: {e}", path.display())))?;
+        let mut log = Log::default();
+        for (n, line) in text.lines().enumerate() {
+            match serde_json::from_str(line) {
+                Ok(LogLine::Step(s)) => log.steps.push(s),
+                Ok(LogLine::Epoch(e)) => log.epochs.push(e),
+                Err(e) => {
+                    return Err(Error::format(
+                        "train",
+                        format!(
+                            "log {} line {}: expected a step or an epoch line, found {line:?} ({e})",
+                            path.display(),
+                            n + 1
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(log)
+    }
 }
 
 /// Where training stands: enough, with the weights and optimizer state, to resume exactly.
@@ -192,14 +282,21 @@ impl Trainer {
         checkpoint::save(path, &self.model, &self.optimizer, &self.progress)
     }
 
-    /// One optimisation step on the images `idx` of `split`. Its loss and accuracy stay on
-    /// the device until [`StepStats::read`], so steps queue without waiting for each other.
+    /// One optimisation step on the images `idx` of `split`, unaugmented. Its loss and accuracy
+    /// stay on the device until [`StepStats::read`], so steps queue without waiting for each other.
     pub fn step(&mut self, split: &Split, idx: &[usize]) -> Result<StepStats> {
         let (x, y) = batch(split, idx, &self.device)?;
-        let (logits, loss) = self.optimize(&x, &y)?;
-        let hits = logits.argmax(-1, false)?.eq(&y)?;
+        self.step_batch(&x, &y)
+    }
+
+    /// One optimisation step on a batch already on the device (as [`Trainer::optimize`] takes
+    /// it), with its stats as [`Trainer::step`] returns them.
+    pub fn step_batch(&mut self, x: &Tensor, y: &Tensor) -> Result<StepStats> {
+        let n = y.dim(0)?;
+        let (logits, loss) = self.optimize(x, y)?;
+        let hits = logits.argmax(-1, false)?.eq(y)?;
         Ok(StepStats {
-            loss_sum: loss.mul_scalar(idx.len() as f64)?,
+            loss_sum: loss.mul_scalar(n as f64)?,
             correct: hits.cast(DType::F32)?.sum_all()?,
         })
     }
@@ -225,6 +322,7 @@ impl Trainer {
                 "expected a batch size of at least 1, found 0",
             ));
         }
+        cfg.augment.check()?;
         let train = &data.train;
         let n = cfg.limit.unwrap_or(train.len()).min(train.len());
         if n == 0 {
@@ -238,48 +336,34 @@ impl Trainer {
             Box::new(Constant(cfg.lr))
         };
         while self.progress.epoch < cfg.epochs {
-            let order = permutation(n, self.progress.seed, self.progress.epoch as u64);
-            let bar = progress_bar(cfg.progress, steps, self.progress.epoch + 1, cfg.epochs);
-            bar.set_position(self.progress.step as u64);
-            self.model.set_training(true);
-            let mut pending: Option<StepStats> = None;
-            while self.progress.step < steps {
-                let started = Instant::now();
-                let s = self.progress.step;
-                let idx = &order[s * cfg.batch_size..((s + 1) * cfg.batch_size).min(n)];
-                let lr = schedule.lr(self.progress.total_steps as usize);
-                self.optimizer.set_lr(lr);
-                let stats = self.step(train, idx)?;
-                pending = Some(match pending {
-                    Some(sum) => sum.add(&stats)?,
-                    None => stats,
+            let epoch = self.progress.epoch;
+            let order = permutation(n, self.progress.seed, epoch as u64);
+            let batches: Vec<&[usize]> = order.chunks(cfg.batch_size).collect();
+            let first = self.progress.step.min(steps);
+            let augment = (!cfg.augment.is_none()).then_some((
+                &cfg.augment,
+                self.progress.seed,
+                epoch as u64,
+            ));
+            // A thread reads (and augments) the next batches while this one trains: the images of
+            // a batch are a pure function of its indices, seed and epoch, so the order of work
+            // changes nothing. It stops when the receiver is dropped (end of epoch, stop, error).
+            let stopped = std::thread::scope(|scope| {
+                let (tx, rx) = mpsc::sync_channel(PREFETCH);
+                let todo = &batches[first..];
+                scope.spawn(move || {
+                    for idx in todo {
+                        if tx.send(host_batch(train, idx, augment)).is_err() {
+                            break;
+                        }
+                    }
                 });
-                let p = &mut self.progress;
-                p.step += 1;
-                p.total_steps += 1;
-                p.seen += idx.len() as u64;
-                let limit_hit = cfg.max_steps.is_some_and(|m| p.total_steps >= m);
-                let stopping = stop.load(Ordering::SeqCst) || limit_hit;
-                if p.step.is_multiple_of(READ_EVERY) || p.step == steps || stopping {
-                    let (loss_sum, correct) = pending.take().map_or(Ok((0.0, 0)), |s| s.read())?;
-                    p.loss_sum += loss_sum;
-                    p.correct += correct;
-                    bar.set_message(format!(
-                        "loss {:.4}  acc {:.4}  {:.0} img/s",
-                        p.loss_sum / p.seen as f64,
-                        p.correct as f64 / p.seen as f64,
-                        p.seen as f64 / (p.seconds + started.elapsed().as_secs_f64()).max(1e-9)
-                    ));
-                }
-                p.seconds += started.elapsed().as_secs_f64();
-                bar.inc(1);
-                if stopping {
-                    bar.abandon();
-                    self.save_checkpoint(&cfg.checkpoint)?;
-                    return Ok(Outcome::Stopped);
-                }
+                self.train_epoch(&rx, cfg, &*schedule, steps, stop)
+            })?;
+            if stopped {
+                self.save_checkpoint(&cfg.checkpoint)?;
+                return Ok(Outcome::Stopped);
             }
-            bar.finish_and_clear();
             let test_acc = evaluate(&mut self.model, &data.test, cfg.test_limit)?;
             let p = &mut self.progress;
             let metrics = EpochMetrics {
@@ -316,6 +400,77 @@ impl Trainer {
         }
         Ok(Outcome::Finished)
     }
+
+    /// The rest of the current epoch's steps, on the host batches `rx` delivers in order.
+    /// Returns `true` when stopped early (`stop` raised or `cfg.max_steps` reached).
+    fn train_epoch(
+        &mut self,
+        rx: &mpsc::Receiver<Result<HostBatch>>,
+        cfg: &TrainConfig,
+        schedule: &dyn Schedule,
+        steps: usize,
+        stop: &AtomicBool,
+    ) -> Result<bool> {
+        let epoch = self.progress.epoch + 1;
+        let bar = progress_bar(cfg.progress, steps, epoch, cfg.epochs);
+        bar.set_position(self.progress.step as u64);
+        self.model.set_training(true);
+        let mut pending: Option<StepStats> = None;
+        // Images seen at the previous read (the last step line).
+        let mut seen_at_read = self.progress.seen;
+        while self.progress.step < steps {
+            let started = Instant::now();
+            let hb = rx
+                .recv()
+                .map_err(|_| Error::invalid("train", "the batch reader stopped early"))??;
+            let images = hb.labels.len() as u64;
+            let (x, y) = hb.into_device(&self.device)?;
+            let lr = schedule.lr(self.progress.total_steps as usize);
+            self.optimizer.set_lr(lr);
+            let stats = self.step_batch(&x, &y)?;
+            pending = Some(match pending {
+                Some(sum) => sum.add(&stats)?,
+                None => stats,
+            });
+            let p = &mut self.progress;
+            p.step += 1;
+            p.total_steps += 1;
+            p.seen += images;
+            let limit_hit = cfg.max_steps.is_some_and(|m| p.total_steps >= m);
+            let stopping = stop.load(Ordering::SeqCst) || limit_hit;
+            if p.step.is_multiple_of(READ_EVERY) || p.step == steps || stopping {
+                let (loss_sum, correct) = pending.take().map_or(Ok((0.0, 0)), |s| s.read())?;
+                p.loss_sum += loss_sum;
+                p.correct += correct;
+                let images = (p.seen - seen_at_read).max(1) as f64;
+                seen_at_read = p.seen;
+                if let Some(log) = &cfg.log {
+                    let line = StepMetrics {
+                        step: p.total_steps,
+                        epoch,
+                        loss: loss_sum / images,
+                        acc: correct as f64 / images,
+                        lr,
+                    };
+                    append_log(log, &line)?;
+                }
+                bar.set_message(format!(
+                    "loss {:.4}  acc {:.4}  {:.0} img/s",
+                    p.loss_sum / p.seen as f64,
+                    p.correct as f64 / p.seen as f64,
+                    p.seen as f64 / (p.seconds + started.elapsed().as_secs_f64()).max(1e-9)
+                ));
+            }
+            p.seconds += started.elapsed().as_secs_f64();
+            bar.inc(1);
+            if stopping {
+                bar.abandon();
+                return Ok(true);
+            }
+        }
+        bar.finish_and_clear();
+        Ok(false)
+    }
 }
 
 fn dropouts(model: &MnistCnn) -> impl Iterator<Item = &crate::core::nn::Dropout> {
@@ -338,7 +493,7 @@ fn progress_bar(show: bool, steps: usize, epoch: usize, epochs: usize) -> Progre
 }
 
 /// Appends one JSON line to the log, creating it (and its directory) when missing.
-fn append_log(path: &Path, metrics: &EpochMetrics) -> Result<()> {
+fn append_log(path: &Path, metrics: &impl Serialize) -> Result<()> {
     let err = |e: std::io::Error| Error::io("train", format!("log {}: {e}", path.display()));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(err)?;
@@ -355,9 +510,38 @@ fn append_log(path: &Path, metrics: &EpochMetrics) -> Result<()> {
 /// The images `idx` of `split` as a normalised `[B, 1, rows, cols]` f32 tensor and their labels
 /// as an `[B]` i32 tensor.
 pub fn batch(split: &Split, idx: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+    host_batch(split, idx, None)?.into_device(device)
+}
+
+/// A batch on the host: normalised pixels and labels.
+struct HostBatch {
+    pixels: Vec<f32>,
+    labels: Vec<i32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl HostBatch {
+    /// (`[B, 1, rows, cols]` pixels, `[B]` labels) on `device`.
+    fn into_device(self, device: &Device) -> Result<(Tensor, Tensor)> {
+        let b = self.labels.len();
+        let x = Tensor::from_vec(self.pixels, [b, 1, self.rows, self.cols], device)?;
+        let y = Tensor::from_vec(self.labels, [b], device)?;
+        Ok((x, y))
+    }
+}
+
+/// The images `idx` of `split`, augmented when `augment` gives the setting, the run's seed and
+/// the epoch (each image's draws seeded by [`image_seed`]).
+fn host_batch(
+    split: &Split,
+    idx: &[usize],
+    augment: Option<(&Augment, u64, u64)>,
+) -> Result<HostBatch> {
     let size = split.image_size();
     let mut pixels = Vec::with_capacity(idx.len() * size);
     let mut labels = Vec::with_capacity(idx.len());
+    let mut scratch = vec![0u8; size];
     for &i in idx {
         let (img, label) = split.image(i).zip(split.labels.get(i)).ok_or_else(|| {
             Error::index(
@@ -365,12 +549,23 @@ pub fn batch(split: &Split, idx: &[usize], device: &Device) -> Result<(Tensor, T
                 format!("image {i} of a split of {} images", split.len()),
             )
         })?;
+        let img = match augment {
+            Some((aug, seed, epoch)) => {
+                let s = image_seed(seed, epoch, i as u64);
+                aug.apply(img, split.rows, split.cols, s, &mut scratch)?;
+                &scratch[..]
+            }
+            None => img,
+        };
         pixels.extend(img.iter().map(|&p| normalize(p as f32)));
         labels.push(*label as i32);
     }
-    let x = Tensor::from_vec(pixels, [idx.len(), 1, split.rows, split.cols], device)?;
-    let y = Tensor::from_vec(labels, [idx.len()], device)?;
-    Ok((x, y))
+    Ok(HostBatch {
+        pixels,
+        labels,
+        rows: split.rows,
+        cols: split.cols,
+    })
 }
 
 /// Index of the largest value (the first of equal ones; 0 for an empty slice).
@@ -432,18 +627,170 @@ pub fn evaluate(model: &mut MnistCnn, split: &Split, limit: Option<usize>) -> Re
 
 /// A seeded permutation of `0..n` (Fisher-Yates over splitmix64), one per epoch.
 pub fn permutation(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut state = seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = SplitMix64::new(seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03));
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::nn::Module;
+    use crate::data::mnist;
+
+    fn mnist() -> Option<Mnist> {
+        match mnist::data_dir(None).and_then(|d| Mnist::load(&d)) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("skipped: no MNIST data ({e})");
+                None
+            }
+        }
+    }
+
+    fn config(dir: &Path) -> TrainConfig {
+        // 160 images in batches of 8: 20 steps an epoch.
+        TrainConfig {
+            epochs: 2,
+            batch_size: 8,
+            seed: 5,
+            limit: Some(160),
+            test_limit: Some(100),
+            checkpoint: dir.join("ckpt.safetensors"),
+            log: Some(dir.join("log.jsonl")),
+            progress: false,
+            augment: Augment::digits(),
+            ..TrainConfig::default()
+        }
+    }
+
+    fn weights(t: &Trainer) -> Vec<Vec<f32>> {
+        t.model
+            .named_tensors()
+            .into_iter()
+            .map(|(_, t)| t.to_vec::<f32>().unwrap())
+            .collect()
+    }
+
+    fn log(cfg: &TrainConfig) -> Vec<LogLine> {
+        let text = std::fs::read_to_string(cfg.log.as_ref().unwrap()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn augmented_training_logs_steps_and_resumes_exactly() {
+        let Some(data) = mnist() else { return };
+        let dev = Device::cpu();
+        let stop = AtomicBool::new(false);
+        let a_dir = tempfile::tempdir().unwrap();
+        let cfg = config(a_dir.path());
+        let mut a = Trainer::new(&cfg, &dev).unwrap();
+        assert_eq!(a.run(&data, &cfg, &stop).unwrap(), Outcome::Finished);
+
+        // Step lines at every 16 steps and at each epoch's end, then the epoch line.
+        let lines = log(&cfg);
+        let text = std::fs::read_to_string(cfg.log.as_ref().unwrap()).unwrap();
+        for (line, raw) in lines.iter().zip(text.lines()) {
+            match line {
+                LogLine::Step(_) => assert!(!raw.contains("test_acc"), "{raw}"),
+                LogLine::Epoch(_) => assert!(!raw.contains("\"step\""), "{raw}"),
+            }
+        }
+        let read = Log::read(cfg.log.as_ref().unwrap()).unwrap();
+        let steps: Vec<(u64, usize)> = read.steps.iter().map(|s| (s.step, s.epoch)).collect();
+        assert_eq!(steps, [(16, 1), (20, 1), (36, 2), (40, 2)]);
+        assert_eq!(read.epochs, a.history);
+        assert!(matches!(lines[2], LogLine::Epoch(_)) && matches!(lines[5], LogLine::Epoch(_)));
+        // The step lines of an epoch add up to its figures.
+        let (s1, s2, e1) = (&read.steps[0], &read.steps[1], &read.epochs[0]);
+        let loss = (s1.loss * 128.0 + s2.loss * 32.0) / 160.0;
+        assert!((loss - e1.train_loss).abs() < 1e-9, "{loss} {e1:?}");
+        let acc = (s1.acc * 128.0 + s2.acc * 32.0) / 160.0;
+        assert!((acc - e1.train_acc).abs() < 1e-9);
+        assert!(s1.lr > s2.lr && s2.lr > 0.0);
+
+        // Stopped at step 5 and after 25, resumed each time: the same weights and figures.
+        let b_dir = tempfile::tempdir().unwrap();
+        let b_cfg = config(b_dir.path());
+        for (i, max) in [Some(5), Some(25), None].into_iter().enumerate() {
+            let c = TrainConfig {
+                max_steps: max,
+                ..b_cfg.clone()
+            };
+            let mut b = if i == 0 {
+                Trainer::new(&c, &dev).unwrap()
+            } else {
+                Trainer::resume(&c.checkpoint, &c, &dev).unwrap()
+            };
+            let want = if max.is_some() {
+                Outcome::Stopped
+            } else {
+                Outcome::Finished
+            };
+            assert_eq!(b.run(&data, &c, &stop).unwrap(), want);
+            if max.is_none() {
+                assert_eq!(weights(&a), weights(&b));
+            }
+        }
+        // The same epoch figures (the loss up to rounding: a stop reads the running sums early,
+        // so they are added in other groups).
+        let epochs_of = |lines: Vec<LogLine>| -> Vec<EpochMetrics> {
+            lines
+                .into_iter()
+                .filter_map(|l| match l {
+                    LogLine::Epoch(m) => Some(m),
+                    LogLine::Step(_) => None,
+                })
+                .collect()
+        };
+        let (ea, eb) = (epochs_of(log(&cfg)), epochs_of(log(&b_cfg)));
+        assert_eq!(ea.len(), 2);
+        assert_eq!(eb.len(), 2);
+        for (x, y) in ea.iter().zip(&eb) {
+            assert_eq!(
+                (x.epoch, x.train_acc, x.test_acc),
+                (y.epoch, y.train_acc, y.test_acc)
+            );
+            assert!((x.train_loss - y.train_loss).abs() < 1e-5, "{x:?} {y:?}");
+        }
+        // Augmentation changes what is learnt.
+        let c_dir = tempfile::tempdir().unwrap();
+        let c_cfg = TrainConfig {
+            augment: Augment::none(),
+            epochs: 1,
+            ..config(c_dir.path())
+        };
+        let mut c = Trainer::new(&c_cfg, &dev).unwrap();
+        c.run(&data, &c_cfg, &stop).unwrap();
+        assert_ne!(c.history[0].train_loss, a.history[0].train_loss);
+    }
+
+    #[test]
+    fn augmented_batches_depend_on_seed_epoch_and_index_only() {
+        let Some(data) = mnist() else { return };
+        let aug = Augment::digits();
+        let at =
+            |idx: &[usize], epoch| host_batch(&data.train, idx, Some((&aug, 1, epoch))).unwrap();
+        let ab = at(&[3, 9], 0);
+        let ba = at(&[9, 3], 0);
+        let n = 28 * 28;
+        assert_eq!(ab.pixels[..n], ba.pixels[n..]);
+        assert_eq!(ab.labels, [ba.labels[1], ba.labels[0]]);
+        assert_ne!(at(&[3], 1).pixels, at(&[3], 0).pixels);
+        let plain = host_batch(&data.train, &[3], None).unwrap();
+        assert_ne!(plain.pixels, at(&[3], 0).pixels);
+        let none = Augment::none();
+        assert_eq!(
+            host_batch(&data.train, &[3], Some((&none, 1, 0)))
+                .unwrap()
+                .pixels,
+            plain.pixels
+        );
+    }
 }

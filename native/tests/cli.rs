@@ -63,7 +63,17 @@ fn train_eval_predict() {
     ]);
     let out = stdout(&o);
     assert!(out.contains("test accuracy: 0."), "{out}");
-    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1);
+    // 640 images, 10 steps: one step line (at the epoch's end), then the epoch line.
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("{\"step\":10,") && lines[1].contains("\"test_acc\""),
+        "{lines:?}"
+    );
     assert!(Path::new(&p("m.ckpt.safetensors")).is_file());
 
     let graph_acc = accuracy_line(&kiln(&["eval", &model]));

@@ -7,7 +7,7 @@ use kiln::core::nn::{Forward, Module};
 use kiln::core::optim::Optimizer;
 use kiln::data::mnist::{self, Mnist};
 use kiln::models::save_classifier;
-use kiln::train::{Outcome, TrainConfig, Trainer, batch};
+use kiln::train::{Log, LogLine, Outcome, TrainConfig, Trainer, batch};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
@@ -67,13 +67,15 @@ fn two_thousand_images_train_to_a_useful_model() {
     );
     assert!(h[1].test_acc > 0.85, "{h:?} (untrained {untrained})");
     assert!(untrained < 0.3, "untrained accuracy {untrained}");
-    // The log holds one JSON line per epoch, with the same figures.
-    let log = std::fs::read_to_string(dir.path().join("log.jsonl")).unwrap();
-    let lines: Vec<kiln::train::EpochMetrics> = log
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(&lines, h);
+    // The log holds one JSON line per epoch, with the same figures, after step lines every 16
+    // steps and at each epoch's end (2,000 images: 32 steps an epoch).
+    let log = Log::read(&dir.path().join("log.jsonl")).unwrap();
+    assert_eq!(&log.epochs, h);
+    let steps: Vec<(u64, usize)> = log.steps.iter().map(|s| (s.step, s.epoch)).collect();
+    assert_eq!(steps, [(16, 1), (32, 1), (48, 2), (64, 2)]);
+    let text = std::fs::read_to_string(dir.path().join("log.jsonl")).unwrap();
+    let last: LogLine = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert!(matches!(last, LogLine::Epoch(_)));
 }
 
 #[test]
@@ -144,8 +146,11 @@ fn resuming_after_interruptions_ends_with_the_same_weights() {
     let log_b = std::fs::read_to_string(b_dir.path().join("log.jsonl")).unwrap();
     let strip = |s: &str| -> Vec<(usize, String, String, String)> {
         s.lines()
-            .map(|l| {
-                let m: kiln::train::EpochMetrics = serde_json::from_str(l).unwrap();
+            .filter_map(|l| match serde_json::from_str(l).unwrap() {
+                LogLine::Epoch(m) => Some(m),
+                LogLine::Step(_) => None,
+            })
+            .map(|m| {
                 (
                     m.epoch,
                     format!("{:.6}", m.train_loss),

@@ -34,6 +34,9 @@ const CHROMIUM = process.env.CHROMIUM ?? (existsSync("/usr/lib/chromium/chromium
 const MODEL = join(WWW, "models/mnist.safetensors");
 const LOGIT_TOL = 1e-4;
 const COMPARE_SAMPLES = 6;
+// The committed model reads 97.3% of the first 10,000 test digits drawn this way (Node-rendered,
+// tests/web/drawn-digits.mjs); these are a fixed subset, so the check is deterministic.
+const MIN_DRAWN_ACC = 0.95;
 
 let failures = 0;
 const check = (ok, what) => {
@@ -206,7 +209,7 @@ async function runMode(browser, base, mode, digits) {
     }
     const acc = correct / labels.length;
     check(labels.length >= 30, `[${mode}] at least 30 digits drawn (${labels.length})`);
-    check(acc >= 0.9, `[${mode}] accuracy on ${labels.length} drawn MNIST test digits: ${(acc * 100).toFixed(1)}% (>= 90%)${wrong.length ? "; wrong: " + wrong.join(", ") : ""}`);
+    check(acc >= MIN_DRAWN_ACC, `[${mode}] accuracy on ${labels.length} drawn MNIST test digits: ${(acc * 100).toFixed(1)}% (>= ${MIN_DRAWN_ACC * 100}%)${wrong.length ? "; wrong: " + wrong.join(", ") : ""}`);
 
     // Warm per-prediction latency, measured in the page: tensor in, model, softmax, both read back.
     const bench = await page.evaluate(async (input) => {
@@ -278,18 +281,44 @@ async function phoneLayout(browser, base) {
     check(r.input !== null && r.shown === "1", `[phone] a vertical finger stroke is read as a 1 (shown ${r.shown})`);
     await page.screenshot({ path: join(OUT, "mnist-phone.png"), fullPage: true });
 
-    // "How this was made": the facts come from the model file and its training log.
+    // "How this was made": the facts come from the model file and its training log (epoch lines
+    // and, between them, step lines with a "step" key: the curve draws the loss per step).
     const log = readFileSync(join(WWW, "models/mnist-train.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const epochLines = log.filter((l) => typeof l.test_acc === "number");
+    const stepLines = log.filter((l) => typeof l.step === "number");
     const facts = await page.evaluate(() => ({
       bytes: Number(document.getElementById("model-size").dataset.bytes),
       acc: document.getElementById("model-acc").textContent,
       command: document.getElementById("train-command").textContent,
+      epochs: Number(document.getElementById("curve").dataset.epochs),
+      steps: Number(document.getElementById("curve").dataset.steps),
       points: document.querySelectorAll("#curve polyline").length && document.querySelector("#curve polyline").getAttribute("points").split(" ").length,
     }));
-    const lastAcc = `${(log.at(-1).test_acc * 100).toFixed(2)}%`;
-    check(facts.bytes === statSync(MODEL).size && facts.acc === lastAcc && /^kiln train mnist /.test(facts.command) && facts.points === log.length,
-      `"how this was made": model size ${facts.bytes} B, accuracy ${facts.acc} (log: ${lastAcc}), curve of ${facts.points} epochs (log: ${log.length}), command "${facts.command}"`);
+    const lastAcc = `${(epochLines.at(-1).test_acc * 100).toFixed(2)}%`;
+    check(facts.bytes === statSync(MODEL).size && facts.acc === lastAcc && /^kiln train mnist /.test(facts.command)
+      && facts.epochs === epochLines.length && facts.steps === stepLines.length && facts.points === (stepLines.length || epochLines.length),
+      `"how this was made": model size ${facts.bytes} B, accuracy ${facts.acc} (log: ${lastAcc}), loss curve of ${facts.points} points over ${facts.steps} logged steps and ${facts.epochs} epochs (log: ${stepLines.length} step lines, ${epochLines.length} epochs), command "${facts.command}"`);
     check(errors.length === 0, `[phone] no console errors${errors.length ? ": " + errors.join(" | ") : ""}`);
+  } finally {
+    await close();
+  }
+}
+
+/** The default (`auto`) start: the library chooses the backend (Device.auto / Model.load "auto"). */
+async function autoChoice(browser, base) {
+  const { page, errors, close } = await openPage(browser, base);
+  try {
+    const adapter = await page.evaluate(async () => {
+      const a = navigator.gpu && (await navigator.gpu.requestAdapter());
+      return a ? { fallback: !!(a.info?.isFallbackAdapter ?? a.isFallbackAdapter) } : null;
+    });
+    const r = await page.evaluate(() => ({ backend: window.kilnDemo.backend, cold: window.kilnDemo.coldStartMs, title: document.querySelector('[data-testid="backend"]').title }));
+    const want = adapter && !adapter.fallback ? null : "cpu"; // a hardware adapter: the measurement decides
+    check((want === null || r.backend === want) && r.title.length > 0,
+      `[auto] ${adapter ? (adapter.fallback ? "software adapter" : "hardware adapter") : "no adapter"}: runs on ${r.backend}, reason "${r.title}"`);
+    console.log(`[auto] cold start (navigation to first prediction, fresh context): ${r.cold.toFixed(0)} ms`);
+    check(errors.length === 0, `[auto] no console errors${errors.length ? ": " + errors.join(" | ") : ""}`);
+    return r.cold;
   } finally {
     await close();
   }
@@ -336,6 +365,7 @@ try {
     summary.push(`${mode}: accuracy ${(r.acc * 100).toFixed(1)}% over ${digits.labels.length} digits, cold start ${r.coldStartMs.toFixed(0)} ms, prediction median ${r.medianMs.toFixed(2)} ms, max |logit diff| vs kiln predict ${diff.toExponential(2)}`);
   }
   console.log("\n--- page behaviour");
+  summary.push(`auto: cold start ${(await autoChoice(browser, server.url)).toFixed(0)} ms`);
   await phoneLayout(browser, server.url);
   await badModels(browser, server.url);
 } finally {

@@ -1,10 +1,15 @@
-//! `Device`: where tensors live. `Device.auto()` picks WebGPU when the browser has an adapter
-//! and the CPU otherwise, and says which and why.
+//! `Device`: where tensors live, and the one home of kiln's choice between WebGPU and the CPU:
+//! `Device.auto()` decides from the adapter the browser offers (without creating a GPU device
+//! when it picks the CPU), and `Model.load(.., { device: "auto" })` times the model on both.
 
-use crate::error::{JsResult, invalid};
+use crate::error::{IntoJs, JsResult, invalid};
 use crate::js;
-use kiln_core::Device as KDevice;
+use crate::webgpu::{self, Adapter};
+use kiln_core::model::Model as KModel;
+use kiln_core::{DType, Device as KDevice, Tensor as KTensor};
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use wasm_bindgen::prelude::*;
 
 thread_local! {
@@ -30,6 +35,14 @@ pub fn kind_of(d: &KDevice) -> &'static str {
     }
 }
 
+/// What an options bag's `device` asks for.
+pub enum Wanted {
+    /// `"auto"`: let kiln choose (only `Model.load` accepts it).
+    Auto,
+    /// A device, with the reason it was chosen.
+    Given(Device),
+}
+
 impl Device {
     /// The kiln device.
     pub fn inner(&self) -> &KDevice {
@@ -42,27 +55,48 @@ impl Device {
             reason: reason.into(),
         }
     }
-    /// The device an options bag names: `{device: Device | "cpu" | "webgpu"}`; the CPU when absent.
-    pub fn from_options(options: &JsValue, op: &'static str) -> JsResult<KDevice> {
+    /// What `options.device` asks for: a Device, `"cpu"`, `"webgpu"` or `"auto"`; the CPU when
+    /// absent.
+    pub fn wanted(options: &JsValue, op: &'static str) -> JsResult<Wanted> {
         let d = js::get(options, "device");
         if d.is_undefined() || d.is_null() {
-            return Ok(KDevice::cpu());
+            return Ok(Wanted::Given(Device::from_kiln(
+                KDevice::cpu(),
+                "the default (no options.device given)",
+            )));
         }
+        let reason = js::get(&d, "reason")
+            .as_string()
+            .unwrap_or_else(|| "requested explicitly".into());
         let kind = d.as_string().or_else(|| js::get(&d, "kind").as_string());
         match kind.as_deref() {
-            Some("cpu") => Ok(KDevice::cpu()),
-            Some("webgpu") => WEBGPU.with_borrow(|w| w.clone()).ok_or_else(|| {
-                invalid(
+            Some("auto") if d.is_string() => Ok(Wanted::Auto),
+            Some("cpu") => Ok(Wanted::Given(Device::from_kiln(KDevice::cpu(), reason))),
+            Some("webgpu") => match WEBGPU.with_borrow(|w| w.clone()) {
+                Some(dev) => Ok(Wanted::Given(Device::from_kiln(dev, reason))),
+                None => Err(invalid(
                     op,
                     "WebGPU is not initialised; call `await Device.webgpu()` first",
-                )
-            }),
+                )),
+            },
             _ => Err(invalid(
                 op,
                 format!(
-                    "options.device must be a Device, \"cpu\" or \"webgpu\", got {}",
-                    js::type_name(&d)
+                    "options.device must be a Device, \"cpu\", \"webgpu\" or \"auto\", got {}",
+                    d.as_string()
+                        .map(|s| format!("{s:?}"))
+                        .unwrap_or_else(|| js::type_name(&d))
                 ),
+            )),
+        }
+    }
+    /// The device an options bag names: `{device: Device | "cpu" | "webgpu"}`; the CPU when absent.
+    pub fn from_options(options: &JsValue, op: &'static str) -> JsResult<KDevice> {
+        match Self::wanted(options, op)? {
+            Wanted::Given(d) => Ok(d.inner),
+            Wanted::Auto => Err(invalid(
+                op,
+                "options.device \"auto\" is only for Model.load; pass `await Device.auto()` here",
             )),
         }
     }
@@ -84,12 +118,10 @@ impl Device {
         Ok(Device::from_kiln(dev, "requested explicitly"))
     }
 
-    /// WebGPU when an adapter exists, else the CPU; `reason` says why.
+    /// WebGPU on a hardware adapter, else the CPU (no WebGPU, no adapter, or only a software
+    /// fallback adapter, which is slower than kiln's CPU backend); `reason` says why.
     pub async fn auto() -> Device {
-        match webgpu_device().await {
-            Ok(dev) => Device::from_kiln(dev, "a WebGPU adapter is available"),
-            Err(why) => Device::from_kiln(KDevice::cpu(), format!("WebGPU unavailable: {why}")),
-        }
+        by_adapter().await.0
     }
 
     /// `"webgpu"` or `"cpu"`.
@@ -120,12 +152,156 @@ impl Device {
     }
 }
 
+/// A boxed future: awaited from several places, its code is in the .wasm once.
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
 /// The page's WebGPU device, created once; `Err` says why there is none.
-async fn webgpu_device() -> Result<KDevice, String> {
-    if let Some(d) = WEBGPU.with_borrow(|w| w.clone()) {
-        return Ok(d);
+fn webgpu_device() -> Boxed<'static, Result<KDevice, String>> {
+    Box::pin(async {
+        if let Some(d) = WEBGPU.with_borrow(|w| w.clone()) {
+            return Ok(d);
+        }
+        let d = webgpu::create().await?;
+        WEBGPU.with_borrow_mut(|w| *w = Some(d.clone()));
+        Ok(d)
+    })
+}
+
+fn on_cpu(reason: String) -> Device {
+    Device::from_kiln(KDevice::cpu(), reason)
+}
+
+/// `Device.auto()`'s choice, with the adapter when it is WebGPU. The adapter is read through JS
+/// first: a GPU device is created only for a hardware adapter.
+fn by_adapter() -> Boxed<'static, (Device, Option<Adapter>)> {
+    Box::pin(async {
+        match webgpu::adapter().await {
+            Err(why) => (on_cpu(format!("WebGPU unavailable: {why}")), None),
+            Ok(a) if a.fallback => (
+                on_cpu(format!(
+                    "the only WebGPU adapter is a software fallback ({}), slower than kiln's CPU backend",
+                    a.label
+                )),
+                None,
+            ),
+            Ok(a) => match webgpu_device().await {
+                Ok(dev) => (
+                    Device::from_kiln(dev, format!("WebGPU adapter: {}", a.label)),
+                    Some(a),
+                ),
+                Err(why) => (
+                    on_cpu(format!(
+                        "the WebGPU adapter ({}) gave no device: {why}",
+                        a.label
+                    )),
+                    None,
+                ),
+            },
+        }
+    })
+}
+
+/// `Model.load(.., { device: "auto" })`: the model loaded on the faster device for it. The CPU
+/// when `Device.auto()` says so; otherwise the choice remembered in `localStorage` for this
+/// adapter and these model bytes, else measured (load on both, one warm-up, median of 3 timed
+/// runs on random inputs) and remembered.
+pub async fn load_on_fastest(bytes: &[u8]) -> JsResult<(KModel, Device)> {
+    let (auto, adapter) = by_adapter().await;
+    let Some(adapter) = adapter else {
+        return Ok((load(bytes, &auto.inner)?, auto));
+    };
+    let (gpu, cpu) = (auto.inner, KDevice::cpu());
+    let key = format!("kiln.device|{}|{:016x}", adapter.label, fnv1a64(bytes));
+    if let Some((gpu_wins, gpu_ms, cpu_ms)) = remembered(&key) {
+        let dev = if gpu_wins { gpu } else { cpu };
+        let reason = format!(
+            "remembered from an earlier measurement of this model on this adapter: {}",
+            timings(gpu_ms, cpu_ms)
+        );
+        return Ok((load(bytes, &dev)?, Device::from_kiln(dev, reason)));
     }
-    let d = crate::webgpu::create().await?;
-    WEBGPU.with_borrow_mut(|w| *w = Some(d.clone()));
-    Ok(d)
+    let on_cpu_model = load(bytes, &cpu)?;
+    let cpu_ms = probe(&on_cpu_model, &cpu).await.js()?;
+    let measured = match KModel::load(bytes, &gpu) {
+        Ok(m) => probe(&m, &gpu).await.map(|ms| (m, ms)),
+        Err(e) => Err(e),
+    };
+    let (on_gpu_model, gpu_ms) = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            let reason = format!("WebGPU failed on this model ({e}), so the CPU");
+            return Ok((on_cpu_model, on_cpu(reason)));
+        }
+    };
+    let gpu_wins = gpu_ms < cpu_ms;
+    remember(&key, gpu_wins, gpu_ms, cpu_ms);
+    let reason = format!("measured on this model: {}", timings(gpu_ms, cpu_ms));
+    // The loser is dropped here, freeing its weights.
+    Ok(if gpu_wins {
+        (on_gpu_model, Device::from_kiln(gpu, reason))
+    } else {
+        (on_cpu_model, on_cpu(reason))
+    })
+}
+
+/// The choice stored under `key` (`{"webgpu": bool, "webgpuMs", "cpuMs"}` as JSON): whether
+/// WebGPU won, and the two timings.
+fn remembered(key: &str) -> Option<(bool, f64, f64)> {
+    let v = js_sys::JSON::parse(&js::stored(key)?).ok()?;
+    let won = js::get(&v, "webgpu").as_bool()?;
+    Some((won, js::num(&v, "webgpuMs")?, js::num(&v, "cpuMs")?))
+}
+
+fn remember(key: &str, gpu_wins: bool, gpu_ms: f64, cpu_ms: f64) {
+    let v = js::object(&[
+        ("webgpu", gpu_wins.into()),
+        ("webgpuMs", gpu_ms.into()),
+        ("cpuMs", cpu_ms.into()),
+    ]);
+    if let Some(json) = js_sys::JSON::stringify(&v).ok().and_then(|s| s.as_string()) {
+        js::store(key, &json);
+    }
+}
+
+fn load(bytes: &[u8], dev: &KDevice) -> JsResult<KModel> {
+    KModel::load(bytes, dev).js()
+}
+
+/// `"WebGPU 812.30 ms, CPU 5.91 ms per run"`.
+fn timings(gpu_ms: f64, cpu_ms: f64) -> String {
+    format!("WebGPU {gpu_ms:.2} ms, CPU {cpu_ms:.2} ms per run")
+}
+
+/// FNV-1a, 64 bits: a fast fingerprint of the model bytes for the remembered choice.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Milliseconds per run of `model` on `dev` (one warm-up, then the median of 3 runs, outputs read
+/// back) on random normal inputs shaped by its input specs (free dimensions 1).
+fn probe<'a>(model: &'a KModel, dev: &'a KDevice) -> Boxed<'a, kiln_core::Result<f64>> {
+    Box::pin(async move {
+        let mut inputs = Vec::new();
+        for (spec, seed) in model.inputs().iter().zip(1u64..) {
+            let dims: Vec<usize> = spec.shape.iter().map(|d| d.unwrap_or(1)).collect();
+            let x = KTensor::rand_normal(dims, 0.0, 1.0, seed, DType::F32, dev)?;
+            inputs.push(if spec.dtype == DType::F32 {
+                x
+            } else {
+                x.cast(spec.dtype)?
+            });
+        }
+        let mut ms = [0.0; 4];
+        for t in &mut ms {
+            let t0 = js::now_ms();
+            for y in model.run(&inputs)? {
+                y.data().await?;
+            }
+            *t = js::now_ms() - t0;
+        }
+        let [_, a, b, c] = ms;
+        Ok(a.min(b).max(a.max(b).min(c)))
+    })
 }

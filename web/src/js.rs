@@ -110,3 +110,34 @@ pub fn pair(
 pub fn num(options: &JsValue, key: &str) -> Option<f64> {
     get(options, key).as_f64()
 }
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// `performance.now()` (browsers, workers, Node >= 16).
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    pub fn now_ms() -> f64;
+    /// `localStorage.getItem(key)`; throws where there is no `localStorage` (Node, workers) or
+    /// reading it is forbidden (sandboxed iframes).
+    #[wasm_bindgen(js_namespace = localStorage, js_name = getItem, catch)]
+    fn get_item(key: &str) -> Result<Option<String>, JsValue>;
+    /// `localStorage.setItem(key, value)`; throws as `get_item`, or when storage is full.
+    #[wasm_bindgen(js_namespace = localStorage, js_name = setItem, catch)]
+    fn set_item(key: &str, value: &str) -> Result<(), JsValue>;
+}
+
+/// `localStorage.getItem(key)`; `None` when absent or where there is no usable `localStorage`.
+pub fn stored(key: &str) -> Option<String> {
+    get_item(key).ok().flatten()
+}
+
+/// `localStorage.setItem(key, value)`; nothing where storage is unavailable or full.
+pub fn store(key: &str, value: &str) {
+    let _ = set_item(key, value);
+}
+
+/// The `message` of a thrown JS value (an `Error`), else its debug form.
+pub fn message(e: &JsValue) -> String {
+    get(e, "message")
+        .as_string()
+        .unwrap_or_else(|| format!("{e:?}"))
+}

@@ -1,9 +1,10 @@
 //! # kiln-web
 //!
 //! kiln's JavaScript API, built with wasm-bindgen and published on npm as `kiln-ml`.
-//! Tensors live on a [`Device`] (WebGPU when the browser has an adapter, else the CPU); reading
-//! them back is always async (`await t.data()`); a [`Model`] loads the kiln model file that
-//! `kiln train` writes. Every failure reaches JavaScript as an `Error` carrying kiln's message.
+//! Tensors live on a [`Device`] (`Device.auto()`: WebGPU on a hardware adapter, else the CPU);
+//! reading them back is always async (`await t.data()`); a [`Model`] loads the kiln model file
+//! that `kiln train` writes, with `{ device: "auto" }` on whichever backend runs it faster.
+//! Every failure reaches JavaScript as an `Error` carrying kiln's message.
 //!
 //! ```js
 //! import init, { Device, Tensor, Model } from "kiln-ml";
@@ -11,6 +12,8 @@
 //! const device = await Device.auto();
 //! const x = Tensor.from([[1, 2], [3, 4]], null, { device });
 //! console.log(await x.matmul(x).softmax(-1).array());
+//! const model = await Model.load("mnist.safetensors", { device: "auto" });
+//! console.log(model.device.kind, model.device.reason);
 //! ```
 
 mod device;

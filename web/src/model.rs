@@ -1,7 +1,7 @@
 //! `Model`: a kiln model file (safetensors weights + the traced graph in its metadata), loaded
 //! from a URL or bytes onto a device and run on tensors.
 
-use crate::device::{Device, kind_of};
+use crate::device::{self, Device, Wanted, kind_of};
 use crate::error::{IntoJs, JsResult, invalid, to_js};
 use crate::tensor::Tensor;
 use crate::{js, ledger};
@@ -24,7 +24,8 @@ extern "C" {
 #[wasm_bindgen]
 pub struct Model {
     inner: RefCell<Option<KModel>>,
-    device: kiln_core::Device,
+    /// Where the weights live, with the reason they are there.
+    device: Device,
     /// The ledger entry that accounts for the weights in `kiln.memory()`.
     weights: u32,
 }
@@ -54,12 +55,9 @@ async fn source_bytes(source: &JsValue) -> JsResult<Vec<u8>> {
             .flatten()
     }) {
         let r = JsFuture::from(global_fetch(&url)?).await.map_err(|e| {
-            let why = js::get(&e, "message")
-                .as_string()
-                .unwrap_or_else(|| format!("{e:?}"));
             to_js(&kiln_core::Error::io(
                 op,
-                format!("fetching {url} failed: {why}"),
+                format!("fetching {url} failed: {}", js::message(&e)),
             ))
         })?;
         let r: web_sys::Response = r.unchecked_into();
@@ -121,14 +119,18 @@ fn describe<'a>(specs: impl IntoIterator<Item = &'a ValueInfo>) -> Array {
 
 #[wasm_bindgen]
 impl Model {
-    /// Loads a kiln model file from a URL or bytes onto `options.device` (default: the CPU).
+    /// Loads a kiln model file from a URL or bytes onto `options.device` (default: the CPU;
+    /// `"auto"`: the faster of WebGPU and the CPU for this model, see `Device` for how).
     pub async fn load(source: JsValue, options: JsValue) -> JsResult<Model> {
-        let device = Device::from_options(&options, "Model.load")?;
+        let wanted = Device::wanted(&options, "Model.load")?;
         let bytes = source_bytes(&source).await?;
-        let model = KModel::load(&bytes, &device).js()?;
+        let (model, device) = match wanted {
+            Wanted::Given(d) => (KModel::load(&bytes, d.inner()).js()?, d),
+            Wanted::Auto => device::load_on_fastest(&bytes).await?,
+        };
         let params = model.tensors();
         let bytes: u64 = params.values().map(ledger::tensor_bytes).sum();
-        let weights = ledger::insert_weights(kind_of(&device).into(), params.len(), bytes);
+        let weights = ledger::insert_weights(kind_of(device.inner()).into(), params.len(), bytes);
         Ok(Model {
             inner: RefCell::new(Some(model)),
             device,
@@ -189,10 +191,10 @@ impl Model {
         self.with("outputs", |m| Ok(describe(m.outputs())))
     }
 
-    /// The device the weights live on.
+    /// The device the weights live on; its `reason` says why it was chosen.
     #[wasm_bindgen(getter)]
     pub fn device(&self) -> Device {
-        Device::from_kiln(self.device.clone(), "holds this model")
+        self.device.clone()
     }
 
     /// Frees the weights now; using the model afterwards is an error.

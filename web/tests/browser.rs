@@ -1,8 +1,11 @@
-//! kiln-web in a real browser (headless Chromium through wasm-pack's runner; see
-//! web/webdriver.json): ops through the JS API on the CPU against independent references and on
-//! WebGPU against the CPU, the model-file path, errors crossing into JS, and leak accounting.
+//! kiln-web in a real browser (headless Chromium driven by wasm-bindgen-test-runner, with the
+//! flags in web/webdriver.json): ops through the JS API on the CPU against independent references
+//! and on WebGPU against the CPU, the model-file path, errors crossing into JS, and leak accounting.
 //!
-//!   cd web && WASM_BINDGEN_TEST_TIMEOUT=600 wasm-pack test --headless --chrome --mode no-install
+//!   scripts/test-web.sh runs them; by hand (tools from scripts/lib/ensure.sh):
+//!   cd web && PATH=../target/tools/bin:$PATH CHROMEDRIVER=$(command -v chromedriver) \
+//!     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+//!     cargo test --release --target wasm32-unknown-unknown --test browser
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Array, Float32Array, Reflect};
@@ -422,29 +425,176 @@ async fn webgpu_ops_match_the_cpu() {
     );
 }
 
-#[wasm_bindgen_test]
-async fn auto_picks_webgpu_when_an_adapter_exists_and_says_why() {
-    let auto = Device::auto().await;
-    match Device::webgpu().await {
-        Ok(_) => {
-            assert_eq!(auto.kind(), "webgpu");
-            assert!(
-                auto.reason().contains("WebGPU adapter"),
-                "{}",
-                auto.reason()
-            );
+/// The browser's default WebGPU adapter, read here independently of kiln: `None` without one,
+/// else whether it is a software fallback and its `info` words (vendor, architecture, ...).
+async fn browser_adapter() -> Option<(bool, Vec<String>)> {
+    let gpu = Reflect::get(&js_sys::global(), &"navigator".into())
+        .and_then(|n| Reflect::get(&n, &"gpu".into()))
+        .ok()
+        .filter(|g| g.is_object())?;
+    let request: js_sys::Function = Reflect::get(&gpu, &"requestAdapter".into())
+        .unwrap()
+        .unchecked_into();
+    let p: js_sys::Promise = request.call0(&gpu).unwrap().unchecked_into();
+    let adapter = JsFuture::from(p).await.ok().filter(|a| a.is_object())?;
+    let info = Reflect::get(&adapter, &"info".into()).unwrap_or(JsValue::UNDEFINED);
+    let field = |o: &JsValue, k: &str| {
+        if o.is_object() {
+            Reflect::get(o, &k.into()).unwrap_or(JsValue::UNDEFINED)
+        } else {
+            JsValue::UNDEFINED
         }
-        Err(e) => {
-            assert_eq!(auto.kind(), "cpu");
-            assert!(
-                auto.reason().starts_with("WebGPU unavailable"),
-                "{}",
-                auto.reason()
-            );
-            assert!(auto.reason().contains(&message(&e)) || !message(&e).is_empty());
+    };
+    let fallback = field(&info, "isFallbackAdapter")
+        .as_bool()
+        .or_else(|| field(&adapter, "isFallbackAdapter").as_bool())
+        .unwrap_or(false);
+    let words = ["vendor", "architecture", "device", "description"]
+        .iter()
+        .filter_map(|k| field(&info, k).as_string())
+        .filter(|w| !w.is_empty())
+        .collect();
+    Some((fallback, words))
+}
+
+#[wasm_bindgen_test]
+async fn auto_is_the_cpu_on_a_software_adapter_and_webgpu_on_hardware_and_says_why() {
+    let auto = Device::auto().await;
+    let reason = auto.reason();
+    match browser_adapter().await {
+        None => {
+            assert_eq!(auto.kind(), "cpu", "{reason}");
+            assert!(reason.starts_with("WebGPU unavailable"), "{reason}");
+        }
+        Some((true, words)) => {
+            // SwiftShader in headless Chromium: slower than kiln's CPU backend.
+            assert_eq!(auto.kind(), "cpu", "{reason}");
+            assert!(reason.contains("software fallback"), "{reason}");
+            for w in &words {
+                assert!(reason.contains(w.as_str()), "{reason} should name {w}");
+            }
+        }
+        Some((false, words)) => {
+            assert_eq!(auto.kind(), "webgpu", "{reason}");
+            assert!(reason.contains("WebGPU adapter"), "{reason}");
+            for w in &words {
+                assert!(reason.contains(w.as_str()), "{reason} should name {w}");
+            }
         }
     }
     assert_eq!(Device::cpu().kind(), "cpu");
+}
+
+#[wasm_bindgen_test]
+async fn webgpu_forced_still_works_and_matches_the_cpu() {
+    let gpu = match Device::webgpu().await {
+        Ok(d) => d,
+        Err(e) => {
+            assert!(browser_adapter().await.is_none(), "{}", message(&e));
+            web_sys::console::log_1(&format!("SKIP webgpu_forced: {}", message(&e)).into());
+            return;
+        }
+    };
+    assert_eq!(
+        (gpu.kind(), gpu.reason()),
+        ("webgpu".into(), "requested explicitly".into())
+    );
+    let (av, bv) = (rand(5 * 7, 41), rand(7 * 3, 42));
+    let mut got = Vec::new();
+    for dev in [&gpu, &Device::cpu()] {
+        let (a, b) = (tensor(&av, &[5, 7], dev), tensor(&bv, &[7, 3], dev));
+        let y = a
+            .matmul(&b.clone_handle().unwrap().into())
+            .unwrap()
+            .relu()
+            .unwrap();
+        got.push(read(&y).await);
+        for t in [a, b, y] {
+            t.dispose();
+        }
+    }
+    assert_close(&got[0], &got[1], 1e-5, "matmul+relu on WebGPU vs the CPU");
+}
+
+#[wasm_bindgen_test]
+async fn model_load_auto_picks_the_faster_device_for_the_model_and_says_why() {
+    let (bytes, net) = small_cnn();
+    // Forget earlier measurements so the first load measures.
+    if let Some(store) = web_sys::window().and_then(|w| w.local_storage().ok().flatten()) {
+        let keys: Vec<String> = (0..store.length().unwrap())
+            .filter_map(|i| store.key(i).ok().flatten())
+            .collect();
+        for k in keys.iter().filter(|k| k.starts_with("kiln.device|")) {
+            store.remove_item(k).unwrap();
+        }
+    }
+    let adapter = browser_adapter().await;
+    let xv = rand(2 * 64, 43);
+    let want = net
+        .forward(&KTensor::from_slice(&xv, [2, 1, 8, 8], &KDevice::cpu()).unwrap())
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let mut kinds = Vec::new();
+    for load in 0..2 {
+        let src: JsValue = js_sys::Uint8Array::from(bytes.as_slice()).into();
+        let model = Model::load(src, obj(&[("device", "auto".into())]))
+            .await
+            .unwrap();
+        let dev = model.device();
+        let reason = dev.reason();
+        match &adapter {
+            Some((false, _)) => {
+                // A hardware adapter: measured on the first load, remembered on the second.
+                let how = ["measured on this model", "remembered from an earlier"][load];
+                assert!(reason.starts_with(how), "load {load}: {reason}");
+                assert!(
+                    reason.contains("WebGPU") && reason.contains("CPU"),
+                    "{reason}"
+                );
+            }
+            Some((true, _)) => {
+                assert_eq!(dev.kind(), "cpu", "{reason}");
+                assert!(reason.contains("software fallback"), "{reason}");
+            }
+            None => {
+                assert_eq!(dev.kind(), "cpu", "{reason}");
+                assert!(reason.starts_with("WebGPU unavailable"), "{reason}");
+            }
+        }
+        kinds.push(dev.kind());
+        let x: JsValue = tensor(&xv, &[2, 1, 8, 8], &dev).into();
+        let y = model.forward(&x).unwrap();
+        assert_close(
+            &read(&y).await,
+            &want,
+            1e-4,
+            &format!("auto ({}) vs the module", dev.kind()),
+        );
+        dispose(&x);
+        y.dispose();
+        model.dispose();
+    }
+    assert_eq!(
+        kinds[0], kinds[1],
+        "the remembered choice is the measured one"
+    );
+
+    // Explicit choices still work and say so; unknown names are errors.
+    let src: JsValue = js_sys::Uint8Array::from(bytes.as_slice()).into();
+    let model = Model::load(src.clone(), obj(&[("device", "cpu".into())]))
+        .await
+        .unwrap();
+    assert_eq!(
+        (model.device().kind(), model.device().reason()),
+        ("cpu".into(), "requested explicitly".into())
+    );
+    model.dispose();
+    let e = Model::load(src, obj(&[("device", "gpu".into())]))
+        .await
+        .err()
+        .unwrap();
+    assert!(message(&e).contains("\"auto\""), "{}", message(&e));
 }
 
 #[wasm_bindgen_test]

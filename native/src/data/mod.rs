@@ -1,4 +1,5 @@
 //! Data sets and images read from disk.
 
+pub mod augment;
 pub mod image;
 pub mod mnist;
