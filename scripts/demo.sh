@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-EPOCHS=1
+EPOCHS=2
 AUGMENT=digits
 DEVICE=cpu
 PORT=8080
@@ -62,6 +62,8 @@ command -v cc >/dev/null 2>&1 || { echo "demo.sh: a C compiler (gcc) is needed t
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 mkdir -p "$TARGET"
 web_pid=
+# A failed run takes its background build with it.
+trap 'if [ -n "$web_pid" ]; then pkill -P "$web_pid"; kill "$web_pid"; fi 2>/dev/null' EXIT
 if [ -n "$WEB" ]; then
   stage "web: npm package and page, in the background (log: $TARGET/demo-web.log)"
   KILN_WEB_QUICK=1 nice scripts/build-web.sh >"$TARGET/demo-web.log" 2>&1 &
@@ -100,7 +102,10 @@ fi
 
 if [ -n "$web_pid" ]; then
   stage "web: waiting for the background build"
-  if ! wait "$web_pid"; then
+  status=0
+  wait "$web_pid" || status=$?
+  web_pid=
+  if [ "$status" -ne 0 ]; then
     tail -30 "$TARGET/demo-web.log" >&2
     echo "demo.sh: the web build failed; its log is $TARGET/demo-web.log" >&2
     exit 1
