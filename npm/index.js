@@ -1,5 +1,5 @@
 // kiln-ml: the entry point. The API itself lives in the WebAssembly module (dist/, built by
-// wasm-pack from kiln's web/ crate); this file only loads it the same way in browsers,
+// cargo and wasm-bindgen from kiln's web/ crate); this file only loads it the same way in browsers,
 // bundlers (Vite, webpack) and Node.
 import loadWasm from "./dist/kiln_web.js";
 
