@@ -32,6 +32,15 @@ fn rand(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// What the Rust module computes for `xv` (shaped `dims`) on the CPU: the reference a loaded
+/// model file must reproduce.
+fn cpu_forward(net: &impl Forward, xv: &[f32], dims: &[usize]) -> Vec<f32> {
+    net.forward(&KTensor::from_slice(xv, dims.to_vec(), &KDevice::cpu()).unwrap())
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
 fn obj(pairs: &[(&str, JsValue)]) -> JsValue {
     let o = js_sys::Object::new();
     for (k, v) in pairs {
@@ -530,11 +539,7 @@ async fn model_load_auto_picks_the_faster_device_for_the_model_and_says_why() {
     }
     let adapter = browser_adapter().await;
     let xv = rand(2 * 64, 43);
-    let want = net
-        .forward(&KTensor::from_slice(&xv, [2, 1, 8, 8], &KDevice::cpu()).unwrap())
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let want = cpu_forward(&net, &xv, &[2, 1, 8, 8]);
     let mut kinds = Vec::new();
     for load in 0..2 {
         let src: JsValue = js_sys::Uint8Array::from(bytes.as_slice()).into();
@@ -659,11 +664,7 @@ async fn model_file_loads_and_runs_like_the_module() {
     let x: JsValue = tensor(&xv, &[3, 16], &Device::cpu()).into();
     let y = model.forward(&x).unwrap();
     dispose(&x);
-    let want = fc
-        .forward(&KTensor::from_slice(&xv, [3, 16], &KDevice::cpu()).unwrap())
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let want = cpu_forward(&fc, &xv, &[3, 16]);
     assert_close(&read(&y).await, &want, 1e-6, "model output");
     y.dispose();
     model.dispose();
@@ -707,11 +708,7 @@ async fn cnn_model_from_a_url_runs_on_every_device_like_the_module() {
     let (bytes, net) = small_cnn();
     let url = blob_url(&bytes);
     let xv = rand(3 * 64, 23);
-    let want = net
-        .forward(&KTensor::from_slice(&xv, [3, 1, 8, 8], &KDevice::cpu()).unwrap())
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let want = cpu_forward(&net, &xv, &[3, 1, 8, 8]);
     let mut devices = vec![Device::cpu()];
     if let Ok(gpu) = Device::webgpu().await {
         devices.push(gpu);

@@ -391,38 +391,37 @@ fn elastic_field(
     kernel.iter_mut().for_each(|k| *k /= total);
     let mut field = || {
         let noise: Vec<f32> = (0..rows * cols).map(|_| rng.symmetric(1.0)).collect();
-        let mut tmp = vec![0.0f32; rows * cols];
-        let mut out = vec![0.0f32; rows * cols];
         // Rows, then columns.
-        for y in 0..rows {
-            for x in 0..cols {
-                let mut acc = 0.0;
-                for (j, k) in kernel.iter().enumerate() {
-                    let xi = x + j;
-                    if xi >= radius && xi - radius < cols {
-                        acc += k * noise[y * cols + xi - radius];
-                    }
-                }
-                tmp[y * cols + x] = acc;
-            }
-        }
-        for y in 0..rows {
-            for x in 0..cols {
-                let mut acc = 0.0;
-                for (j, k) in kernel.iter().enumerate() {
-                    let yi = y + j;
-                    if yi >= radius && yi - radius < rows {
-                        acc += k * tmp[(yi - radius) * cols + x];
-                    }
-                }
-                out[y * cols + x] = alpha * acc;
-            }
-        }
+        let along_rows = smooth_axis(&noise, rows, cols, &kernel, false);
+        let mut out = smooth_axis(&along_rows, rows, cols, &kernel, true);
+        out.iter_mut().for_each(|v| *v *= alpha);
         out
     };
     let fx = field();
     let fy = field();
     (fx, fy)
+}
+
+/// `src` (`rows x cols`) convolved with the odd-length `kernel` along each row
+/// (`vertical == false`) or each column, with zeros beyond the edges.
+fn smooth_axis(src: &[f32], rows: usize, cols: usize, kernel: &[f32], vertical: bool) -> Vec<f32> {
+    let radius = kernel.len() / 2;
+    let (len, step) = if vertical { (rows, cols) } else { (cols, 1) };
+    let mut out = vec![0.0f32; rows * cols];
+    for y in 0..rows {
+        for x in 0..cols {
+            let (pos, base) = if vertical { (y, x) } else { (x, y * cols) };
+            let mut acc = 0.0;
+            for (j, k) in kernel.iter().enumerate() {
+                let i = pos + j;
+                if i >= radius && i - radius < len {
+                    acc += k * src[base + (i - radius) * step];
+                }
+            }
+            out[y * cols + x] = acc;
+        }
+    }
+    out
 }
 
 /// Grey-level 3x3 dilation (maximum) or erosion (minimum) in place; pixels beyond the edges are
