@@ -21,6 +21,7 @@ if [ "${KILN_FRESH_INSTALLS:-0}" = 1 ]; then
   # empty root and npm downloads through an empty cache (the crates' sources may come from
   # cargo's download cache: they are the same files).
   fresh=$(mktemp -d "${TMPDIR:-/tmp}/kiln-fresh.XXXXXX")
+  trap 'rm -rf "$fresh"' EXIT
   export KILN_TOOLS=$fresh/tools npm_config_cache=$fresh/npm-cache
   rm -rf tests/web/node_modules
 fi
