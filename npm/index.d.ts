@@ -1,4 +1,7 @@
-// Type definitions for kiln-ml (hand-written; they describe the API of kiln's web/ crate).
+// Type definitions for kiln-ml (hand-written; they describe the API of kiln's web/ crate), except
+// the generated block in Tensor, which `node npm/check-types.mjs --write` writes. CI runs
+// `node npm/check-types.mjs`: every declared member must be exported by the wasm module and
+// the other way round.
 
 /** Element types. Aliases such as "float32" and "int32" are accepted wherever a DType is. */
 export type DType = "f32" | "f64" | "f16" | "i32" | "u32" | "bool";
@@ -177,24 +180,46 @@ export class Tensor {
   le(other: TensorOrNumber): Tensor;
   gt(other: TensorOrNumber): Tensor;
   ge(other: TensorOrNumber): Tensor;
-  neg(): Tensor;
+  // <generated: unary ops (node npm/check-types.mjs --write)>
+  /** Elementwise `abs`. */
   abs(): Tensor;
-  exp(): Tensor;
-  log(): Tensor;
-  sqrt(): Tensor;
-  rsqrt(): Tensor;
-  recip(): Tensor;
-  sin(): Tensor;
-  cos(): Tensor;
-  tanh(): Tensor;
-  sigmoid(): Tensor;
-  relu(): Tensor;
-  gelu(): Tensor;
-  erf(): Tensor;
-  floor(): Tensor;
+  /** Elementwise `ceil`. */
   ceil(): Tensor;
+  /** Elementwise `cos`. */
+  cos(): Tensor;
+  /** Elementwise `erf`. */
+  erf(): Tensor;
+  /** Elementwise `exp`. */
+  exp(): Tensor;
+  /** Elementwise `floor`. */
+  floor(): Tensor;
+  /** Elementwise `gelu`. */
+  gelu(): Tensor;
+  /** Elementwise `log`. */
+  log(): Tensor;
+  /** Elementwise `neg`. */
+  neg(): Tensor;
+  /** Elementwise `recip`. */
+  recip(): Tensor;
+  /** Elementwise `relu`. */
+  relu(): Tensor;
+  /** Elementwise `round`. */
   round(): Tensor;
+  /** Elementwise `rsqrt`. */
+  rsqrt(): Tensor;
+  /** Elementwise `sigmoid`. */
+  sigmoid(): Tensor;
+  /** Elementwise `sign`. */
   sign(): Tensor;
+  /** Elementwise `silu`. */
+  silu(): Tensor;
+  /** Elementwise `sin`. */
+  sin(): Tensor;
+  /** Elementwise `sqrt`. */
+  sqrt(): Tensor;
+  /** Elementwise `tanh`. */
+  tanh(): Tensor;
+  // </generated>
   clamp(min: number, max: number): Tensor;
   /** With this bool tensor as the condition: `a` where true, else `b`. */
   where(a: TensorOrNumber, b: TensorOrNumber): Tensor;

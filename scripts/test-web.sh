@@ -32,6 +32,9 @@ export CHROMIUM=${CHROMIUM:-/usr/lib/chromium/chromium}
 stage "build: scripts/build-web.sh"
 scripts/build-web.sh
 
+stage "types: node npm/check-types.mjs (npm/index.d.ts against what the wasm module exports)"
+node npm/check-types.mjs
+
 stage "node --test tests/web/node/ (the npm package in Node, CPU)"
 node --test --test-reporter=spec tests/web/node/
 

@@ -45,14 +45,16 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
         Op::Unary(u) => {
             want(1)?;
             let (dt, s) = &inputs[0];
-            if *dt == DType::Bool || (u.float_only() && !dt.is_float()) {
+            if !u.dtypes().contains(dt) {
+                let want = match u.dtypes().last() {
+                    Some(DType::U32) => "a numeric",
+                    Some(DType::I32) => "a float or i32",
+                    _ => "a float",
+                };
                 return Err(Error::dtype(
                     name,
-                    format!("expects a float tensor, got {dt}"),
+                    format!("expects {want} tensor, got {dt}"),
                 ));
-            }
-            if *dt == DType::U32 && matches!(u, crate::UnaryOp::Neg) {
-                return Err(Error::dtype(name, "cannot negate an unsigned (u32) tensor"));
             }
             Ok((*dt, s.clone()))
         }
@@ -62,7 +64,7 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             if dt == DType::Bool {
                 return Err(Error::dtype(name, "expects numeric tensors, got bool"));
             }
-            if matches!(op, Op::Binary(crate::BinaryOp::Pow)) && !dt.is_float() {
+            if matches!(op, Op::Binary(b) if b.float_only()) && !dt.is_float() {
                 return Err(Error::dtype(
                     name,
                     format!("expects float tensors, got {dt}"),

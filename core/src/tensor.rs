@@ -886,97 +886,54 @@ fn add_channel_bias(y: Tensor, bias: Option<&Tensor>, op: &'static str) -> Resul
     y.add(&b.reshape([1, y.dims()[1], 1, 1])?)
 }
 
+/// A method per row of the unary table (`op/elementwise.rs`) without fields (`powf` and
+/// `clamp` take arguments and are written out above).
 macro_rules! unary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {
+    (@one [$($doc:tt)*] $var:ident [] [] $method:ident) => {
         impl Tensor {
-            $($(#[$doc])* pub fn $name(&self) -> Result<Tensor> { self.unary(UnaryOp::$op) })*
+            $($doc)* pub fn $method(&self) -> Result<Tensor> { self.unary(UnaryOp::$var) }
         }
     };
+    (@one $($with_fields:tt)*) => {};
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $(($($arg:ident: $ty:ty),*))? $({$($fields:tt)*})? $method:ident { $($row:tt)* }
+    )*) => {
+        $(unary_methods!(@one [$(#[$doc])*] $var [$($($arg)*)?] [$($($fields)*)?] $method);)*
+    };
 }
-unary_methods! {
-    /// `-x`
-    neg => Neg,
-    /// `|x|`
-    abs => Abs,
-    /// `e^x`
-    exp => Exp,
-    /// natural log
-    log => Log,
-    /// square root
-    sqrt => Sqrt,
-    /// `1/sqrt(x)`
-    rsqrt => Rsqrt,
-    /// `1/x`
-    recip => Recip,
-    /// sine
-    sin => Sin,
-    /// cosine
-    cos => Cos,
-    /// hyperbolic tangent
-    tanh => Tanh,
-    /// logistic sigmoid
-    sigmoid => Sigmoid,
-    /// `max(x, 0)`
-    relu => Relu,
-    /// GELU, exact erf form
-    gelu => Gelu,
-    /// error function
-    erf => Erf,
-    /// round toward -inf
-    floor => Floor,
-    /// round toward +inf
-    ceil => Ceil,
-    /// round half to even
-    round => Round,
-    /// -1, 0 or 1
-    sign => Sign,
-}
+crate::unary_table!(unary_methods);
 
+/// Two methods per row of the binary table: with a tensor and with a scalar, broadcasting.
 macro_rules! binary_methods {
-    ($($(#[$doc:meta])* $name:ident, $scalar:ident => $op:ident),* $(,)?) => {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $method:ident $scalar:ident $name:literal { $($row:tt)* }
+    )*) => {
         impl Tensor {
             $(
-                $(#[$doc])* pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> { self.binary(BinaryOp::$op, rhs) }
-                $(#[$doc])* #[doc = "(with a scalar)"] pub fn $scalar(&self, rhs: f64) -> Result<Tensor> { self.binary_scalar(BinaryOp::$op, rhs) }
+                $(#[$doc])* #[doc = ", broadcasting"]
+                pub fn $method(&self, rhs: &Tensor) -> Result<Tensor> { self.binary(BinaryOp::$var, rhs) }
+                $(#[$doc])* #[doc = "with a scalar"]
+                pub fn $scalar(&self, rhs: f64) -> Result<Tensor> { self.binary_scalar(BinaryOp::$var, rhs) }
             )*
         }
     };
 }
-binary_methods! {
-    /// `a + b`, broadcasting
-    add, add_scalar => Add,
-    /// `a - b`, broadcasting
-    sub, sub_scalar => Sub,
-    /// `a * b`, broadcasting
-    mul, mul_scalar => Mul,
-    /// `a / b`, broadcasting
-    div, div_scalar => Div,
-    /// `a ^ b`, broadcasting
-    pow, pow_scalar => Pow,
-    /// elementwise maximum, broadcasting
-    maximum, maximum_scalar => Max,
-    /// elementwise minimum, broadcasting
-    minimum, minimum_scalar => Min,
-}
+crate::binary_table!(binary_methods);
 
+/// A method per row of the comparison table.
 macro_rules! compare_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $method:ident { $($row:tt)* }
+    )*) => {
         impl Tensor {
-            $($(#[$doc])* pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> { self.compare(CmpOp::$op, rhs) })*
+            $(
+                $(#[$doc])* #[doc = "(bool), broadcasting"]
+                pub fn $method(&self, rhs: &Tensor) -> Result<Tensor> { self.compare(CmpOp::$var, rhs) }
+            )*
         }
     };
 }
-compare_methods! {
-    /// `a == b` (bool), broadcasting
-    eq => Eq,
-    /// `a != b` (bool), broadcasting
-    ne => Ne,
-    /// `a < b` (bool), broadcasting
-    lt => Lt,
-    /// `a <= b` (bool), broadcasting
-    le => Le,
-    /// `a > b` (bool), broadcasting
-    gt => Gt,
-    /// `a >= b` (bool), broadcasting
-    ge => Ge,
-}
+crate::compare_table!(compare_methods);

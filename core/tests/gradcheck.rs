@@ -10,6 +10,7 @@
 use kiln_core::autodiff::{Gradients, no_grad, tracing};
 use kiln_core::{
     Conv2dParams, DType, Device, ErrorKind, Op, Pool2dParams, ReduceOp, Result, SliceRange, Tensor,
+    UnaryOp,
 };
 
 fn dev() -> Device {
@@ -92,7 +93,7 @@ fn ravel(idx: &[usize], shape: &[usize]) -> usize {
 }
 
 impl Input {
-    fn new(shape: &[usize], seed: u64, values_from: Gen) -> Input {
+    fn new(shape: &[usize], seed: u64, values_from: impl Fn(&mut Rng) -> f64) -> Input {
         let mut rng = Rng(seed);
         Input {
             values: (0..numel(shape)).map(|_| values_from(&mut rng)).collect(),
@@ -205,60 +206,45 @@ fn x0(xs: &[Tensor]) -> &Tensor {
 
 // ---------------------------------------------------------------- elementwise
 
+/// Every row of the unary table: a smooth op on inputs from its test range, a piecewise one away
+/// from its kinks and multiplied by x (so that zero gradients still feed a non-trivial graph).
 #[test]
-fn unary_smooth() {
-    type F = fn(&Tensor) -> Result<Tensor>;
-    let cases: [(&str, F, Gen); 15] = [
-        ("neg", Tensor::neg, any),
-        ("exp", Tensor::exp, any),
-        ("log", Tensor::log, positive),
-        ("sqrt", Tensor::sqrt, positive),
-        ("rsqrt", Tensor::rsqrt, positive),
-        ("recip", Tensor::recip, nonzero),
-        ("sin", Tensor::sin, any),
-        ("cos", Tensor::cos, any),
-        ("tanh", Tensor::tanh, any),
-        ("sigmoid", Tensor::sigmoid, any),
-        ("gelu", Tensor::gelu, any),
-        ("erf", Tensor::erf, any),
-        ("powf 2.5", |x| x.powf(2.5), positive),
-        ("powf -1.5", |x| x.powf(-1.5), positive),
-        ("powf 3", |x| x.powf(3.0), nonzero),
-    ];
-    for (i, (name, f, values_from)) in cases.into_iter().enumerate() {
-        eprintln!("unary {name}");
-        check_grad(
-            |xs| f(x0(xs)),
-            &[Input::new(&[3, 5], 10 + i as u64, values_from)],
-        );
-        check_grad(
-            |xs| f(x0(xs)),
-            &[Input::new(&[2, 3, 4], 40 + i as u64, values_from).permuted()],
-        );
+fn unary_table_gradients() {
+    for (i, u) in UnaryOp::samples().into_iter().enumerate() {
+        eprintln!("unary {u:?}");
+        let f = move |xs: &[Tensor]| x0(xs).unary(u);
+        let seed = 10 + 3 * i as u64;
+        let r = u.test_range();
+        if r.kinks {
+            check_grad(
+                |xs| f(xs)?.mul(x0(xs)),
+                &[Input::new(&[4, 7], seed, kinkless).permuted()],
+            );
+            check_grad(f, &[Input::new(&[5], seed + 1, kinkless)]);
+        } else {
+            let values = |rng: &mut Rng| rng.uniform(r.lo, r.hi);
+            check_grad(f, &[Input::new(&[3, 5], seed, values)]);
+            check_grad(f, &[Input::new(&[2, 3, 4], seed + 1, values).permuted()]);
+        }
     }
 }
 
 #[test]
-fn unary_piecewise() {
-    type F = fn(&Tensor) -> Result<Tensor>;
-    let cases: [(&str, F); 8] = [
-        ("abs", Tensor::abs),
-        ("relu", Tensor::relu),
-        ("sign", Tensor::sign),
-        ("floor", Tensor::floor),
-        ("ceil", Tensor::ceil),
-        ("round", Tensor::round),
-        ("clamp", |x| x.clamp(-1.0, 1.5)),
-        ("powf 0", |x| x.powf(0.0)),
+fn powf_gradients() {
+    let cases: [(f64, Gen); 4] = [
+        (2.5, positive),
+        (-1.5, positive),
+        (3.0, nonzero),
+        (0.0, kinkless),
     ];
-    for (i, (name, f)) in cases.into_iter().enumerate() {
-        eprintln!("unary {name}");
-        // Multiply by x so that the zero-gradient ops still feed a non-trivial graph.
+    for (i, (p, values_from)) in cases.into_iter().enumerate() {
+        eprintln!("powf {p}");
+        let f = move |xs: &[Tensor]| x0(xs).powf(p);
+        check_grad(f, &[Input::new(&[3, 5], 200 + i as u64, values_from)]);
         check_grad(
-            |xs| f(x0(xs))?.mul(x0(xs)),
-            &[Input::new(&[4, 7], 70 + i as u64, kinkless).permuted()],
+            |xs| f(xs)?.mul(x0(xs)),
+            &[Input::new(&[2, 3, 4], 210 + i as u64, values_from).permuted()],
         );
-        check_grad(|xs| f(x0(xs)), &[Input::new(&[5], 90 + i as u64, kinkless)]);
     }
 }
 

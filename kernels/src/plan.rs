@@ -27,8 +27,8 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use kiln_core::{
-    AdamParams, BinaryOp, Conv2dParams, DType, Error, Layout, Op, Pool2dParams, ReduceOp, Result,
-    Shape, UnaryOp, View,
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, DType, Error, Layout, Op, Pool2dParams, ReduceOp,
+    Result, Shape, UnaryOp, View,
 };
 
 /// Bytes of one element on the device, for every dtype a plan accepts.
@@ -181,19 +181,14 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
         Op::Eye { m, .. } => p.fill("eye", ty, n, &[*m as u32]),
         Op::RandUniform { .. } | Op::RandNormal { .. } => p.random(op, n),
         Op::Unary(u) => {
-            let (c0, c1) = match u {
-                UnaryOp::Powf(e) => (bits(*e, out_dtype), 0),
-                UnaryOp::Clamp { min, max } => (bits(*min, out_dtype), bits(*max, out_dtype)),
-                _ => (0, 0),
-            };
-            let float = if out_dtype.is_float() { "1" } else { "0" };
+            let [c0, c1] = u.consts().map(|c| bits(c, out_dtype));
             let key = KernelKey::new(
                 "map.wgsl",
                 &[
                     ("OP", u.name()),
+                    ("EXPR", u.wgsl(out_dtype)),
                     ("TI", ty),
                     ("TO", ty),
-                    ("FLOAT", float),
                     ("WG", "256"),
                 ],
             );
@@ -224,21 +219,16 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             p.elementwise(key, &out, &[(Buffer::Input(0), &inputs[0].layout)], [0, 0])
         }
         Op::Contiguous => p.copy(ty, &out, Buffer::Input(0), &inputs[0].layout),
-        Op::Binary(b) => p.binary(b.name(), inputs, ty, ty, &out),
+        Op::Binary(b) => p.binary(b.name(), b.wgsl(out_dtype), inputs, ty, ty, &out),
         Op::Compare(c) => {
             let ti = wgsl_type(inputs[0].dtype, name)?;
-            p.binary(c.name(), inputs, ti, "u32", &out)
+            let expr = format!("select(0u, 1u, {})", c.wgsl());
+            p.binary(c.name(), &expr, inputs, ti, "u32", &out)
         }
         Op::Where => {
             let key = KernelKey::new(
                 "binary.wgsl",
-                &[
-                    ("OP", "where"),
-                    ("T", ty),
-                    ("TO", ty),
-                    ("FLOAT", "0"),
-                    ("WG", "256"),
-                ],
+                &[("OP", "where"), ("T", ty), ("TO", ty), ("WG", "256")],
             );
             let views: Vec<_> = (0..3)
                 .map(|i| (Buffer::Input(i), &inputs[i].layout))
@@ -833,22 +823,23 @@ impl Planner {
         self.elementwise_to(key, dst, to, &[(from, src)], [0, 0])
     }
 
+    /// A binary op or comparison: `expr` is its WGSL of `x` and `y`.
     fn binary(
         &mut self,
         op: &str,
+        expr: &str,
         inputs: &[ViewMeta],
         t: &'static str,
         to: &'static str,
         out: &Layout,
     ) -> Result<()> {
-        let float = if t == "f32" { "1" } else { "0" };
         let key = KernelKey::new(
             "binary.wgsl",
             &[
                 ("OP", op),
+                ("EXPR", expr),
                 ("T", t),
                 ("TO", to),
-                ("FLOAT", float),
                 ("WG", "256"),
             ],
         );
@@ -1410,184 +1401,137 @@ pub fn coalesce(dims: &[usize], views: Vec<Vec<usize>>) -> (Vec<usize>, Vec<Vec<
     (out_dims, out_strides)
 }
 
-/// Every kernel variant the planner can produce for `dtype` (f32, i32, u32 or bool), for
-/// validation and ahead-of-time compilation.
+/// Every kernel variant the planner can produce, for validation and ahead-of-time compilation:
+/// the kernels of planning every op of [`samples`], plus every GEMM tile in every mode (which
+/// tile a GEMM gets depends on sizes the samples keep small).
 pub fn variants() -> Vec<KernelKey> {
-    let mut keys = Vec::new();
-    let tys = ["f32", "i32", "u32"];
-    let unary = [
-        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "sin", "cos", "tanh", "sigmoid",
-        "relu", "gelu", "erf", "floor", "ceil", "round", "sign", "powf", "clamp",
-    ];
-    let int_unary = [
-        "neg", "abs", "relu", "sign", "clamp", "floor", "ceil", "round",
-    ];
-    for ty in tys {
-        let float = if ty == "f32" { "1" } else { "0" };
-        for op in unary {
-            if ty != "f32" && !int_unary.contains(&op) || ty == "u32" && op == "neg" {
-                continue;
-            }
-            keys.push(KernelKey::new(
-                "map.wgsl",
-                &[
-                    ("OP", op),
-                    ("TI", ty),
-                    ("TO", ty),
-                    ("FLOAT", float),
-                    ("WG", "256"),
-                ],
-            ));
-        }
-        keys.push(KernelKey::new(
-            "map.wgsl",
-            &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")],
-        ));
-        for to in tys {
-            if to != ty {
-                keys.push(KernelKey::new(
-                    "map.wgsl",
-                    &[
-                        ("OP", "cast"),
-                        ("TI", ty),
-                        ("TO", to),
-                        ("TO_BOOL", "0"),
-                        ("WG", "256"),
-                    ],
-                ));
-            }
-        }
-        keys.push(KernelKey::new(
-            "map.wgsl",
-            &[
-                ("OP", "cast"),
-                ("TI", ty),
-                ("TO", "u32"),
-                ("TO_BOOL", "1"),
-                ("WG", "256"),
-            ],
-        ));
-        let bin = [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::Pow,
-            BinaryOp::Max,
-            BinaryOp::Min,
-        ];
-        for b in bin {
-            if ty != "f32" && b == BinaryOp::Pow {
-                continue;
-            }
-            keys.push(KernelKey::new(
-                "binary.wgsl",
-                &[
-                    ("OP", b.name()),
-                    ("T", ty),
-                    ("TO", ty),
-                    ("FLOAT", float),
-                    ("WG", "256"),
-                ],
-            ));
-        }
-        for c in ["eq", "ne", "lt", "le", "gt", "ge"] {
-            keys.push(KernelKey::new(
-                "binary.wgsl",
-                &[
-                    ("OP", c),
-                    ("T", ty),
-                    ("TO", "u32"),
-                    ("FLOAT", float),
-                    ("WG", "256"),
-                ],
-            ));
-        }
-        keys.push(KernelKey::new(
-            "binary.wgsl",
-            &[
-                ("OP", "where"),
-                ("T", ty),
-                ("TO", ty),
-                ("FLOAT", "0"),
-                ("WG", "256"),
-            ],
-        ));
-        for mode in ["full", "arange", "eye"] {
-            keys.push(KernelKey::new(
-                "fill.wgsl",
-                &[("MODE", mode), ("T", ty), ("WG", "256")],
-            ));
-        }
-        for idx in ["i32", "u32"] {
-            for mode in ["gather", "scatter_add", "one_hot"] {
-                keys.push(KernelKey::new(
-                    "index.wgsl",
-                    &[("MODE", mode), ("T", ty), ("IDX", idx), ("WG", "256")],
-                ));
-            }
+    let mut keys: Vec<KernelKey> = Vec::new();
+    for (op, inputs) in samples() {
+        let metas: Vec<_> = inputs
+            .iter()
+            .map(|v| (v.dtype, v.layout.shape().clone()))
+            .collect();
+        if let Ok((dt, s)) = op.infer(&metas)
+            && let Ok(p) = plan(&op, &inputs, dt, &s)
+        {
+            keys.extend(p.dispatches.into_iter().map(|d| d.kernel));
         }
     }
-    // every tile shape in every mode (matmul for each type, the convolutions in f32)
     for tile in GemmTile::ALL {
-        for ty in tys {
+        for ty in ["f32", "i32", "u32"] {
             keys.push(tile.key("matmul", ty));
         }
         for mode in ["conv", "conv_t", "conv_wgrad"] {
             keys.push(tile.key(mode, "f32"));
         }
     }
-    // the fast paths of the elementwise kernels: vec4 for all, a broadcast b for binary ops
-    let fast: Vec<KernelKey> = keys
-        .iter()
-        .filter(|k| matches!(k.file, "map.wgsl" | "binary.wgsl"))
-        .flat_map(|k| {
-            let bcast =
-                k.file == "binary.wgsl" && k.defines.get("OP").is_some_and(|o| o != "where");
-            let mut v = vec![Fast::Vec4.key(k.clone())];
-            if bcast {
-                v.extend(["a", "b"].map(|which| Fast::Bcast(which, 1, 1).key(k.clone())));
-            }
-            v
-        })
-        .collect();
-    keys.extend(fast);
-    // reductions, rows, split-K sums and pooling come from planning real ops, so the keys match
-    // exactly
-    let f = |d: &[usize], dt: DType| ViewMeta::new(&Layout::contiguous(Shape::from(d)), dt);
-    let mut add = |op: Op, ins: Vec<ViewMeta>| {
-        let metas: Vec<_> = ins
-            .iter()
-            .map(|v| (v.dtype, v.layout.shape().clone()))
-            .collect();
-        if let Ok((dt, s)) = op.infer(&metas)
-            && let Ok(p) = plan(&op, &ins, dt, &s)
-        {
-            keys.extend(p.dispatches.into_iter().map(|d| d.kernel));
-        }
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// A sample of every op the planner takes, on every device dtype, in each layout that takes its
+/// own kernel path: contiguous and 4-aligned (vec4), strided, and for binary ops a broadcast
+/// `a` or `b`. The elementwise families come from their tables; a test checks that every `Op`
+/// variant but the views has a sample here.
+pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
+    use DType::{Bool, F32, I32, U32};
+    let view = |d: &[usize], dt: DType| ViewMeta::new(&Layout::contiguous(Shape::from(d)), dt);
+    // [3, 5] read through a transpose of [5, 3]: the strided kernels
+    let strided = |dt: DType| {
+        let l = Layout::contiguous(Shape::from([5, 3]));
+        ViewMeta::new(&l.permute(&[1, 0]).unwrap_or(l), dt)
     };
-    let reduce_ops = [
-        ReduceOp::Sum,
-        ReduceOp::Mean,
-        ReduceOp::Max,
-        ReduceOp::Min,
-        ReduceOp::Prod,
-        ReduceOp::Var { correction: 1 },
-        ReduceOp::ArgMax,
-        ReduceOp::ArgMin,
-    ];
-    for dt in [DType::F32, DType::I32, DType::U32, DType::Bool] {
-        for r in reduce_ops {
+    let one_input = |dt: DType| [vec![view(&[2, 4], dt)], vec![strided(dt)]];
+    let two_inputs = |dt: DType| {
+        [
+            vec![view(&[2, 8], dt), view(&[2, 8], dt)],
+            vec![strided(dt), strided(dt)],
+            vec![view(&[2, 8], dt), view(&[8], dt)],
+            vec![view(&[8], dt), view(&[2, 8], dt)],
+        ]
+    };
+    let mut s: Vec<(Op, Vec<ViewMeta>)> = Vec::new();
+    let mut add = |op: Op, cases: &[Vec<ViewMeta>]| {
+        s.extend(cases.iter().map(|ins| (op.clone(), ins.clone())));
+    };
+    for dt in [F32, I32, U32] {
+        for u in UnaryOp::samples() {
+            add(Op::Unary(u), &one_input(dt));
+        }
+        for &b in BinaryOp::ALL {
+            add(Op::Binary(b), &two_inputs(dt));
+        }
+        for &c in CmpOp::ALL {
+            add(Op::Compare(c), &two_inputs(dt));
+        }
+        let c = |ins: [ViewMeta; 2]| [vec![view(&[2, 4], Bool), ins[0].clone(), ins[1].clone()]];
+        add(Op::Where, &c([view(&[2, 4], dt), view(&[2, 4], dt)]));
+        add(Op::Where, &[vec![strided(Bool), strided(dt), strided(dt)]]);
+        add(Op::Contiguous, &one_input(dt));
+        add(
+            Op::Concat { axis: 0 },
+            &[vec![strided(dt), view(&[1, 5], dt)]],
+        );
+        let pads = vec![(1, 0), (0, 2)];
+        add(Op::Pad { pads, value: 1.5 }, &[vec![view(&[2, 3], dt)]]);
+        let shape = Shape::from([5]);
+        add(
+            Op::Full {
+                shape,
+                value: 2.0,
+                dtype: dt,
+            },
+            &[vec![]],
+        );
+        add(
+            Op::Arange {
+                start: 1.0,
+                step: 2.0,
+                len: 5,
+                dtype: dt,
+            },
+            &[vec![]],
+        );
+        add(
+            Op::Eye {
+                n: 3,
+                m: 4,
+                dtype: dt,
+            },
+            &[vec![]],
+        );
+        for to in [F32, I32, U32, Bool] {
+            add(Op::Cast { dtype: to }, &one_input(dt));
+            add(Op::Cast { dtype: dt }, &one_input(to));
+        }
+        for idx in [I32, U32] {
+            let (x, i) = (view(&[3, 4], dt), view(&[3, 2], idx));
+            add(Op::Gather { axis: 1 }, &[vec![x.clone(), i.clone()]]);
+            add(
+                Op::IndexSelect { axis: 0 },
+                &[vec![x.clone(), view(&[2], idx)]],
+            );
+            add(Op::ScatterAdd { axis: 1 }, &[vec![x, i, view(&[3, 2], dt)]]);
+            add(
+                Op::OneHot {
+                    classes: 4,
+                    dtype: dt,
+                },
+                &[vec![view(&[3], idx)]],
+            );
+        }
+    }
+    for dt in [F32, I32, U32, Bool] {
+        for r in ReduceOp::samples() {
             // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
             for len in [7, 8, 999, 1000] {
-                add(
-                    Op::Reduce {
-                        op: r,
-                        axes: vec![1],
-                        keepdim: false,
-                    },
-                    vec![f(&[3, len], dt)],
-                );
+                let op = Op::Reduce {
+                    op: r,
+                    axes: vec![1],
+                    keepdim: false,
+                };
+                add(op, &[vec![view(&[3, len], dt)]]);
             }
         }
         add(
@@ -1595,52 +1539,64 @@ pub fn variants() -> Vec<KernelKey> {
                 axis: 0,
                 reverse: false,
             },
-            vec![f(&[5], dt)],
+            &[vec![view(&[5], dt)]],
         );
-        if dt == DType::F32 {
-            let adam = AdamParams {
-                lr: 1e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                decoupled: false,
-                step: 1,
-            };
-            add(Op::AdamStep(adam), vec![f(&[7], dt); 4]);
-        }
-        add(Op::Matmul, vec![f(&[4, 5], dt), f(&[5, 6], dt)]);
+        add(Op::Matmul, &[vec![view(&[4, 5], dt), view(&[5, 6], dt)]]);
     }
-    // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
     for len in [7, 8, 999, 1000] {
-        add(Op::Softmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
-        add(Op::LogSoftmax { axis: 1 }, vec![f(&[3, len], DType::F32)]);
+        add(Op::Softmax { axis: 1 }, &[vec![view(&[3, len], F32)]]);
+        add(Op::LogSoftmax { axis: 1 }, &[vec![view(&[3, len], F32)]]);
+    }
+    let adam = AdamParams {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        decoupled: false,
+        step: 1,
+    };
+    add(Op::AdamStep(adam), &[vec![view(&[7], F32); 4]]);
+    for seed in [1, 2] {
+        let shape = Shape::from([3]);
+        let (low, high) = (0.0, 1.0);
+        add(
+            Op::RandUniform {
+                shape: shape.clone(),
+                low,
+                high,
+                seed,
+                dtype: F32,
+            },
+            &[vec![]],
+        );
+        add(
+            Op::RandNormal {
+                shape,
+                mean: 0.0,
+                std: 1.0,
+                seed,
+                dtype: F32,
+            },
+            &[vec![]],
+        );
     }
     let c = Conv2dParams::default();
     for (n, ch) in [(1, 2), (8, 128)] {
-        add(
-            Op::Conv2d(c),
-            vec![
-                f(&[n, ch, 6, 6], DType::F32),
-                f(&[ch, ch, 3, 3], DType::F32),
-            ],
-        );
-        add(
-            Op::ConvTranspose2d {
-                params: c,
-                output_padding: [0, 0],
-            },
-            vec![
-                f(&[n, ch, 4, 4], DType::F32),
-                f(&[ch, ch, 3, 3], DType::F32),
-            ],
-        );
+        let (x, w) = (view(&[n, ch, 6, 6], F32), view(&[ch, ch, 3, 3], F32));
+        let dy = view(&[n, ch, 4, 4], F32);
+        add(Op::Conv2d(c), &[vec![x.clone(), w.clone()]]);
+        let t = Op::ConvTranspose2d {
+            params: c,
+            output_padding: [0, 0],
+        };
+        add(t, &[vec![dy.clone(), w]]);
         add(
             Op::Conv2dBackwardWeight {
                 params: c,
                 kernel: [3, 3],
             },
-            vec![f(&[n, ch, 6, 6], DType::F32), f(&[n, ch, 4, 4], DType::F32)],
+            &[vec![x, dy]],
         );
     }
     let pp = Pool2dParams {
@@ -1650,62 +1606,143 @@ pub fn variants() -> Vec<KernelKey> {
         dilation: [1, 1],
         count_include_pad: true,
     };
-    add(Op::MaxPool2d(pp), vec![f(&[1, 1, 4, 4], DType::F32)]);
-    add(Op::AvgPool2d(pp), vec![f(&[1, 1, 4, 4], DType::F32)]);
+    let (x4, x5, y) = (
+        view(&[1, 1, 4, 4], F32),
+        view(&[1, 1, 5, 5], F32),
+        view(&[1, 1, 2, 2], F32),
+    );
+    add(Op::MaxPool2d(pp), &[vec![x4.clone()]]);
+    add(Op::AvgPool2d(pp), &[vec![x4.clone()]]);
+    // 4 x 4 in 2 x 2 windows tiles the input (its own kernel); 5 x 5 does not
     add(
         Op::MaxPool2dBackward(pp),
-        vec![f(&[1, 1, 4, 4], DType::F32), f(&[1, 1, 2, 2], DType::F32)],
+        &[vec![x4.clone(), y.clone()], vec![x5, y.clone()]],
     );
-    add(
-        Op::MaxPool2dBackward(pp),
-        vec![f(&[1, 1, 5, 5], DType::F32), f(&[1, 1, 2, 2], DType::F32)],
-    );
+    let input = Shape::from([1, 1, 4, 4]);
     add(
         Op::AvgPool2dBackward {
             params: pp,
-            input: Shape::from([1, 1, 4, 4]),
+            input: input.clone(),
         },
-        vec![f(&[1, 1, 2, 2], DType::F32)],
+        &[vec![y.clone()]],
     );
-    add(
-        Op::AdaptiveAvgPool2d { output: [2, 2] },
-        vec![f(&[1, 1, 4, 4], DType::F32)],
-    );
-    add(
-        Op::AdaptiveAvgPool2dBackward {
-            input: Shape::from([1, 1, 4, 4]),
-        },
-        vec![f(&[1, 1, 2, 2], DType::F32)],
-    );
-    add(
-        Op::RandUniform {
-            shape: Shape::from([3]),
-            low: 0.0,
-            high: 1.0,
-            seed: 1,
-            dtype: DType::F32,
-        },
-        vec![],
-    );
-    add(
-        Op::RandNormal {
-            shape: Shape::from([3]),
-            mean: 0.0,
-            std: 1.0,
-            seed: 1,
-            dtype: DType::F32,
-        },
-        vec![],
-    );
-    keys.sort();
-    keys.dedup();
-    keys
+    add(Op::AdaptiveAvgPool2d { output: [2, 2] }, &[vec![x4]]);
+    add(Op::AdaptiveAvgPool2dBackward { input }, &[vec![y]]);
+    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use core::slice::from_ref;
+    use serde::de::{self, Visitor};
+
+    /// The variant names of an enum as its derived `Deserialize` knows them: it hands the list
+    /// to `deserialize_enum`, which this deserializer records before failing.
+    fn serde_variants<T: for<'de> serde::Deserialize<'de>>() -> &'static [&'static str] {
+        struct Probe<'a>(&'a mut &'static [&'static str]);
+        impl<'de> de::Deserializer<'de> for Probe<'_> {
+            type Error = de::value::Error;
+            fn deserialize_any<V: Visitor<'de>>(
+                self,
+                _: V,
+            ) -> core::result::Result<V::Value, Self::Error> {
+                Err(de::Error::custom("not an enum"))
+            }
+            fn deserialize_enum<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                variants: &'static [&'static str],
+                _: V,
+            ) -> core::result::Result<V::Value, Self::Error> {
+                *self.0 = variants;
+                Err(de::Error::custom("recorded"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map struct
+                identifier ignored_any
+            }
+        }
+        let mut names: &'static [&'static str] = &[];
+        let _ = T::deserialize(Probe(&mut names));
+        names
+    }
+
+    /// The serde (snake_case) name of a value's variant.
+    fn variant_of<T: serde::Serialize>(v: &T) -> String {
+        match serde_json::to_value(v) {
+            Ok(serde_json::Value::String(s)) => s,
+            Ok(serde_json::Value::Object(m)) if m.len() == 1 => m.keys().next().unwrap().clone(),
+            other => panic!("not an enum variant: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_op_variant_has_a_sample_whose_kernels_are_variants() {
+        let samples = samples();
+        let names: Vec<&str> = samples.iter().map(|(op, _)| op.name()).collect();
+        let ops = serde_variants::<Op>();
+        assert!(ops.len() > 30, "{ops:?}");
+        for variant in ops {
+            // unary, binary, compare and reduce ops are named by their inner op
+            if [
+                "reshape", "permute", "slice", "expand", "unary", "binary", "compare", "reduce",
+            ]
+            .contains(variant)
+            {
+                continue;
+            }
+            assert!(
+                names.contains(variant),
+                "no sample of Op::{variant} in samples()"
+            );
+        }
+        for (family, all, sampled) in [
+            (
+                "UnaryOp",
+                serde_variants::<UnaryOp>(),
+                UnaryOp::samples()
+                    .iter()
+                    .map(variant_of)
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "BinaryOp",
+                serde_variants::<BinaryOp>(),
+                BinaryOp::ALL.iter().map(variant_of).collect(),
+            ),
+            (
+                "CmpOp",
+                serde_variants::<CmpOp>(),
+                CmpOp::ALL.iter().map(variant_of).collect(),
+            ),
+            (
+                "ReduceOp",
+                serde_variants::<ReduceOp>(),
+                ReduceOp::samples().iter().map(variant_of).collect(),
+            ),
+        ] {
+            assert_eq!(all.len(), sampled.len(), "{family}: {all:?} vs {sampled:?}");
+            for v in all {
+                assert!(
+                    sampled.iter().any(|s| s == v),
+                    "{family}::{v} has no sample"
+                );
+            }
+        }
+        // every sample plans (an op that stops planning would silently drop its kernels)
+        for (op, inputs) in &samples {
+            let metas: Vec<_> = inputs
+                .iter()
+                .map(|v| (v.dtype, v.layout.shape().clone()))
+                .collect();
+            let Ok((dt, shape)) = op.infer(&metas) else {
+                continue;
+            };
+            plan(op, inputs, dt, &shape).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        }
+    }
 
     fn matmul_plan(m: usize, k: usize, n: usize) -> Plan {
         let a = Layout::contiguous(Shape::from([m, k]));

@@ -3,8 +3,9 @@
 //
 // params: [numel, rank, 0, 0, shape[rank], out view, a view, b view (, c view for where)];
 // a view is offset, strides[rank] (stride 0 on broadcast axes).
-// defines: OP (a BinaryOp/CmpOp name or "where"), T (input element type), TO (output type),
-// FLOAT (T is a float), WG (workgroup size), VEC4: views contiguous from multiples of 4, numel a
+// defines: OP (a BinaryOp/CmpOp name or "where"), EXPR (the op's WGSL expression of `x`, `y`
+// and `T`, from kiln-core's tables; a comparison's yields 0u or 1u), T (input element type),
+// TO (output type), WG (workgroup size), VEC4: views contiguous from multiples of 4, numel a
 // multiple of 4: one vec4 per invocation; BCAST (a or b): that input of a VEC4 launch repeats,
 // element e of out reading its element (e / params[3]) % params[2] (a scalar, a row, or a
 // channel of NCHW when params[3] is H * W, a multiple of 4), read as scalars.
@@ -41,43 +42,10 @@ alias B = {{T}};
 #endif
 
 #if OP != where
-fn apply(x: {{T}}, y: {{T}}) -> {{TO}} {
-#if OP == add
-    return x + y;
-#elif OP == sub
-    return x - y;
-#elif OP == mul
-    return x * y;
-#elif OP == div && FLOAT
-    return x / y;
-#elif OP == div
-    // integer division truncates; division by zero gives 0 (WGSL would give x)
-    return select(x / y, {{T}}(0), y == {{T}}(0));
-#elif OP == pow
-    return pow_(x, y);
-#elif OP == maximum && FLOAT
-    // NaN propagates
-    return select(max(x, y), x + y, is_nan_(x) || is_nan_(y));
-#elif OP == maximum
-    return max(x, y);
-#elif OP == minimum && FLOAT
-    return select(min(x, y), x + y, is_nan_(x) || is_nan_(y));
-#elif OP == minimum
-    return min(x, y);
-#elif OP == eq
-    return select(0u, 1u, x == y);
-#elif OP == ne
-    // not (x == y): true for NaN, where some SPIR-V paths compile `!=` as an ordered compare
-    return select(0u, 1u, !(x == y));
-#elif OP == lt
-    return select(0u, 1u, x < y);
-#elif OP == le
-    return select(0u, 1u, x <= y);
-#elif OP == gt
-    return select(0u, 1u, x > y);
-#elif OP == ge
-    return select(0u, 1u, x >= y);
-#endif
+alias T = {{T}};
+
+fn apply(x: T, y: T) -> {{TO}} {
+    return {{EXPR}};
 }
 #endif
 

@@ -3,8 +3,9 @@
 //
 // params: [numel, rank, c0, c1, shape[rank], out view, x view] (a view is offset, strides[rank]);
 // c0/c1 are the op's constants as bits of {{TI}} (powf exponent; clamp min/max).
-// defines: OP (a UnaryOp name, "cast" or "copy"), TI/TO (input/output element types),
-// FLOAT (input is a float), TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl).
+// defines: OP (a UnaryOp name, "cast" or "copy"), EXPR (for a UnaryOp: its WGSL expression of
+// `v`, `T`, `c0`, `c1`, from kiln-core's unary table), TI/TO (input/output element types),
+// TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl).
 #include "common.wgsl"
 #include "math.wgsl"
 
@@ -15,6 +16,8 @@
 @group(0) @binding(1) var<storage, read> x: array<{{TI}}>;
 @group(0) @binding(2) var<storage, read_write> out: array<{{TO}}>;
 #endif
+
+alias T = {{TI}};
 
 fn constant(k: u32) -> {{TI}} {
     return bitcast<{{TI}}>(params[2u + k]);
@@ -41,52 +44,10 @@ fn apply(v: {{TI}}) -> {{TO}} {
     return select(select(u32(v), 4294967295u, v >= 4294967296.0), 0u, is_nan_(v));
 #elif OP == cast
     return {{TO}}(v);
-#elif OP == neg
-    return -v;
-#elif OP == abs
-    return abs(v);
-#elif OP == relu
-    return max(v, {{TI}}(0));
-#elif OP == sign && FLOAT
-    return sign(v);
-#elif OP == sign && TI == i32
-    return sign(v);
-#elif OP == sign
-    return min(v, 1u);
-#elif OP == clamp
-    return min(max(v, constant(0u)), constant(1u));
-#elif OP == floor && FLOAT
-    return floor(v);
-#elif OP == ceil && FLOAT
-    return ceil(v);
-#elif OP == round && FLOAT
-    return round(v);
-#elif OP == floor || OP == ceil || OP == round
-    return v;
-#elif OP == exp
-    return exp(v);
-#elif OP == log
-    return log(v);
-#elif OP == sqrt
-    return sqrt(v);
-#elif OP == rsqrt
-    return inverseSqrt(v);
-#elif OP == recip
-    return 1.0 / v;
-#elif OP == sin
-    return sin(v);
-#elif OP == cos
-    return cos(v);
-#elif OP == tanh
-    return tanh_(v);
-#elif OP == sigmoid
-    return 1.0 / (1.0 + exp(-v));
-#elif OP == gelu
-    return 0.5 * v * (1.0 + erf_(v * 0.70710678118654752));
-#elif OP == erf
-    return erf_(v);
-#elif OP == powf
-    return pow_(v, constant(0u));
+#else
+    let c0 = constant(0u);
+    let c1 = constant(1u);
+    return {{EXPR}};
 #endif
 }
 

@@ -346,51 +346,67 @@ fn options_dtype(options: &JsValue, op: &'static str) -> JsResult<DType> {
     Ok(dtype_arg(&js::get(options, "dtype"), op)?.unwrap_or(DType::F32))
 }
 
+/// A JS method per row of kiln's unary table without fields (`powf` and `clamp` take
+/// arguments and are written out below). One `#[wasm_bindgen] impl` each: the attribute must
+/// see the method itself, not a macro call.
 macro_rules! unary_exports {
-    ($($js:literal $name:ident => $op:ident),* $(,)?) => {
+    (@one $var:ident [] [] $method:ident) => {
         #[wasm_bindgen]
         impl Tensor {
-            $(
-                #[doc = concat!("Elementwise `", $js, "`.")]
-                #[wasm_bindgen(js_name = $js)]
-                pub fn $name(&self) -> JsResult<Tensor> {
-                    self.map($js, |t| t.unary(UnaryOp::$op))
-                }
-            )*
+            #[doc = concat!("Elementwise `", stringify!($method), "`.")]
+            pub fn $method(&self) -> JsResult<Tensor> {
+                self.map(stringify!($method), |t| t.unary(UnaryOp::$var))
+            }
         }
     };
+    (@one $($with_fields:tt)*) => {};
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $(($($arg:ident: $ty:ty),*))? $({$($fields:tt)*})? $method:ident { $($row:tt)* }
+    )*) => {
+        $(unary_exports!(@one $var [$($($arg)*)?] [$($($fields)*)?] $method);)*
+    };
 }
-unary_exports! {
-    "neg" neg => Neg, "abs" abs => Abs, "exp" exp => Exp, "log" log => Log, "sqrt" sqrt => Sqrt,
-    "rsqrt" rsqrt => Rsqrt, "recip" recip => Recip, "sin" sin => Sin, "cos" cos => Cos,
-    "tanh" tanh => Tanh, "sigmoid" sigmoid => Sigmoid, "relu" relu => Relu, "gelu" gelu => Gelu,
-    "erf" erf => Erf, "floor" floor => Floor, "ceil" ceil => Ceil, "round" round => Round,
-    "sign" sign => Sign,
-}
+kiln_core::unary_table!(unary_exports);
 
+/// A JS method per row of kiln's binary table, taking a Tensor or a number.
 macro_rules! binary_exports {
-    (@call BinaryOp $a:ident $b:ident $op:ident) => { $a.binary(BinaryOp::$op, $b) };
-    (@call CmpOp $a:ident $b:ident $op:ident) => { $a.compare(CmpOp::$op, $b) };
-    ($($js:literal $name:ident => $kind:ident :: $op:ident),* $(,)?) => {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $method:ident $scalar:ident $js:literal { $($row:tt)* }
+    )*) => {
         #[wasm_bindgen]
         impl Tensor {
             $(
                 #[doc = concat!("Elementwise `", $js, "` with a Tensor or a number, broadcasting.")]
                 #[wasm_bindgen(js_name = $js)]
-                pub fn $name(&self, other: &JsValue) -> JsResult<Tensor> {
-                    self.with_other($js, other, |a, b| binary_exports!(@call $kind a b $op))
+                pub fn $method(&self, other: &JsValue) -> JsResult<Tensor> {
+                    self.with_other($js, other, |a, b| a.binary(BinaryOp::$var, b))
                 }
             )*
         }
     };
 }
-binary_exports! {
-    "add" add => BinaryOp::Add, "sub" sub => BinaryOp::Sub, "mul" mul => BinaryOp::Mul,
-    "div" div => BinaryOp::Div, "pow" pow => BinaryOp::Pow, "maximum" maximum => BinaryOp::Max,
-    "minimum" minimum => BinaryOp::Min,
-    "eq" eq => CmpOp::Eq, "ne" ne => CmpOp::Ne, "lt" lt => CmpOp::Lt, "le" le => CmpOp::Le,
-    "gt" gt => CmpOp::Gt, "ge" ge => CmpOp::Ge,
+kiln_core::binary_table!(binary_exports);
+
+/// A JS method per row of kiln's comparison table, taking a Tensor or a number.
+macro_rules! compare_exports {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $method:ident { $($row:tt)* }
+    )*) => {
+        #[wasm_bindgen]
+        impl Tensor {
+            $(
+                #[doc = concat!("Elementwise `", stringify!($method), "` with a Tensor or a number, broadcasting.")]
+                pub fn $method(&self, other: &JsValue) -> JsResult<Tensor> {
+                    self.with_other(stringify!($method), other, |a, b| a.compare(CmpOp::$var, b))
+                }
+            )*
+        }
+    };
 }
+kiln_core::compare_table!(compare_exports);
 
 #[wasm_bindgen]
 impl Tensor {

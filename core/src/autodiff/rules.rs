@@ -306,6 +306,12 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
         UnaryOp::Cos => g.mul(&x.sin()?.neg()?),
         UnaryOp::Tanh => g.mul(&y.mul(y)?.neg()?.add_scalar(1.0)?),
         UnaryOp::Sigmoid => g.mul(&y.mul(&y.neg()?.add_scalar(1.0)?)?),
+        // d/dx x s(x) = s (1 + x (1 - s)) with s = sigmoid(x)
+        UnaryOp::Silu => {
+            let s = x.sigmoid()?;
+            let inner = x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?;
+            g.mul(&s.mul(&inner)?)
+        }
         UnaryOp::Relu => x.gt(&zero()?)?.where_cond(g, &zero()?),
         UnaryOp::Gelu => {
             // d/dx x Φ(x) = Φ(x) + x φ(x)

@@ -42,6 +42,48 @@ pub(crate) fn create(op: &Op, dt: DType, shape: &Shape) -> Result<CpuStorage> {
     dispatch_any!(dt, T => fill::<T>(op, n))
 }
 
+/// A row's integer kernel, or the error for a float-only row.
+macro_rules! int_arm {
+    ($op:ident, $s:ident) => {
+        return Err(unsupported($op.name(), T::DTYPE))
+    };
+    ($op:ident, $s:ident, |$v:ident| $e:expr) => {
+        map1(&$s, |$v: T| $e)
+    };
+}
+
+/// The CPU kernels of the unary table (`op/elementwise.rs`): `float_unary` and `int_unary`,
+/// one `map1` per row with the row's closure inlined.
+macro_rules! unary_kernels {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $(($($arg:ident: $ty:ty),*))? $({$($(#[$fdoc:meta])* $field:ident: $fty:ty),*})? $method:ident {
+            float: |$fv:ident| $float:expr,
+            $(int: |$iv:ident| $int:expr, ints: $ints:ident,)?
+            wgsl: $($rest:tt)*
+        }
+    )*) => {
+        fn float_unary<T: Float>(op: UnaryOp, x: &View<'_>) -> Result<CpuStorage> {
+            let s = Src::<T>::new(op.name(), x)?;
+            let out: Vec<T> = match op {
+                $(UnaryOp::$var $(($($arg),*))? $({$($field),*})? => map1(&s, |$fv: T| $float),)*
+            };
+            Ok(CpuStorage::new(out))
+        }
+
+        #[allow(unused_variables)]
+        fn int_unary<T: Num>(op: UnaryOp, x: &View<'_>) -> Result<CpuStorage> {
+            let s = Src::<T>::new(op.name(), x)?;
+            let out: Vec<T> = match op {
+                $(UnaryOp::$var $(($($arg),*))? $({$($field),*})? => int_arm!(op, s $(, |$iv| $int)?),)*
+            };
+            Ok(CpuStorage::new(out))
+        }
+    };
+}
+
+crate::unary_table!(unary_kernels);
+
 /// Elementwise functions of one tensor.
 pub(crate) fn unary(op: UnaryOp, x: &View<'_>) -> Result<CpuStorage> {
     match x.dtype {
@@ -53,49 +95,15 @@ pub(crate) fn unary(op: UnaryOp, x: &View<'_>) -> Result<CpuStorage> {
     }
 }
 
-fn float_unary<T: Float>(op: UnaryOp, x: &View<'_>) -> Result<CpuStorage> {
-    let s = Src::<T>::new(op.name(), x)?;
-    let (zero, one, half) = (T::ZERO, T::ONE, T::from_f(0.5));
-    let out: Vec<T> = match op {
-        UnaryOp::Neg => map1(&s, |v| -v),
-        UnaryOp::Abs => map1(&s, T::abs),
-        UnaryOp::Exp => map1(&s, T::exp),
-        UnaryOp::Log => map1(&s, T::ln),
-        UnaryOp::Sqrt => map1(&s, T::sqrt),
-        UnaryOp::Rsqrt => map1(&s, |v| one / v.sqrt()),
-        UnaryOp::Recip => map1(&s, |v| one / v),
-        UnaryOp::Sin => map1(&s, T::sin),
-        UnaryOp::Cos => map1(&s, T::cos),
-        UnaryOp::Tanh => map1(&s, T::tanh),
-        // Split at 0 so that exp never overflows.
-        UnaryOp::Sigmoid => map1(&s, |v| {
-            if v >= zero {
-                one / (one + (-v).exp())
-            } else {
-                let e = v.exp();
-                e / (one + e)
-            }
-        }),
-        UnaryOp::Relu => map1(&s, |v| if v > zero || v.is_nan() { v } else { zero }),
-        UnaryOp::Gelu => {
-            let r = T::from_f(core::f64::consts::FRAC_1_SQRT_2);
-            map1(&s, |v| half * v * (one + (v * r).erf()))
-        }
-        UnaryOp::Erf => map1(&s, T::erf),
-        UnaryOp::Floor => map1(&s, T::floor),
-        UnaryOp::Ceil => map1(&s, T::ceil),
-        UnaryOp::Round => map1(&s, T::rint),
-        UnaryOp::Sign => map1(&s, T::sign),
-        UnaryOp::Powf(p) => {
-            let p = T::from_f(p);
-            map1(&s, |v| v.powf(p))
-        }
-        UnaryOp::Clamp { min, max } => {
-            let (lo, hi) = (T::from_f(min), T::from_f(max));
-            map1(&s, |v| clamp(v, lo, hi))
-        }
-    };
-    Ok(CpuStorage::new(out))
+/// `1/(1+e^-v)`, split at 0 so that exp never overflows.
+#[inline(always)]
+fn sigmoid<T: Float>(v: T) -> T {
+    if v >= T::ZERO {
+        T::ONE / (T::ONE + (-v).exp())
+    } else {
+        let e = v.exp();
+        e / (T::ONE + e)
+    }
 }
 
 /// `min(max(v, lo), hi)` as `torch.clamp`: NaN stays NaN, and `hi` wins when `lo > hi`.
@@ -105,23 +113,33 @@ fn clamp<T: Num>(v: T, lo: T, hi: T) -> T {
     if v > hi { hi } else { v }
 }
 
-fn int_unary<T: Num>(op: UnaryOp, x: &View<'_>) -> Result<CpuStorage> {
-    let s = Src::<T>::new(op.name(), x)?;
-    let out: Vec<T> = match op {
-        UnaryOp::Neg => map1(&s, T::neg),
-        UnaryOp::Abs => map1(&s, T::abs),
-        UnaryOp::Relu => map1(&s, |v| if v > T::ZERO { v } else { T::ZERO }),
-        UnaryOp::Sign => map1(&s, T::sign),
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => map1(&s, |v| v),
-        // Integer bounds: the smallest integer >= min and the largest <= max.
-        UnaryOp::Clamp { min, max } => {
-            let (lo, hi) = (T::from_f64(libm::ceil(min)), T::from_f64(libm::floor(max)));
-            map1(&s, |v| clamp(v, lo, hi))
+/// The CPU kernels of the binary table: `num_binary` for rows on every numeric type,
+/// `float_binary` adds the float-only rows.
+macro_rules! binary_kernels {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $method:ident $scalar:ident $name:literal {
+            $(cpu: |$cx:ident, $cy:ident| $cpu:expr,)?
+            $(float: |$fx:ident, $fy:ident| $float:expr,)?
+            wgsl: $($rest:tt)*
         }
-        _ => return Err(unsupported(op.name(), T::DTYPE)),
+    )*) => {
+        fn num_binary<T: Num>(op: BinaryOp, x: &Src<'_, T>, y: &Src<'_, T>, shape: &Shape) -> Result<Vec<T>> {
+            Ok(match op {
+                $($(BinaryOp::$var => map2(x, y, shape, |$cx: T, $cy: T| $cpu),)?)*
+                _ => return Err(unsupported(op.name(), T::DTYPE)),
+            })
+        }
+
+        fn float_binary<T: Float>(op: BinaryOp, x: &Src<'_, T>, y: &Src<'_, T>, shape: &Shape) -> Result<Vec<T>> {
+            Ok(match op {
+                $($(BinaryOp::$var => map2(x, y, shape, |$fx: T, $fy: T| $float),)?)*
+                _ => return num_binary(op, x, y, shape),
+            })
+        }
     };
-    Ok(CpuStorage::new(out))
 }
+crate::binary_table!(binary_kernels);
 
 /// Elementwise functions of two broadcast tensors.
 pub(crate) fn binary(
@@ -130,47 +148,46 @@ pub(crate) fn binary(
     b: &View<'_>,
     shape: &Shape,
 ) -> Result<CpuStorage> {
-    fn num<T: Num>(op: BinaryOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<Vec<T>> {
+    fn num<T: Num>(op: BinaryOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
         let (x, y) = (Src::<T>::new(op.name(), a)?, Src::<T>::new(op.name(), b)?);
-        Ok(match op {
-            BinaryOp::Add => map2(&x, &y, shape, T::add),
-            BinaryOp::Sub => map2(&x, &y, shape, T::sub),
-            BinaryOp::Mul => map2(&x, &y, shape, T::mul),
-            BinaryOp::Div => map2(&x, &y, shape, T::div),
-            BinaryOp::Max => map2(&x, &y, shape, T::maximum),
-            BinaryOp::Min => map2(&x, &y, shape, T::minimum),
-            BinaryOp::Pow => return Err(unsupported(op.name(), T::DTYPE)),
-        })
+        Ok(CpuStorage::new(num_binary(op, &x, &y, shape)?))
     }
-    fn float<T: Float>(op: BinaryOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<Vec<T>> {
-        if op == BinaryOp::Pow {
-            let (x, y) = (Src::<T>::new(op.name(), a)?, Src::<T>::new(op.name(), b)?);
-            return Ok(map2(&x, &y, shape, T::powf));
-        }
-        num(op, a, b, shape)
+    fn float<T: Float>(
+        op: BinaryOp,
+        a: &View<'_>,
+        b: &View<'_>,
+        shape: &Shape,
+    ) -> Result<CpuStorage> {
+        let (x, y) = (Src::<T>::new(op.name(), a)?, Src::<T>::new(op.name(), b)?);
+        Ok(CpuStorage::new(float_binary(op, &x, &y, shape)?))
     }
-    Ok(match a.dtype {
-        DType::F64 => CpuStorage::new(float::<f64>(op, a, b, shape)?),
-        DType::F32 => CpuStorage::new(float::<f32>(op, a, b, shape)?),
-        DType::I32 => CpuStorage::new(num::<i32>(op, a, b, shape)?),
-        DType::U32 => CpuStorage::new(num::<u32>(op, a, b, shape)?),
-        dt => return Err(unsupported(op.name(), dt)),
-    })
+    match a.dtype {
+        DType::F64 => float::<f64>(op, a, b, shape),
+        DType::F32 => float::<f32>(op, a, b, shape),
+        DType::I32 => num::<i32>(op, a, b, shape),
+        DType::U32 => num::<u32>(op, a, b, shape),
+        dt => Err(unsupported(op.name(), dt)),
+    }
 }
+
+/// The CPU kernel of the comparison table.
+macro_rules! compare_kernel {
+    ($(
+        $(#[$doc:meta])*
+        $var:ident $method:ident { cpu: |$x:ident, $y:ident| $cpu:expr, $($rest:tt)* }
+    )*) => {
+        fn cmp<T: Num>(op: CmpOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
+            let (x, y) = (Src::<T>::new(op.name(), a)?, Src::<T>::new(op.name(), b)?);
+            Ok(CpuStorage::new(match op {
+                $(CmpOp::$var => map2(&x, &y, shape, |$x: T, $y: T| $cpu),)*
+            }))
+        }
+    };
+}
+crate::compare_table!(compare_kernel);
 
 /// Comparisons of two broadcast tensors; the result is bool.
 pub(crate) fn compare(op: CmpOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
-    fn cmp<T: Num>(op: CmpOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
-        let (x, y) = (Src::<T>::new(op.name(), a)?, Src::<T>::new(op.name(), b)?);
-        Ok(CpuStorage::new(match op {
-            CmpOp::Eq => map2(&x, &y, shape, |p, q| p == q),
-            CmpOp::Ne => map2(&x, &y, shape, |p, q| p != q),
-            CmpOp::Lt => map2(&x, &y, shape, |p, q| p < q),
-            CmpOp::Le => map2(&x, &y, shape, |p, q| p <= q),
-            CmpOp::Gt => map2(&x, &y, shape, |p, q| p > q),
-            CmpOp::Ge => map2(&x, &y, shape, |p, q| p >= q),
-        }))
-    }
     match a.dtype {
         DType::F64 => cmp::<f64>(op, a, b, shape),
         DType::F32 => cmp::<f32>(op, a, b, shape),

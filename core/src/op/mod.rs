@@ -7,166 +7,8 @@ use alloc::format;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
-/// Elementwise functions of one tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UnaryOp {
-    /// `-x`
-    Neg,
-    /// `|x|`
-    Abs,
-    /// `e^x`
-    Exp,
-    /// natural log
-    Log,
-    /// square root
-    Sqrt,
-    /// `1/sqrt(x)`
-    Rsqrt,
-    /// `1/x`
-    Recip,
-    /// sine
-    Sin,
-    /// cosine
-    Cos,
-    /// hyperbolic tangent
-    Tanh,
-    /// `1/(1+e^-x)`
-    Sigmoid,
-    /// `max(x, 0)`
-    Relu,
-    /// `x * Φ(x)` with the exact erf form
-    Gelu,
-    /// error function
-    Erf,
-    /// round toward -inf
-    Floor,
-    /// round toward +inf
-    Ceil,
-    /// round half to even (as PyTorch and NumPy)
-    Round,
-    /// -1, 0 or 1
-    Sign,
-    /// `x^p` for a constant exponent
-    Powf(f64),
-    /// `min(max(x, lo), hi)`
-    Clamp {
-        /// lower bound
-        min: f64,
-        /// upper bound
-        max: f64,
-    },
-}
-
-impl UnaryOp {
-    /// Lowercase name for messages and kernels.
-    pub fn name(&self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Recip => "recip",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Ceil => "ceil",
-            UnaryOp::Round => "round",
-            UnaryOp::Sign => "sign",
-            UnaryOp::Powf(_) => "powf",
-            UnaryOp::Clamp { .. } => "clamp",
-        }
-    }
-    /// `true` for functions defined only on floats (everything but neg/abs/relu/sign/clamp
-    /// and the roundings, which are identity on integers).
-    pub fn float_only(&self) -> bool {
-        !matches!(
-            self,
-            UnaryOp::Neg
-                | UnaryOp::Abs
-                | UnaryOp::Relu
-                | UnaryOp::Sign
-                | UnaryOp::Clamp { .. }
-                | UnaryOp::Floor
-                | UnaryOp::Ceil
-                | UnaryOp::Round
-        )
-    }
-}
-
-/// Elementwise functions of two broadcast tensors of the same dtype.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BinaryOp {
-    /// `a + b`
-    Add,
-    /// `a - b`
-    Sub,
-    /// `a * b`
-    Mul,
-    /// `a / b` (integer division truncates toward zero; division by zero is an error-free 0 on ints)
-    Div,
-    /// `a ^ b`
-    Pow,
-    /// elementwise maximum (NaN propagates)
-    Max,
-    /// elementwise minimum (NaN propagates)
-    Min,
-}
-
-impl BinaryOp {
-    /// Lowercase name for messages and kernels.
-    pub fn name(&self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Max => "maximum",
-            BinaryOp::Min => "minimum",
-        }
-    }
-}
-
-/// Comparisons of two broadcast tensors of the same dtype; the result is bool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CmpOp {
-    /// `a == b`
-    Eq,
-    /// `a != b`
-    Ne,
-    /// `a < b`
-    Lt,
-    /// `a <= b`
-    Le,
-    /// `a > b`
-    Gt,
-    /// `a >= b`
-    Ge,
-}
-
-impl CmpOp {
-    /// Lowercase name for messages and kernels.
-    pub fn name(&self) -> &'static str {
-        match self {
-            CmpOp::Eq => "eq",
-            CmpOp::Ne => "ne",
-            CmpOp::Lt => "lt",
-            CmpOp::Le => "le",
-            CmpOp::Gt => "gt",
-            CmpOp::Ge => "ge",
-        }
-    }
-}
+mod elementwise;
+pub use elementwise::{BinaryOp, CmpOp, TestRange, UnaryOp};
 
 /// Reductions over a set of axes.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -194,6 +36,20 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// One op of each variant (`Var` with the unbiased correction).
+    pub fn samples() -> Vec<ReduceOp> {
+        use ReduceOp::*;
+        alloc::vec![
+            Sum,
+            Mean,
+            Max,
+            Min,
+            Prod,
+            Var { correction: 1 },
+            ArgMax,
+            ArgMin
+        ]
+    }
     /// Lowercase name for messages and kernels.
     pub fn name(&self) -> &'static str {
         match self {
