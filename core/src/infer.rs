@@ -401,13 +401,30 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                 Shape::from([g[1], x[1] / p.groups, kernel[0], kernel[1]]),
             ))
         }
-        Op::MaxPool2d(p) | Op::AvgPool2d(p) => {
+        Op::Pool2d(pool) => {
             want(1)?;
             let dt = inputs[0].0;
             float(name, dt)?;
             let x = rank4(name, "input", &inputs[0].1)?;
-            let (oh, ow) = pool_out(name, p, x)?;
+            let [oh, ow] = pooled_size(name, pool, x)?;
             Ok((dt, Shape::from([x[0], x[1], oh, ow])))
+        }
+        Op::Pool2dBackward(pool) => {
+            want(2)?;
+            let dt = same_float(name, inputs)?;
+            let x = rank4(name, "input", &inputs[0].1)?;
+            let [oh, ow] = pooled_size(name, pool, x)?;
+            let want_grad = Shape::from([x[0], x[1], oh, ow]);
+            if inputs[1].1 != want_grad {
+                return Err(Error::shape(
+                    name,
+                    format!(
+                        "grad_out must have the pooled shape {want_grad}, got {}",
+                        inputs[1].1
+                    ),
+                ));
+            }
+            Ok((dt, inputs[0].1.clone()))
         }
         Op::AdamStep(_) => {
             want(4)?;
@@ -422,28 +439,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             let mut dims = alloc::vec![3];
             dims.extend_from_slice(s.dims());
             Ok((dt, Shape::from(dims)))
-        }
-        Op::MaxPool2dBackward(_) => {
-            want(2)?;
-            let dt = same_float(name, inputs)?;
-            Ok((dt, inputs[0].1.clone()))
-        }
-        Op::AvgPool2dBackward { input, .. } | Op::AdaptiveAvgPool2dBackward { input } => {
-            want(1)?;
-            float(name, inputs[0].0)?;
-            Ok((inputs[0].0, input.clone()))
-        }
-        Op::AdaptiveAvgPool2d { output } => {
-            want(1)?;
-            float(name, inputs[0].0)?;
-            let x = rank4(name, "input", &inputs[0].1)?;
-            if output.contains(&0) {
-                return Err(Error::invalid(
-                    name,
-                    format!("output size {output:?} must be positive"),
-                ));
-            }
-            Ok((inputs[0].0, Shape::from([x[0], x[1], output[0], output[1]])))
         }
     }
 }
@@ -606,6 +601,25 @@ fn conv_out(
         ));
     }
     Ok((size + 2 * pad - span) / stride + 1)
+}
+
+/// The (h, w) a pooling of `x` (N, C, H, W) gives.
+fn pooled_size(name: &'static str, pool: &crate::Pool2d, x: [usize; 4]) -> Result<[usize; 2]> {
+    match pool {
+        crate::Pool2d::Max(p) | crate::Pool2d::Avg(p) => {
+            let (oh, ow) = pool_out(name, p, x)?;
+            Ok([oh, ow])
+        }
+        crate::Pool2d::AdaptiveAvg { output } => {
+            if output.contains(&0) {
+                return Err(Error::invalid(
+                    name,
+                    format!("output size {output:?} must be positive"),
+                ));
+            }
+            Ok(*output)
+        }
+    }
 }
 
 fn pool_out(name: &'static str, p: &crate::Pool2dParams, x: [usize; 4]) -> Result<(usize, usize)> {

@@ -40,6 +40,8 @@ pub use data::TensorData;
 pub use dtype::{DType, Element};
 pub use error::{Error, ErrorKind, Result};
 pub use infer::{matmul_shape, reduced_shape};
-pub use op::{AdamParams, BinaryOp, CmpOp, Conv2dParams, Op, Pool2dParams, ReduceOp, UnaryOp};
+pub use op::{
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp,
+};
 pub use shape::{Layout, Shape, SliceRange};
 pub use tensor::{Tensor, TensorId};

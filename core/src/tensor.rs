@@ -3,7 +3,7 @@
 //! validated, executed and recorded for autodiff and tracing.
 
 use crate::backend::View;
-use crate::op::{BinaryOp, CmpOp, Conv2dParams, Op, Pool2dParams, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp};
 use crate::shape::{SliceRange, resolve_axis, resolve_axis_or_scalar};
 use crate::{DType, Device, Element, Error, Layout, Result, Shape, Storage, TensorData};
 use alloc::sync::Arc;
@@ -863,15 +863,15 @@ impl Tensor {
     }
     /// 2-D max pooling.
     pub fn max_pool2d(&self, params: Pool2dParams) -> Result<Tensor> {
-        Tensor::apply(Op::MaxPool2d(params), &[self])
+        Tensor::apply(Op::Pool2d(Pool2d::Max(params)), &[self])
     }
     /// 2-D average pooling.
     pub fn avg_pool2d(&self, params: Pool2dParams) -> Result<Tensor> {
-        Tensor::apply(Op::AvgPool2d(params), &[self])
+        Tensor::apply(Op::Pool2d(Pool2d::Avg(params)), &[self])
     }
     /// Adaptive average pooling to `output` (h, w).
     pub fn adaptive_avg_pool2d(&self, output: [usize; 2]) -> Result<Tensor> {
-        Tensor::apply(Op::AdaptiveAvgPool2d { output }, &[self])
+        Tensor::apply(Op::Pool2d(Pool2d::AdaptiveAvg { output }), &[self])
     }
 }
 

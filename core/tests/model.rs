@@ -360,6 +360,66 @@ impl Forward for BatchShapes {
     }
 }
 
+/// A version-1 file (poolings as `max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d` nodes, as
+/// the models saved before format 2 hold them) loads and runs as its version-2 equivalent.
+#[test]
+fn version_1_pooling_graphs_are_upgraded() {
+    struct Pools(MaxPool2d);
+    impl Module for Pools {
+        fn visit(&self, _: &mut dyn FnMut(&str, &kiln_core::nn::Param)) {}
+        fn visit_mut(&mut self, _: &mut dyn FnMut(&str, &mut kiln_core::nn::Param)) {}
+    }
+    impl Forward for Pools {
+        fn forward(&self, x: &Tensor) -> Result<Tensor> {
+            let p = self.0.forward(x)?;
+            let a = x.avg_pool2d(self.0.params)?;
+            p.add(&a)?.adaptive_avg_pool2d([2, 3])
+        }
+    }
+    let mut m = Pools(MaxPool2d::new(2));
+    let x = Tensor::rand_normal([3, 2, 8, 10], 0.0, 1.0, 5, DType::F32, &dev()).unwrap();
+    let v2 = save_model(&mut m, &x, &meta(&[])).unwrap();
+    let file = decode_safetensors(&v2).unwrap();
+    let json = &file.metadata["kiln_graph"];
+    assert_eq!(json.matches("\"pool2d\"").count(), 3, "{json}");
+    // the same graph as version 1 wrote it
+    let mut graph: serde_json::Value = serde_json::from_str(json).unwrap();
+    for node in graph["nodes"].as_array_mut().unwrap() {
+        let op = node["op"].as_object_mut().unwrap();
+        if let Some(pool) = op.remove("pool2d") {
+            let (kind, params) = pool.as_object().unwrap().iter().next().unwrap();
+            let old = match kind.as_str() {
+                "max" => "max_pool2d",
+                "avg" => "avg_pool2d",
+                _ => "adaptive_avg_pool2d",
+            };
+            op.insert(old.into(), params.clone());
+        }
+    }
+    let mut metadata = file.metadata.clone();
+    metadata.insert("kiln_graph".into(), graph.to_string());
+    metadata.insert("kiln_version".into(), "1".into());
+    let tensors: Vec<(String, TensorData)> = file.tensors.into_iter().collect();
+    let v1 = encode_safetensors(&tensors, &metadata).unwrap();
+    let x5 = Tensor::rand_normal([5, 2, 8, 10], 0.0, 1.0, 6, DType::F32, &dev()).unwrap();
+    let want = m.forward(&x5).unwrap();
+    for bytes in [&v2, &v1] {
+        let got = Model::load(bytes, &dev()).unwrap().forward(&x5).unwrap();
+        assert_eq!(vals(&got), vals(&want));
+    }
+    // a version-1 pooling gradient cannot be upgraded (its inputs changed): an error, no panic
+    metadata.insert(
+        "kiln_graph".into(),
+        graph
+            .to_string()
+            .replacen("\"max_pool2d\"", "\"max_pool2d_backward\"", 1),
+    );
+    let bad = encode_safetensors(&tensors, &metadata).unwrap();
+    let err = Model::load(&bad, &dev()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Format, "{err}");
+    assert!(err.to_string().contains("max_pool2d_backward"), "{err}");
+}
+
 #[test]
 fn batch_dependent_shapes_replay_symbolically() {
     let mut m = BatchShapes {

@@ -27,8 +27,8 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use kiln_core::{
-    AdamParams, BinaryOp, CmpOp, Conv2dParams, DType, Error, Layout, Op, Pool2dParams, ReduceOp,
-    Result, Shape, UnaryOp, View,
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, DType, Error, Layout, Op, Pool2d, Pool2dParams,
+    ReduceOp, Result, Shape, UnaryOp, View,
 };
 
 /// Bytes of one element on the device, for every dtype a plan accepts.
@@ -430,31 +430,13 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             );
             p.conv("conv_wgrad", inputs, geo, [m, cols, k], ty)
         }
-        Op::MaxPool2d(pp) => {
+        Op::Pool2d(pool) => {
             let x = dims4(&inputs[0]);
-            p.pool("max", inputs, x, out_dims4(out_shape), pp, ty)
+            p.pool(pool, false, inputs, x, out_dims4(out_shape), ty)
         }
-        Op::AvgPool2d(pp) => {
-            let x = dims4(&inputs[0]);
-            p.pool("avg", inputs, x, out_dims4(out_shape), pp, ty)
-        }
-        Op::MaxPool2dBackward(pp) => {
+        Op::Pool2dBackward(pool) => {
             let (x, dy) = (dims4(&inputs[0]), dims4(&inputs[1]));
-            p.pool("max_back", inputs, x, dy, pp, ty)
-        }
-        Op::AvgPool2dBackward { params: pp, .. } => {
-            let dy = dims4(&inputs[0]);
-            p.pool("avg_back", inputs, out_dims4(out_shape), dy, pp, ty)
-        }
-        Op::AdaptiveAvgPool2d { .. } => {
-            let x = dims4(&inputs[0]);
-            let pp = adaptive_params();
-            p.pool("adaptive", inputs, x, out_dims4(out_shape), &pp, ty)
-        }
-        Op::AdaptiveAvgPool2dBackward { .. } => {
-            let dy = dims4(&inputs[0]);
-            let pp = adaptive_params();
-            p.pool("adaptive_back", inputs, out_dims4(out_shape), dy, &pp, ty)
+            p.pool(pool, true, inputs, x, dy, ty)
         }
     }?;
     Ok(p.plan)
@@ -709,16 +691,6 @@ fn split_k(tiles: usize, k: usize, outputs: usize) -> usize {
         .min(k / SPLIT_K_MIN_DEPTH)
         .min(SPLIT_K_MAX_PARTIALS / outputs.max(1))
         .max(1)
-}
-
-fn adaptive_params() -> Pool2dParams {
-    Pool2dParams {
-        kernel: [1, 1],
-        stride: [1, 1],
-        padding: [0, 0],
-        dilation: [1, 1],
-        count_include_pad: true,
-    }
 }
 
 impl Planner {
@@ -1225,39 +1197,44 @@ impl Planner {
         self.reduce(ReduceOp::Sum, &[0], &partial, [c, Buffer::Output], ty, ty)
     }
 
+    /// Pooling of `x` into `y` (both N, C, H, W), or its gradient (inputs x and dy).
     fn pool(
         &mut self,
-        mode: &str,
+        pool: &Pool2d,
+        backward: bool,
         inputs: &[ViewMeta],
         x: [usize; 4],
         y: [usize; 4],
-        pp: &Pool2dParams,
         ty: &'static str,
     ) -> Result<()> {
-        let mut bufs = Vec::new();
-        let mut offsets = [0u32; 2];
-        for (i, input) in inputs.iter().enumerate() {
-            let (b, off) = self.contiguous(i, input, ty)?;
-            bufs.push(b);
-            offsets[i] = off;
-        }
-        // single-input backward modes read dy through binding 1 and its offset from params[17]
-        if inputs.len() == 1 && mode.ends_with("back") {
-            offsets = [0, offsets[0]];
-        }
-        bufs.push(Buffer::Output);
-        let forward = !mode.ends_with("back");
+        let pp = match pool {
+            Pool2d::Max(p) | Pool2d::Avg(p) => *p,
+            // pool.wgsl computes the adaptive windows itself
+            Pool2d::AdaptiveAvg { .. } => Pool2dParams {
+                kernel: [1, 1],
+                stride: [1, 1],
+                padding: [0, 0],
+                dilation: [1, 1],
+                count_include_pad: true,
+            },
+        };
         let tiles = pp.stride == pp.kernel
             && pp.padding == [0, 0]
             && pp.dilation == [1, 1]
             && y[2] * pp.kernel[0] == x[2]
             && y[3] * pp.kernel[1] == x[3];
-        let mode = if mode == "max_back" && tiles {
-            "max_back_tiles"
-        } else {
-            mode
-        };
-        let numel = if forward || mode == "max_back_tiles" {
+        let mode = PoolMode::of(pool, backward, tiles);
+        // x is binding 1 where the kernel reads it, then dy; their offsets are params[16], [17]
+        let mut bufs = Vec::new();
+        let mut offsets = [0u32; 2];
+        for i in mode.reads() {
+            let (b, off) = self.contiguous(i, &inputs[i], ty)?;
+            bufs.push(b);
+            offsets[i] = off;
+        }
+        bufs.push(Buffer::Output);
+        // one invocation per output element, or per window for the tiled max gradient
+        let numel = if !backward || mode == PoolMode::MaxBackTiles {
             y.iter().product::<usize>()
         } else {
             x.iter().product()
@@ -1285,8 +1262,59 @@ impl Planner {
             .map(|v| v as u32),
         );
         params.extend(offsets);
-        let key = KernelKey::new("pool.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]);
+        let key = KernelKey::new(
+            "pool.wgsl",
+            &[("MODE", mode.define()), ("T", ty), ("WG", "256")],
+        );
         self.launch(key, params, bufs, n)
+    }
+}
+
+/// The modes of pool.wgsl.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolMode {
+    Max,
+    Avg,
+    Adaptive,
+    MaxBack,
+    /// max's gradient where the windows tile the input: one invocation per window
+    MaxBackTiles,
+    AvgBack,
+    AdaptiveBack,
+}
+
+impl PoolMode {
+    fn of(pool: &Pool2d, backward: bool, tiles: bool) -> PoolMode {
+        match (pool, backward) {
+            (Pool2d::Max(_), false) => PoolMode::Max,
+            (Pool2d::Avg(_), false) => PoolMode::Avg,
+            (Pool2d::AdaptiveAvg { .. }, false) => PoolMode::Adaptive,
+            (Pool2d::Max(_), true) if tiles => PoolMode::MaxBackTiles,
+            (Pool2d::Max(_), true) => PoolMode::MaxBack,
+            (Pool2d::Avg(_), true) => PoolMode::AvgBack,
+            (Pool2d::AdaptiveAvg { .. }, true) => PoolMode::AdaptiveBack,
+        }
+    }
+
+    /// The op's inputs the kernel binds: x (0) and or dy (1).
+    fn reads(self) -> core::ops::RangeInclusive<usize> {
+        match self {
+            PoolMode::Max | PoolMode::Avg | PoolMode::Adaptive => 0..=0,
+            PoolMode::MaxBack | PoolMode::MaxBackTiles => 0..=1,
+            PoolMode::AvgBack | PoolMode::AdaptiveBack => 1..=1,
+        }
+    }
+
+    fn define(self) -> &'static str {
+        match self {
+            PoolMode::Max => "max",
+            PoolMode::Avg => "avg",
+            PoolMode::Adaptive => "adaptive",
+            PoolMode::MaxBack => "max_back",
+            PoolMode::MaxBackTiles => "max_back_tiles",
+            PoolMode::AvgBack => "avg_back",
+            PoolMode::AdaptiveBack => "adaptive_back",
+        }
     }
 }
 
@@ -1599,35 +1627,19 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
             &[vec![x, dy]],
         );
     }
-    let pp = Pool2dParams {
-        kernel: [2, 2],
-        stride: [2, 2],
-        padding: [0, 0],
-        dilation: [1, 1],
-        count_include_pad: true,
-    };
+    // 2 x 2 windows tile a 4 x 4 input (the max gradient has its own kernel for that), not 5 x 5
     let (x4, x5, y) = (
         view(&[1, 1, 4, 4], F32),
         view(&[1, 1, 5, 5], F32),
         view(&[1, 1, 2, 2], F32),
     );
-    add(Op::MaxPool2d(pp), &[vec![x4.clone()]]);
-    add(Op::AvgPool2d(pp), &[vec![x4.clone()]]);
-    // 4 x 4 in 2 x 2 windows tiles the input (its own kernel); 5 x 5 does not
-    add(
-        Op::MaxPool2dBackward(pp),
-        &[vec![x4.clone(), y.clone()], vec![x5, y.clone()]],
-    );
-    let input = Shape::from([1, 1, 4, 4]);
-    add(
-        Op::AvgPool2dBackward {
-            params: pp,
-            input: input.clone(),
-        },
-        &[vec![y.clone()]],
-    );
-    add(Op::AdaptiveAvgPool2d { output: [2, 2] }, &[vec![x4]]);
-    add(Op::AdaptiveAvgPool2dBackward { input }, &[vec![y]]);
+    for pool in Pool2d::samples() {
+        add(Op::Pool2d(pool), &[vec![x4.clone()], vec![x5.clone()]]);
+        add(
+            Op::Pool2dBackward(pool),
+            &[vec![x4.clone(), y.clone()], vec![x5.clone(), y.clone()]],
+        );
+    }
     s
 }
 
@@ -1685,11 +1697,17 @@ mod tests {
         let ops = serde_variants::<Op>();
         assert!(ops.len() > 30, "{ops:?}");
         for variant in ops {
-            // unary, binary, compare and reduce ops are named by their inner op
-            if [
-                "reshape", "permute", "slice", "expand", "unary", "binary", "compare", "reduce",
-            ]
-            .contains(variant)
+            // views never reach a backend; the families are named by their inner op (checked below)
+            let families = [
+                "unary",
+                "binary",
+                "compare",
+                "reduce",
+                "pool2d",
+                "pool2d_backward",
+            ];
+            if ["reshape", "permute", "slice", "expand"].contains(variant)
+                || families.contains(variant)
             {
                 continue;
             }
@@ -1721,6 +1739,11 @@ mod tests {
                 "ReduceOp",
                 serde_variants::<ReduceOp>(),
                 ReduceOp::samples().iter().map(variant_of).collect(),
+            ),
+            (
+                "Pool2d",
+                serde_variants::<Pool2d>(),
+                Pool2d::samples().iter().map(variant_of).collect(),
             ),
         ] {
             assert_eq!(all.len(), sampled.len(), "{family}: {all:?} vs {sampled:?}");

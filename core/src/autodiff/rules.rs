@@ -11,7 +11,7 @@
 //! - `max`/`min` reductions split it evenly between all elements equal to the extremum;
 //! - `pow(a, b)` gives 0 (not NaN) wrt `b` where `a == 0`, and wrt `a` where `b == 0`.
 
-use crate::op::{Conv2dParams, Op, ReduceOp, UnaryOp};
+use crate::op::{Conv2dParams, Op, Pool2d, ReduceOp, UnaryOp};
 use crate::{BinaryOp, Error, Result, Shape, SliceRange, Tensor, reduced_shape};
 use alloc::format;
 use alloc::vec;
@@ -206,35 +206,17 @@ pub(super) fn input_grads(
             })?;
             vec![gx, gw]
         }
-        Op::MaxPool2d(p) => vec![Some(Tensor::apply(
-            Op::MaxPool2dBackward(*p),
+        Op::Pool2d(pool) => vec![Some(Tensor::apply(
+            Op::Pool2dBackward(*pool),
             &[arg(0)?, g],
         )?)],
-        Op::AvgPool2d(p) => vec![Some(Tensor::apply(
-            Op::AvgPool2dBackward {
-                params: *p,
-                input: arg(0)?.shape().clone(),
-            },
-            &[g],
-        )?)],
-        Op::AdaptiveAvgPool2d { .. } => vec![Some(Tensor::apply(
-            Op::AdaptiveAvgPool2dBackward {
-                input: arg(0)?.shape().clone(),
-            },
-            &[g],
-        )?)],
-        // The pooling gradients are linear maps whose adjoints are the pools themselves.
-        Op::AvgPool2dBackward { params, .. } => {
-            vec![Some(Tensor::apply(Op::AvgPool2d(*params), &[g])?)]
-        }
-        Op::AdaptiveAvgPool2dBackward { .. } => {
-            let gy = arg(0)?;
-            vec![Some(Tensor::apply(
-                Op::AdaptiveAvgPool2d {
-                    output: [gy.dims()[2], gy.dims()[3]],
-                },
-                &[g],
-            )?)]
+        // The average poolings' gradients are linear in grad_out, and their adjoints are the
+        // poolings themselves; x only gives the shape.
+        Op::Pool2dBackward(pool @ (Pool2d::Avg(_) | Pool2d::AdaptiveAvg { .. })) => {
+            vec![
+                None,
+                on(wants(1), || Tensor::apply(Op::Pool2d(*pool), &[g]))?,
+            ]
         }
         // The weight gradient is bilinear in (x, grad_out): each gradient is the conv2d pass
         // that pairs the other operand with g.
@@ -245,7 +227,7 @@ pub(super) fn input_grads(
                 on(wants(1), || Tensor::apply(Op::Conv2d(*params), &[x, g]))?,
             ]
         }
-        Op::MaxPool2dBackward(_) => {
+        Op::Pool2dBackward(Pool2d::Max(_)) => {
             return Err(Error::unsupported(
                 op.name(),
                 "second-order gradients through max pooling are not supported",

@@ -128,7 +128,7 @@ fn arity(op: &Op) -> Option<usize> {
         | Op::Conv2d(_)
         | Op::ConvTranspose2d { .. }
         | Op::Conv2dBackwardWeight { .. }
-        | Op::MaxPool2dBackward(_) => 2,
+        | Op::Pool2dBackward(_) => 2,
         Op::Where | Op::ScatterAdd { .. } => 3,
         Op::AdamStep(_) => 4,
         Op::Concat { .. } => return None,
@@ -261,11 +261,6 @@ fn run(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<C
         Op::Conv2dBackwardWeight { params, kernel } => {
             conv::conv2d_backward_weight(&x[0], &x[1], *params, *kernel)
         }
-        Op::MaxPool2d(_)
-        | Op::MaxPool2dBackward(_)
-        | Op::AvgPool2d(_)
-        | Op::AvgPool2dBackward { .. }
-        | Op::AdaptiveAvgPool2d { .. }
-        | Op::AdaptiveAvgPool2dBackward { .. } => pool::pool(op, x, out_shape),
+        Op::Pool2d(_) | Op::Pool2dBackward(_) => pool::pool(op, x, out_shape),
     }
 }

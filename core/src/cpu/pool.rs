@@ -7,19 +7,11 @@ use super::par::zeros;
 use super::storage::{CpuStorage, Src};
 use super::unsupported;
 use crate::backend::View;
-use crate::op::{Op, Pool2dParams};
+use crate::op::{Op, Pool2d, Pool2dParams};
 use crate::{DType, Error, Result, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
-
-/// Which pooling, with its parameters.
-#[derive(Clone, Copy)]
-enum Kind {
-    Max(Pool2dParams),
-    Avg(Pool2dParams),
-    Adaptive,
-}
 
 /// Runs a pooling op or its gradient. `inputs` and `out_shape` as given to `Backend::execute`.
 pub(crate) fn pool(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<CpuStorage> {
@@ -41,14 +33,14 @@ fn dims4(op: &'static str, what: &str, s: &Shape) -> Result<[usize; 4]> {
 }
 
 /// The input rows/columns `[start, end)` of output position `i` (before clipping for max/avg).
-fn window(kind: Kind, axis: usize, i: usize, size: usize, out: usize) -> (isize, isize, usize) {
+fn window(kind: Pool2d, axis: usize, i: usize, size: usize, out: usize) -> (isize, isize, usize) {
     match kind {
-        Kind::Max(p) | Kind::Avg(p) => {
+        Pool2d::Max(p) | Pool2d::Avg(p) => {
             let start = (i * p.stride[axis]) as isize - p.padding[axis] as isize;
             (start, p.kernel[axis] as isize, p.dilation[axis])
         }
         // PyTorch: start = floor(i * in / out), end = ceil((i + 1) * in / out).
-        Kind::Adaptive => {
+        Pool2d::AdaptiveAvg { .. } => {
             let start = i * size / out;
             let end = ((i + 1) * size).div_ceil(out);
             (start as isize, (end - start) as isize, 1)
@@ -88,9 +80,9 @@ impl Taps {
 }
 
 /// The divisor of an average window.
-fn divisor(kind: Kind, valid: usize) -> usize {
+fn divisor(kind: Pool2d, valid: usize) -> usize {
     match kind {
-        Kind::Avg(p) if p.count_include_pad => p.kernel[0] * p.kernel[1],
+        Pool2d::Avg(p) if p.count_include_pad => p.kernel[0] * p.kernel[1],
         _ => valid,
     }
 }
@@ -113,35 +105,24 @@ fn argmax<T: Float>(plane: &[T], w: usize, ys: Taps, xs: Taps) -> Option<usize> 
 fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<CpuStorage> {
     let name = op.name();
     let (kind, backward) = match op {
-        Op::MaxPool2d(p) => (Kind::Max(*p), false),
-        Op::MaxPool2dBackward(p) => (Kind::Max(*p), true),
-        Op::AvgPool2d(p) => (Kind::Avg(*p), false),
-        Op::AvgPool2dBackward { params, .. } => (Kind::Avg(*params), true),
-        Op::AdaptiveAvgPool2d { .. } => (Kind::Adaptive, false),
-        Op::AdaptiveAvgPool2dBackward { .. } => (Kind::Adaptive, true),
+        Op::Pool2d(p) => (*p, false),
+        Op::Pool2dBackward(p) => (*p, true),
         _ => return Err(Error::invalid(name, "is not a pooling op")),
     };
     // The input geometry `[n, c, h, w]` and the pooled geometry `[oh, ow]`.
-    let (inp, pooled) = if backward {
-        let grad_shape = inputs.last().map(|v| v.layout.shape()).unwrap_or(out_shape);
-        (
-            dims4(name, "input", out_shape)?,
-            dims4(name, "grad_out", grad_shape)?,
-        )
-    } else {
-        (
-            dims4(name, "input", inputs[0].layout.shape())?,
-            dims4(name, "output", out_shape)?,
-        )
+    let inp = dims4(name, "input", inputs[0].layout.shape())?;
+    let pooled = match inputs.get(1) {
+        Some(g) if backward => dims4(name, "grad_out", g.layout.shape())?,
+        _ => dims4(name, "output", out_shape)?,
     };
     let [n, c, h, w] = inp;
     let [_, _, oh, ow] = pooled;
     let expect = match kind {
-        Kind::Max(p) | Kind::Avg(p) => (
+        Pool2d::Max(p) | Pool2d::Avg(p) => (
             out_size(h, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0]),
             out_size(w, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1]),
         ),
-        Kind::Adaptive => (Some(oh).filter(|&v| v > 0), Some(ow).filter(|&v| v > 0)),
+        Pool2d::AdaptiveAvg { output } => (Some(output[0]), Some(output[1])),
     };
     if pooled[..2] != [n, c] || expect != (Some(oh), Some(ow)) {
         return Err(Error::shape(
@@ -163,8 +144,10 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
         })
         .collect();
     let (hw, ohw) = (h * w, oh * ow);
-    let first = Src::<T>::new(name, &inputs[0])?.to_contiguous();
-    if let Kind::Max(p) = kind {
+    // the input, contiguous (the average gradients read only grad_out)
+    let x = || Src::<T>::new(name, &inputs[0]).map(|s| s.to_contiguous());
+    if let Pool2d::Max(p) = kind {
+        let first = x()?;
         let grad = match backward {
             true => Some(Src::<T>::new(name, &inputs[1])?.to_contiguous()),
             false => None,
@@ -177,6 +160,7 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
         return Ok(CpuStorage::new(out));
     }
     if !backward {
+        let first = x()?;
         let mut out = zeros(n * c * ohw);
         par::chunks_mut(&mut out, ohw, |pl, dst| {
             let plane = &first[pl * hw..][..hw];
@@ -196,9 +180,10 @@ fn pool_t<T: Float>(op: &Op, inputs: &[View<'_>], out_shape: &Shape) -> Result<C
         return Ok(CpuStorage::new(out));
     }
     // Gradients: each output gradient is shared out over its window.
+    let grad = Src::<T>::new(name, &inputs[1])?.to_contiguous();
     let mut out = zeros::<T>(n * c * hw);
     par::chunks_mut(&mut out, hw, |pl, dst| {
-        let g = &first[pl * ohw..][..ohw];
+        let g = &grad[pl * ohw..][..ohw];
         for (oy, &ys) in rows.iter().enumerate() {
             for (ox, &xs) in cols.iter().enumerate() {
                 let d = divisor(kind, ys.count * xs.count);

@@ -1,6 +1,6 @@
 //! Focused tests of the trickier CPU kernels against naive loops on random data.
 
-use crate::op::{Conv2dParams, Pool2dParams};
+use crate::op::{Conv2dParams, Pool2d, Pool2dParams};
 use crate::{DType, Device, ErrorKind, Result, Tensor};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -238,24 +238,18 @@ fn pools_and_gradients_match_naive_loops() -> Result<()> {
         }
         close(&mx.to_vec::<f64>()?, &want_max, 0.0);
         let gt = t(&g, &yd);
-        let gm = Tensor::apply(crate::Op::MaxPool2dBackward(p), &[&xt, &gt])?;
+        let gm = Tensor::apply(crate::Op::Pool2dBackward(Pool2d::Max(p)), &[&xt, &gt])?;
         close(&gm.to_vec::<f64>()?, &gmax, 1e-12);
         if p.dilation == [1, 1] {
             close(&xt.avg_pool2d(p)?.to_vec::<f64>()?, &want_avg, 1e-12);
-            let ga = Tensor::apply(
-                crate::Op::AvgPool2dBackward {
-                    params: p,
-                    input: xt.shape().clone(),
-                },
-                &[&gt],
-            )?;
+            let ga = Tensor::apply(crate::Op::Pool2dBackward(Pool2d::Avg(p)), &[&xt, &gt])?;
             close(&ga.to_vec::<f64>()?, &gavg, 1e-12);
         }
     }
     // A wrong grad_out shape is an error, not a panic.
     let p = pool_params([2, 2], [2, 2], [0, 0], [1, 1], true);
     let bad = Tensor::apply(
-        crate::Op::MaxPool2dBackward(p),
+        crate::Op::Pool2dBackward(Pool2d::Max(p)),
         &[&t(&x, &xd), &t(&[0.5; 6], &[1, 1, 2, 3])],
     );
     assert_eq!(bad.unwrap_err().kind(), ErrorKind::Shape);
@@ -289,10 +283,8 @@ fn adaptive_avg_pool_uses_pytorch_windows() -> Result<()> {
     }
     close(&y.to_vec::<f64>()?, &want, 1e-12);
     let gt = Tensor::apply(
-        crate::Op::AdaptiveAvgPool2dBackward {
-            input: crate::Shape::from(xd),
-        },
-        &[&t(&g, &[1, 2, 3, 4])],
+        crate::Op::Pool2dBackward(Pool2d::AdaptiveAvg { output: out }),
+        &[&t(&x, &xd), &t(&g, &[1, 2, 3, 4])],
     )?;
     close(&gt.to_vec::<f64>()?, &gx, 1e-12);
     Ok(())
@@ -521,7 +513,7 @@ fn tiling_max_pool_matches_loops() -> Result<()> {
         let same = |a: f32, b: f32| a == b || (a.is_nan() && b.is_nan());
         assert!(got.iter().zip(&want).all(|(&a, &b)| same(a, b)), "{k:?}");
         let gt = Tensor::from_vec(g, [n, c, oh, ow], &Device::cpu())?;
-        let got_g = Tensor::apply(crate::Op::MaxPool2dBackward(p), &[&x, &gt])?;
+        let got_g = Tensor::apply(crate::Op::Pool2dBackward(Pool2d::Max(p)), &[&x, &gt])?;
         assert_eq!(got_g.to_vec::<f32>()?, want_g, "{k:?}");
     }
     Ok(())

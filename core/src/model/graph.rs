@@ -4,7 +4,7 @@
 //! ## Batch size
 //! A graph is traced twice, at the sample's batch size `B` and at `B + 1`. Every integer of an
 //! op that describes a shape (the shapes of reshape/expand/full/random, slice bounds, arange
-//! lengths, the input shapes of pooling gradients) is compared between the two traces: one that
+//! lengths) is compared between the two traces: one that
 //! changes from `k * B` to `k * (B + 1)` is stored as `k * batch` in the node's `batch` list
 //! (`[slot, k]`) and recomputed from the actual batch size when the graph runs. A shape integer
 //! that changes in any other way is an error at save time.
@@ -80,9 +80,7 @@ pub(crate) fn slot_values(op: &Op) -> Vec<usize> {
         | Op::RandUniform { shape, .. }
         | Op::RandNormal { shape, .. }
         | Op::Reshape { shape }
-        | Op::Expand { shape }
-        | Op::AvgPool2dBackward { input: shape, .. }
-        | Op::AdaptiveAvgPool2dBackward { input: shape } => shape.dims().to_vec(),
+        | Op::Expand { shape } => shape.dims().to_vec(),
         Op::Arange { len, .. } => alloc::vec![*len],
         Op::Eye { n, m, .. } => alloc::vec![*n, *m],
         Op::Slice { ranges } => ranges.iter().flat_map(|r| [r.start, r.end]).collect(),
@@ -98,9 +96,7 @@ pub(crate) fn with_slots(op: &Op, values: &[usize]) -> Op {
         | Op::RandUniform { shape, .. }
         | Op::RandNormal { shape, .. }
         | Op::Reshape { shape }
-        | Op::Expand { shape }
-        | Op::AvgPool2dBackward { input: shape, .. }
-        | Op::AdaptiveAvgPool2dBackward { input: shape } => *shape = Shape::new(values.to_vec()),
+        | Op::Expand { shape } => *shape = Shape::new(values.to_vec()),
         Op::Arange { len, .. } => {
             for (slot, v) in [len].into_iter().zip(values) {
                 *slot = *v;
@@ -370,4 +366,34 @@ impl Graph {
             .map(|o| fetch(&o.value, &values))
             .collect()
     }
+}
+
+/// Rewrites a version-1 graph (as JSON) into version 2: each `max_pool2d`, `avg_pool2d` and
+/// `adaptive_avg_pool2d` node becomes `pool2d` with that kind. Version 1 had pooling gradients
+/// of another arity; a graph holding one is refused.
+pub(crate) fn upgrade_v1(graph: &mut serde_json::Value) -> Result<()> {
+    let nodes = graph.get_mut("nodes").and_then(|n| n.as_array_mut());
+    for node in nodes.into_iter().flatten() {
+        let Some(op) = node.get_mut("op").and_then(|o| o.as_object_mut()) else {
+            continue;
+        };
+        let Some((name, params)) = op.iter().next().map(|(k, v)| (k.clone(), v.clone())) else {
+            continue;
+        };
+        let kind = match name.as_str() {
+            "max_pool2d" => "max",
+            "avg_pool2d" => "avg",
+            "adaptive_avg_pool2d" => "adaptive_avg",
+            n if n.ends_with("pool2d_backward") => {
+                return Err(Error::format(
+                    "graph",
+                    format!("version 1 node {n} cannot be upgraded; save the model again"),
+                ));
+            }
+            _ => continue,
+        };
+        op.clear();
+        op.insert("pool2d".into(), serde_json::json!({ kind: params }));
+    }
+    Ok(())
 }

@@ -32,8 +32,10 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-/// Version of the graph format written by this build; files of a newer version are refused.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the graph format written by this build; files of a newer version are refused,
+/// older ones are upgraded on load. 2: the poolings are one op, `pool2d` with a kind (1 had
+/// `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d`).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Metadata key holding the format tag `"kiln"`.
 pub const KEY_FORMAT: &str = "format";
@@ -85,8 +87,14 @@ impl Model {
             .metadata
             .get(KEY_GRAPH)
             .ok_or_else(|| Error::format(op, format!("metadata has no {KEY_GRAPH}")))?;
-        let graph: Graph = serde_json::from_str(json)
-            .map_err(|e| Error::format(op, format!("{KEY_GRAPH} is not a valid graph: {e}")))?;
+        let invalid = |e: serde_json::Error| {
+            Error::format(op, format!("{KEY_GRAPH} is not a valid graph: {e}"))
+        };
+        let mut graph_json: serde_json::Value = serde_json::from_str(json).map_err(invalid)?;
+        if version == Some(&"1".into()) {
+            graph::upgrade_v1(&mut graph_json).map_err(|e| e.context(op))?;
+        }
+        let graph: Graph = serde_json::from_value(graph_json).map_err(invalid)?;
         graph.validate(&|n| file.tensors.contains_key(n))?;
         let tensors = file.to_device(device).map_err(|e| e.context(op))?;
         Ok(Model {

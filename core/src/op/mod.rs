@@ -139,6 +139,55 @@ pub struct Pool2dParams {
     pub count_include_pad: bool,
 }
 
+/// A 2-D pooling over NCHW input ([`Op::Pool2d`], and [`Op::Pool2dBackward`] its gradient).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pool2d {
+    /// the maximum of each window (NaN counts as the maximum)
+    Max(Pool2dParams),
+    /// the mean of each window
+    Avg(Pool2dParams),
+    /// the mean of PyTorch's adaptive windows, which cut the input into `output` (h, w) cells
+    AdaptiveAvg {
+        /// output size, (h, w)
+        output: [usize; 2],
+    },
+}
+
+impl Pool2d {
+    /// Lowercase name for messages (`"max_pool2d"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Pool2d::Max(_) => "max_pool2d",
+            Pool2d::Avg(_) => "avg_pool2d",
+            Pool2d::AdaptiveAvg { .. } => "adaptive_avg_pool2d",
+        }
+    }
+    /// The name of its gradient (`"max_pool2d_backward"`).
+    pub fn backward_name(&self) -> &'static str {
+        match self {
+            Pool2d::Max(_) => "max_pool2d_backward",
+            Pool2d::Avg(_) => "avg_pool2d_backward",
+            Pool2d::AdaptiveAvg { .. } => "adaptive_avg_pool2d_backward",
+        }
+    }
+    /// One pooling of each kind.
+    pub fn samples() -> Vec<Pool2d> {
+        let p = Pool2dParams {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+            dilation: [1, 1],
+            count_include_pad: true,
+        };
+        alloc::vec![
+            Pool2d::Max(p),
+            Pool2d::Avg(p),
+            Pool2d::AdaptiveAvg { output: [2, 2] }
+        ]
+    }
+}
+
 /// One primitive operation with its parameters. Every backend executes this set; autodiff,
 /// tracing, the model file and the kernels all speak it.
 ///
@@ -256,17 +305,10 @@ pub enum Op {
         kernel: [usize; 2],
     },
     /// inputs: `[x]`
-    MaxPool2d(Pool2dParams),
-    /// inputs: `[x, grad_out]`; routes each output gradient to its window's (first) maximum
-    MaxPool2dBackward(Pool2dParams),
-    /// inputs: `[x]`
-    AvgPool2d(Pool2dParams),
-    /// inputs: `[grad_out]`; output shape `input`
-    AvgPool2dBackward { params: Pool2dParams, input: Shape },
-    /// inputs: `[x]`; PyTorch's adaptive windows
-    AdaptiveAvgPool2d { output: [usize; 2] },
-    /// inputs: `[grad_out]`; output shape `input`
-    AdaptiveAvgPool2dBackward { input: Shape },
+    Pool2d(Pool2d),
+    /// inputs: `[x, grad_out]`; the gradient of the pooling wrt `x` (max routes each output
+    /// gradient to its window's first maximum; the averages spread it over their windows)
+    Pool2dBackward(Pool2d),
 
     // ---- optimisation
     /// inputs: `[param, grad, exp_avg, exp_avg_sq]` (float, one shape); one fused Adam step
@@ -311,13 +353,9 @@ impl Op {
             Op::Conv2d(_) => "conv2d",
             Op::ConvTranspose2d { .. } => "conv_transpose2d",
             Op::Conv2dBackwardWeight { .. } => "conv2d_backward_weight",
-            Op::MaxPool2d(_) => "max_pool2d",
-            Op::MaxPool2dBackward(_) => "max_pool2d_backward",
+            Op::Pool2d(p) => p.name(),
+            Op::Pool2dBackward(p) => p.backward_name(),
             Op::AdamStep(_) => "adam_step",
-            Op::AvgPool2d(_) => "avg_pool2d",
-            Op::AvgPool2dBackward { .. } => "avg_pool2d_backward",
-            Op::AdaptiveAvgPool2d { .. } => "adaptive_avg_pool2d",
-            Op::AdaptiveAvgPool2dBackward { .. } => "adaptive_avg_pool2d_backward",
         }
     }
 
