@@ -409,7 +409,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             let geo = ConvGeometry::new(x, [w[0], w[2], w[3]], [y[2], y[3]], c);
             let m = w[0] / c.groups;
             let (k, cols) = (w[1] * w[2] * w[3], x[0] * y[2] * y[3]);
-            p.conv("conv", inputs, geo, [m, cols, k], ty)
+            p.conv(GemmMode::Conv, inputs, geo, [m, cols, k], ty)
         }
         Op::ConvTranspose2d { params: c, .. } => {
             // the input gradient of conv2d(x: out_shape, weight) at dy = input 0
@@ -418,7 +418,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             let geo = ConvGeometry::new(x, [w[0], w[2], w[3]], [dy[2], dy[3]], c);
             let m = x[1] / c.groups;
             let (k, cols) = ((w[0] / c.groups) * w[2] * w[3], x[0] * x[2] * x[3]);
-            p.conv("conv_t", inputs, geo, [m, cols, k], ty)
+            p.conv(GemmMode::ConvTranspose, inputs, geo, [m, cols, k], ty)
         }
         Op::Conv2dBackwardWeight { params: c, kernel } => {
             let (x, dy) = (dims4(&inputs[0]), dims4(&inputs[1]));
@@ -428,7 +428,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
                 dy[0] * dy[2] * dy[3],
                 (x[1] / c.groups) * kernel[0] * kernel[1],
             );
-            p.conv("conv_wgrad", inputs, geo, [m, cols, k], ty)
+            p.conv(GemmMode::ConvWeightGrad, inputs, geo, [m, cols, k], ty)
         }
         Op::Pool2d(pool) => {
             let x = dims4(&inputs[0]);
@@ -476,12 +476,12 @@ impl ConvGeometry {
     /// row and column offsets): for conv one entry per k = (input channel, ky, kx) of group 0,
     /// for conv_t per k = (output channel, ky, kx), for conv_wgrad per output position (oy, ox)
     /// of an image (its k = (n, oy, ox) and the kernel adds the image's offsets).
-    fn k_steps(&self, mode: &str, k_len: usize) -> Vec<u32> {
+    fn k_steps(&self, mode: GemmMode, k_len: usize) -> Vec<u32> {
         let [_, ci, h, w, _, oh, ow, kh, kw, sh, sw, _, _, dh, dw] = self.0;
         let (kk, ci_g) = (kh * kw, ci / self.1.max(1));
         let entry = |k: u32| match mode {
-            "conv" => [k, (k / kk) * h * w, (k % kk / kw) * dh, (k % kw) * dw],
-            "conv_t" => {
+            GemmMode::Conv => [k, (k / kk) * h * w, (k % kk / kw) * dh, (k % kw) * dw],
+            GemmMode::ConvTranspose => {
                 let (o, tap) = (k / kk, k % kk);
                 [
                     o * ci_g * kk + tap,
@@ -490,12 +490,12 @@ impl ConvGeometry {
                     (tap % kw) * dw,
                 ]
             }
-            _ => [k, 0, (k / ow) * sh, (k % ow) * sw],
+            GemmMode::Matmul | GemmMode::ConvWeightGrad => [k, 0, (k / ow) * sh, (k % ow) * sw],
         };
-        let entries = if mode == "conv_wgrad" {
-            (oh * ow).min(k_len as u32)
-        } else {
-            k_len as u32
+        let entries = match mode {
+            GemmMode::Matmul => 0,
+            GemmMode::ConvWeightGrad => (oh * ow).min(k_len as u32),
+            GemmMode::Conv | GemmMode::ConvTranspose => k_len as u32,
         };
         (0..entries).flat_map(entry).collect()
     }
@@ -569,6 +569,28 @@ impl Fast {
     }
 }
 
+/// The modes of gemm.wgsl: a batched matmul, or a convolution as an implicit GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GemmMode {
+    Matmul,
+    Conv,
+    /// conv2d's input gradient
+    ConvTranspose,
+    /// conv2d's weight gradient
+    ConvWeightGrad,
+}
+
+impl GemmMode {
+    fn define(self) -> &'static str {
+        match self {
+            GemmMode::Matmul => "matmul",
+            GemmMode::Conv => "conv",
+            GemmMode::ConvTranspose => "conv_t",
+            GemmMode::ConvWeightGrad => "conv_wgrad",
+        }
+    }
+}
+
 /// A tile shape of gemm.wgsl: a workgroup computes BM x BN of C, staging BK-deep slices; each
 /// invocation holds TM x TN of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -620,14 +642,14 @@ impl GemmTile {
         }
     }
 
-    fn key(self, mode: &str, ty: &str) -> KernelKey {
+    fn key(self, mode: GemmMode, ty: &str) -> KernelKey {
         let wg = (self.bm / self.tm) * (self.bn / self.tn);
         let [bm, bn, bk, tm, tn, wg] =
             [self.bm, self.bn, self.bk, self.tm, self.tn, wg].map(|v| v.to_string());
         KernelKey::new(
             "gemm.wgsl",
             &[
-                ("MODE", mode),
+                ("MODE", mode.define()),
                 ("T", ty),
                 ("BM", &bm),
                 ("BN", &bn),
@@ -792,7 +814,7 @@ impl Planner {
             "map.wgsl",
             &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")],
         );
-        self.elementwise_to(key, dst, to, &[(from, src)], [0, 0])
+        self.elementwise_to(key, dst, to, &[(from, src)], [0, 0], false)
     }
 
     /// A binary op or comparison: `expr` is its WGSL of `x` and `y`.
@@ -819,7 +841,7 @@ impl Planner {
             (Buffer::Input(0), &inputs[0].layout),
             (Buffer::Input(1), &inputs[1].layout),
         ];
-        self.elementwise(key, out, &views, [0, 0])
+        self.elementwise_to(key, out, Buffer::Output, &views, [0, 0], true)
     }
 
     fn elementwise(
@@ -829,11 +851,12 @@ impl Planner {
         inputs: &[(Buffer, &Layout)],
         consts: [u32; 2],
     ) -> Result<()> {
-        self.elementwise_to(key, out, Buffer::Output, inputs, consts)
+        self.elementwise_to(key, out, Buffer::Output, inputs, consts, false)
     }
 
     /// An elementwise launch over the shape of `out`: inputs are broadcast to it, and adjacent
     /// axes that every view walks contiguously are merged so that index math stays short.
+    /// `bcast`: the kernel can read one of two inputs as a repeating run (binary.wgsl's BCAST).
     fn elementwise_to(
         &mut self,
         key: KernelKey,
@@ -841,6 +864,7 @@ impl Planner {
         to: Buffer,
         inputs: &[(Buffer, &Layout)],
         consts: [u32; 2],
+        bcast: bool,
     ) -> Result<()> {
         let shape = out.shape();
         let n = u32_len(shape.numel(), self.name)?;
@@ -856,8 +880,7 @@ impl Planner {
             push_view(&mut params, *offset, s);
         }
         let offsets: Vec<usize> = views.iter().map(|v| v.0).collect();
-        let binary = key.file == "binary.wgsl" && inputs.len() == 2;
-        let fast = Fast::of(&dims, &strides, &offsets, binary);
+        let fast = Fast::of(&dims, &strides, &offsets, bcast && inputs.len() == 2);
         if let Fast::Bcast(_, period, inner) = fast {
             params[2] = period;
             params[3] = inner;
@@ -1104,7 +1127,7 @@ impl Planner {
         push_view(&mut params, 0, &bstr[0]);
         push_view(&mut params, 0, &bstr[1]);
         self.gemm(
-            "matmul",
+            GemmMode::Matmul,
             [m, nn, k, batches],
             params,
             [Buffer::Input(0), Buffer::Input(1)],
@@ -1116,7 +1139,7 @@ impl Planner {
     /// gradient), B is input 0; both are read as contiguous NCHW / OIHW.
     fn conv(
         &mut self,
-        mode: &str,
+        mode: GemmMode,
         inputs: &[ViewMeta],
         geo: ConvGeometry,
         mnk: [usize; 3],
@@ -1142,7 +1165,7 @@ impl Planner {
     /// the tile shape and, for outputs of few tiles, the split of K.
     fn gemm(
         &mut self,
-        mode: &str,
+        mode: GemmMode,
         mnkb: [usize; 4],
         mut params: Vec<u32>,
         ab: [Buffer; 2],
@@ -1155,7 +1178,9 @@ impl Planner {
         let tiles_n = n.div_ceil(bn);
         let outputs = batches * m * n;
         let splits = match mode {
-            "matmul" | "conv_wgrad" => split_k(tiles_m * tiles_n * batches, k, outputs),
+            GemmMode::Matmul | GemmMode::ConvWeightGrad => {
+                split_k(tiles_m * tiles_n * batches, k, outputs)
+            }
             _ => 1,
         };
         let k_chunk = k.div_ceil(splits).next_multiple_of(bk);
@@ -1447,9 +1472,13 @@ pub fn variants() -> Vec<KernelKey> {
     }
     for tile in GemmTile::ALL {
         for ty in ["f32", "i32", "u32"] {
-            keys.push(tile.key("matmul", ty));
+            keys.push(tile.key(GemmMode::Matmul, ty));
         }
-        for mode in ["conv", "conv_t", "conv_wgrad"] {
+        for mode in [
+            GemmMode::Conv,
+            GemmMode::ConvTranspose,
+            GemmMode::ConvWeightGrad,
+        ] {
             keys.push(tile.key(mode, "f32"));
         }
     }
