@@ -1,7 +1,9 @@
 //! The wgpu backend: executes [`crate::plan`] plans on WebGPU, Vulkan, Metal, DX12 or GL.
+//! [`GpuBackend`] does the backend's part; [`WgpuRuntime`] records and submits the work.
 
-use crate::plan::{self, Buffer, ELEM_BYTES, KernelKey, ViewMeta};
-use kiln_core::{Backend, DType, Error, Op, ReadFuture, Result, Shape, Storage, TensorData, View};
+use crate::exec::{GpuBackend, Launch, Runtime};
+use crate::plan::KernelKey;
+use kiln_core::{Error, Result};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -30,9 +32,13 @@ impl Default for WgpuOptions {
     }
 }
 
-/// The wgpu device as a kiln [`Backend`]. Cheap to clone.
+/// The wgpu device as a kiln [`Backend`](kiln_core::Backend). Cheap to clone.
+pub type WgpuBackend = GpuBackend<WgpuRuntime>;
+
+/// The [`Runtime`] of [`WgpuBackend`]: pipeline cache, buffer pool and batched submissions on
+/// one wgpu device and queue. Cheap to clone.
 #[derive(Clone)]
-pub struct WgpuBackend {
+pub struct WgpuRuntime {
     inner: Arc<Inner>,
 }
 
@@ -111,12 +117,12 @@ impl Batch {
 }
 
 /// A device buffer holding one tensor's elements (4 bytes each); back to the pool on drop.
-struct GpuBuffer {
+pub struct WgpuBuffer {
     buffer: wgpu::Buffer,
     owner: Arc<Inner>,
 }
 
-impl Drop for GpuBuffer {
+impl Drop for WgpuBuffer {
     fn drop(&mut self) {
         // Later submissions on the one queue are ordered after the work that used this buffer,
         // so it can be handed out again at once.
@@ -125,12 +131,6 @@ impl Drop for GpuBuffer {
                 .or_default()
                 .push(self.buffer.clone());
         }
-    }
-}
-
-impl std::fmt::Debug for WgpuBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WgpuBackend({})", self.name())
     }
 }
 
@@ -183,7 +183,7 @@ impl WgpuBackend {
                 slot.get_or_insert_with(|| e.to_string());
             }
         }));
-        Ok(WgpuBackend {
+        Ok(GpuBackend::from_runtime(WgpuRuntime {
             inner: Arc::new(Inner {
                 device,
                 queue,
@@ -195,7 +195,7 @@ impl WgpuBackend {
                 error,
                 batch: Mutex::default(),
             }),
-        })
+        }))
     }
 
     /// [`WgpuBackend::new`], waiting for the adapter. Native only.
@@ -206,19 +206,21 @@ impl WgpuBackend {
 
     /// The adapter's description (name, API, driver).
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
-        &self.inner.info
+        &self.runtime().inner.info
     }
 
     /// The wgpu device this backend runs on (benchmarks and interop use it beside the backend).
     pub fn wgpu_device(&self) -> &wgpu::Device {
-        &self.inner.device
+        &self.runtime().inner.device
     }
 
     /// The queue this backend submits to.
     pub fn wgpu_queue(&self) -> &wgpu::Queue {
-        &self.inner.queue
+        &self.runtime().inner.queue
     }
+}
 
+impl WgpuRuntime {
     /// Submits the recorded ops, then runs `then` before any other thread can record or submit
     /// (a `write_buffer` from another thread could otherwise slip ahead of this submission).
     fn flushed<R>(&self, op: &str, then: impl FnOnce() -> R) -> Result<R> {
@@ -234,47 +236,6 @@ impl WgpuBackend {
     /// Fails with the first error wgpu reported asynchronously, naming `op`.
     fn check(&self, op: &str) -> Result<()> {
         take_gpu_error(&self.inner.error, op)
-    }
-
-    fn alloc(&self, bytes: u64, op: &str) -> Result<GpuBuffer> {
-        let size = bucket(bytes.max(ELEM_BYTES));
-        let max = self
-            .inner
-            .limits
-            .max_storage_buffer_binding_size
-            .min(self.inner.limits.max_buffer_size);
-        if size > max {
-            return Err(Error::device(
-                op.to_string(),
-                format!(
-                    "a tensor of {bytes} bytes does not fit this device's largest storage buffer ({max} bytes)"
-                ),
-            ));
-        }
-        let reused = self
-            .inner
-            .pool
-            .lock()
-            .ok()
-            .and_then(|mut p| p.get_mut(&size).and_then(Vec::pop));
-        let buffer = match reused {
-            Some(b) => b,
-            None => {
-                self.inner.allocated.fetch_add(size, Ordering::Relaxed);
-                self.inner.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("kiln tensor"),
-                    size,
-                    usage: wgpu::BufferUsages::STORAGE
-                        | wgpu::BufferUsages::COPY_SRC
-                        | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            }
-        };
-        Ok(GpuBuffer {
-            buffer,
-            owner: self.inner.clone(),
-        })
     }
 
     fn pipeline(&self, key: &KernelKey) -> Result<wgpu::ComputePipeline> {
@@ -327,23 +288,73 @@ impl WgpuBackend {
         }
         Ok(pipeline)
     }
+}
 
-    /// Runs `plan` with `inputs`; returns the output buffer.
-    fn run(&self, name: &str, plan: &plan::Plan, inputs: &[&wgpu::Buffer]) -> Result<GpuBuffer> {
-        let out = self.alloc(plan.output_bytes, name)?;
-        let scratch = plan
-            .scratch_bytes
-            .iter()
-            .map(|&b| self.alloc(b, name))
-            .collect::<Result<Vec<_>>>()?;
-        if plan.dispatches.is_empty() {
-            return Ok(out);
+impl Runtime for WgpuRuntime {
+    type Buffer = WgpuBuffer;
+    type Download = ReadBack;
+
+    fn name(&self) -> String {
+        format!(
+            "wgpu: {} ({:?})",
+            self.inner.info.name, self.inner.info.backend
+        )
+    }
+
+    fn allocate(&self, bytes: u64, op: &str) -> Result<WgpuBuffer> {
+        let size = bucket(bytes);
+        let max = self
+            .inner
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.inner.limits.max_buffer_size);
+        if size > max {
+            return Err(Error::device(
+                op.to_string(),
+                format!(
+                    "a tensor of {bytes} bytes does not fit this device's largest storage buffer ({max} bytes)"
+                ),
+            ));
         }
+        let reused = self
+            .inner
+            .pool
+            .lock()
+            .ok()
+            .and_then(|mut p| p.get_mut(&size).and_then(Vec::pop));
+        let buffer = match reused {
+            Some(b) => b,
+            None => {
+                self.inner.allocated.fetch_add(size, Ordering::Relaxed);
+                self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("kiln tensor"),
+                    size,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            }
+        };
+        Ok(WgpuBuffer {
+            buffer,
+            owner: self.inner.clone(),
+        })
+    }
+
+    fn write(&self, buffer: &WgpuBuffer, bytes: &[u8]) -> Result<()> {
+        self.flushed("upload", || {
+            self.inner.queue.write_buffer(&buffer.buffer, 0, bytes)
+        })?;
+        self.check("upload")
+    }
+
+    /// Records the plan as one compute pass into the open batch.
+    fn launch(&self, name: &str, dispatches: &[Launch<'_, WgpuBuffer>]) -> Result<()> {
         let device = &self.inner.device;
-        let pipelines = plan
-            .dispatches
+        let pipelines = dispatches
             .iter()
-            .map(|d| self.pipeline(&d.kernel))
+            .map(|d| self.pipeline(d.kernel))
             .collect::<Result<Vec<_>>>()?;
         // Params are written and the op recorded under one hold of the lock, so that no other
         // thread submits the batch (freeing the params buffers for reuse) in between.
@@ -351,38 +362,23 @@ impl WgpuBackend {
             self.inner.batch.lock().map_err(|_| {
                 Error::device(name.to_string(), "the command batch lock is poisoned")
             })?;
-        let mut groups = Vec::with_capacity(plan.dispatches.len());
-        for (d, pipeline) in plan.dispatches.iter().zip(pipelines) {
-            let mut words = d.params.clone();
-            if words.is_empty() {
-                words.push(0);
-            }
-            let params = batch.params(device, &self.inner.queue, &words);
+        let mut groups = Vec::with_capacity(dispatches.len());
+        for (d, pipeline) in dispatches.iter().zip(pipelines) {
+            // wgpu rejects an empty binding: a kernel without params still gets one word.
+            let words = if d.params.is_empty() {
+                &[0][..]
+            } else {
+                d.params
+            };
+            let params = batch.params(device, &self.inner.queue, words);
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
                 resource: params.as_entire_binding(),
             }];
             for (i, b) in d.buffers.iter().enumerate() {
-                let buf = match *b {
-                    Buffer::Input(k) => *inputs.get(k).ok_or_else(|| {
-                        Error::invalid(
-                            name.to_string(),
-                            format!("plan binds input {k} of {}", inputs.len()),
-                        )
-                    })?,
-                    Buffer::Output => &out.buffer,
-                    Buffer::Scratch(k) => {
-                        &scratch
-                            .get(k)
-                            .ok_or_else(|| {
-                                Error::invalid(name.to_string(), format!("plan binds scratch {k}"))
-                            })?
-                            .buffer
-                    }
-                };
                 entries.push(wgpu::BindGroupEntry {
                     binding: i as u32 + 1,
-                    resource: buf.as_entire_binding(),
+                    resource: b.buffer.as_entire_binding(),
                 });
             }
             let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -412,145 +408,47 @@ impl WgpuBackend {
             batch.submit(&self.inner.queue);
         }
         drop(batch);
-        self.check(name)?;
-        Ok(out)
+        self.check(name)
     }
 
-    fn buffer_of<'a>(&self, v: &View<'a>, op: &str) -> Result<&'a wgpu::Buffer> {
-        v.storage
-            .downcast::<GpuBuffer>()
-            .map(|b| &b.buffer)
-            .ok_or_else(|| {
-                Error::device(
-                    op.to_string(),
-                    format!("an input tensor ({}) is not on {}", v.dtype, self.name()),
-                )
-            })
-    }
-}
-
-impl Backend for WgpuBackend {
-    fn name(&self) -> String {
-        format!(
-            "wgpu: {} ({:?})",
-            self.inner.info.name, self.inner.info.backend
-        )
-    }
-
-    fn upload(&self, data: &TensorData) -> Result<Storage> {
-        let bytes: Vec<u8> = match data.dtype() {
-            DType::F32 | DType::I32 | DType::U32 => data.as_bytes().to_vec(),
-            DType::Bool => data
-                .as_bytes()
-                .iter()
-                .flat_map(|&b| u32::from(b != 0).to_le_bytes())
-                .collect(),
-            other => {
-                return Err(Error::unsupported(
-                    "upload",
-                    format!("{other} tensors are not supported on {}", self.name()),
-                ));
-            }
-        };
-        let buf = self.alloc(bytes.len() as u64, "upload")?;
-        if !bytes.is_empty() {
-            self.flushed("upload", || {
-                self.inner.queue.write_buffer(&buf.buffer, 0, &bytes)
-            })?;
-        }
-        self.check("upload")?;
-        Ok(Storage::new(buf))
-    }
-
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[View<'_>],
-        out_dtype: DType,
-        out_shape: &Shape,
-    ) -> Result<Storage> {
-        let name = op.name();
-        let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
-        let plan = plan::plan(op, &metas, out_dtype, out_shape)?;
-        let bufs = inputs
-            .iter()
-            .map(|v| self.buffer_of(v, name))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Storage::new(self.run(name, &plan, &bufs)?))
-    }
-
-    fn read(&self, input: View<'_>) -> ReadFuture {
-        let start = || -> Result<Option<Pending>> {
-            let shape = input.layout.shape().clone();
-            let numel = shape.numel();
-            if numel == 0 {
-                return Ok(None);
-            }
-            let bytes = numel as u64 * ELEM_BYTES;
-            let src = self.buffer_of(&input, "read")?;
-            // strided views are first copied into a contiguous buffer
-            let (copy, offset) = if input.layout.is_contiguous() {
-                (None, input.layout.offset() as u64 * ELEM_BYTES)
-            } else {
-                let meta = ViewMeta::from(input);
-                let p = plan::plan(&Op::Contiguous, &[meta], input.dtype, &shape)?;
-                (Some(self.run("read", &p, &[src])?), 0)
-            };
-            let from = copy.as_ref().map_or(src, |c| &c.buffer);
-            let staging = self.inner.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("kiln readback"),
-                size: bytes,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            let mut encoder =
-                self.inner
-                    .device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("read"),
-                    });
-            encoder.copy_buffer_to_buffer(from, offset, &staging, 0, bytes);
-            self.flushed("read", || self.inner.queue.submit([encoder.finish()]))?;
-            let state: Arc<Mutex<MapState>> = Arc::default();
-            let s = state.clone();
-            staging.map_async(wgpu::MapMode::Read, .., move |r| {
-                if let Ok(mut st) = s.lock() {
-                    st.done = Some(r.map_err(|e| e.to_string()));
-                    if let Some(w) = st.waker.take() {
-                        w.wake();
-                    }
+    /// Copies into a staging buffer, submits, and maps it; the [`ReadBack`] resolves once the
+    /// mapping is done.
+    fn download(&self, buffer: &WgpuBuffer, offset: u64, bytes: u64) -> Result<ReadBack> {
+        let staging = self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kiln readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder =
+            self.inner
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("read"),
+                });
+        encoder.copy_buffer_to_buffer(&buffer.buffer, offset, &staging, 0, bytes);
+        self.flushed("read", || self.inner.queue.submit([encoder.finish()]))?;
+        let state: Arc<Mutex<MapState>> = Arc::default();
+        let s = state.clone();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            if let Ok(mut st) = s.lock() {
+                st.done = Some(r.map_err(|e| e.to_string()));
+                if let Some(w) = st.waker.take() {
+                    w.wake();
                 }
-            });
-            self.check("read")?;
-            Ok(Some(Pending {
-                staging,
-                state,
-                device: self.inner.device.clone(),
-                error: self.inner.error.clone(),
-            }))
-        };
-        let (dtype, shape) = (input.dtype, input.layout.shape().clone());
-        match start() {
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-            Ok(None) => Box::pin(std::future::ready(TensorData::from_bytes(
-                Vec::new(),
-                dtype,
-                shape,
-            ))),
-            Ok(Some(p)) => Box::pin(ReadBack {
-                pending: p,
-                dtype,
-                shape,
-            }),
-        }
+            }
+        });
+        self.check("read")?;
+        Ok(ReadBack {
+            staging,
+            state,
+            device: self.inner.device.clone(),
+            error: self.inner.error.clone(),
+        })
     }
 
-    fn supports(&self, dtype: DType) -> bool {
-        matches!(dtype, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
-    }
-
-    fn allocated_bytes(&self) -> Option<u64> {
-        Some(self.inner.allocated.load(Ordering::Relaxed))
+    fn allocated_bytes(&self) -> u64 {
+        self.inner.allocated.load(Ordering::Relaxed)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -582,7 +480,9 @@ struct MapState {
     waker: Option<Waker>,
 }
 
-struct Pending {
+/// The future of [`WgpuRuntime::download`]: resolves to the bytes once the staging buffer is
+/// mapped. Natively its `poll` drives `device.poll`; in browsers the map callback wakes it.
+pub struct ReadBack {
     staging: wgpu::Buffer,
     state: Arc<Mutex<MapState>>,
     /// Polled natively; browsers drive mapping from their event loop.
@@ -592,22 +492,14 @@ struct Pending {
     error: Arc<Mutex<Option<String>>>,
 }
 
-/// The future of [`Backend::read`]: resolves once the staging buffer is mapped. Natively its
-/// `poll` drives `device.poll`; in browsers the map callback wakes it.
-struct ReadBack {
-    pending: Pending,
-    dtype: DType,
-    shape: Shape,
-}
-
 impl Future for ReadBack {
-    type Output = Result<TensorData>;
+    type Output = Result<Vec<u8>>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         #[cfg(not(target_arch = "wasm32"))]
-        let _ = this.pending.device.poll(wgpu::PollType::Poll);
+        let _ = this.device.poll(wgpu::PollType::Poll);
         let done = {
-            let Ok(mut st) = this.pending.state.lock() else {
+            let Ok(mut st) = this.state.lock() else {
                 return Poll::Ready(Err(Error::device("read", "readback state poisoned")));
             };
             match st.done.take() {
@@ -627,7 +519,7 @@ impl Future for ReadBack {
             )));
         }
         let bytes = {
-            let view = match this.pending.staging.get_mapped_range(..) {
+            let view = match this.staging.get_mapped_range(..) {
                 Ok(v) => v,
                 Err(e) => {
                     return Poll::Ready(Err(Error::device(
@@ -636,22 +528,12 @@ impl Future for ReadBack {
                     )));
                 }
             };
-            match this.dtype {
-                DType::Bool => view
-                    .chunks_exact(4)
-                    .map(|c| u8::from(c != [0, 0, 0, 0]))
-                    .collect(),
-                _ => view.to_vec(),
-            }
+            view.to_vec()
         };
-        this.pending.staging.unmap();
-        if let Err(e) = take_gpu_error(&this.pending.error, "read") {
+        this.staging.unmap();
+        if let Err(e) = take_gpu_error(&this.error, "read") {
             return Poll::Ready(Err(e));
         }
-        Poll::Ready(TensorData::from_bytes(
-            bytes,
-            this.dtype,
-            this.shape.clone(),
-        ))
+        Poll::Ready(Ok(bytes))
     }
 }

@@ -7,6 +7,7 @@
 //! - [`plan`]: backend-neutral planning: an op and its input views become kernel dispatches
 //!   (kernel variant, params words, buffer bindings, workgroup grid). Every GPU backend executes
 //!   these plans; the wgpu backend here, the CUDA backend with the kernels translated from WGSL.
+//! - [`exec`]: [`GpuBackend`], the one plan executor, on any [`Runtime`] (memory, copies, launches).
 //! - [`WgpuBackend`]: the plans on WebGPU (browsers), Vulkan, Metal, DX12 and GL.
 //! - [`cuda`]: the naga-IR -> CUDA C / HIP translator of the same kernels.
 //!
@@ -22,11 +23,13 @@ extern crate alloc;
 
 mod backend;
 pub mod cuda;
+pub mod exec;
 pub mod kernels;
 pub mod plan;
 pub mod preprocess;
 
-pub use backend::{WgpuBackend, WgpuOptions};
+pub use backend::{ReadBack, WgpuBackend, WgpuBuffer, WgpuOptions, WgpuRuntime};
+pub use exec::{GpuBackend, Launch, Runtime};
 
 /// A kiln [`kiln_core::Device`] on the default GPU through wgpu. Native only (browsers use
 /// [`wgpu_device_async`]). Fails with a clear error when no adapter exists.

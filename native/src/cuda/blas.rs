@@ -7,7 +7,7 @@
 //! stride map to the strided batch. Anything else (and integer matmul) falls back to the
 //! translated WGSL GEMM.
 
-use super::{Buf, CudaBackend, MatmulPrecision};
+use super::{CudaBuffer, CudaRuntime, MatmulPrecision};
 use cudarc::cublas::{result as blas, sys};
 use kiln_core::{Error, Result, Shape, View};
 use std::ffi::{c_int, c_void};
@@ -39,11 +39,11 @@ fn operand(rows: usize, cols: usize, sr: isize, sc: isize) -> Option<(bool, usiz
 
 /// `Some(output)` when cuBLAS took the matmul, `None` to fall back to the planned kernels.
 pub(super) fn matmul(
-    b: &CudaBackend,
+    b: &CudaRuntime,
     inputs: &[View<'_>],
-    bufs: &[&Buf],
+    bufs: &[&CudaBuffer],
     out: &Shape,
-) -> Result<Option<Buf>> {
+) -> Result<Option<CudaBuffer>> {
     let (Some(x), Some(y)) = (inputs.first(), inputs.get(1)) else {
         return Ok(None);
     };

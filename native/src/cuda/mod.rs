@@ -8,6 +8,8 @@
 //!   threshold raised so freed blocks stay cached for reuse instead of returning to the driver.
 //! - Kernels are compiled once per variant ([`KernelKey`]) for this device's compute capability.
 //! - Devices hold f32, i32, u32 and bool (as u32 0/1), as the plans require.
+//! - [`CudaBackend`] is kiln's one plan executor ([`GpuBackend`]) on [`CudaRuntime`], which
+//!   only allocates, copies and launches.
 //!
 //! ```no_run
 //! use kiln_core::{DType, Tensor};
@@ -24,9 +26,11 @@ use kiln_core::{
     Backend, DType, Device, Error, Op, ReadFuture, Result, Shape, Storage, TensorData, View,
 };
 use kiln_kernels::cuda::{Dialect, ParamKind};
-use kiln_kernels::plan::{self, Buffer, KernelKey, Plan, ViewMeta};
+use kiln_kernels::exec::{GpuBackend, Launch, Runtime};
+use kiln_kernels::plan::KernelKey;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -229,8 +233,14 @@ impl Drop for Inner {
     }
 }
 
-/// The CUDA backend. Create it with [`device`].
-pub struct CudaBackend {
+/// The CUDA backend: [`GpuBackend`] on [`CudaRuntime`]. Create it with [`device`].
+///
+/// It dereferences to its runtime (kernel cache, raw allocations) for tests and benchmarks.
+pub struct CudaBackend(GpuBackend<CudaRuntime>);
+
+/// The [`Runtime`] of [`CudaBackend`]: NVRTC kernel cache, stream-ordered memory, pinned upload
+/// staging, launches on the device's one stream, and f32 matmul on cuBLAS.
+pub struct CudaRuntime {
     inner: Arc<Inner>,
 }
 
@@ -240,14 +250,21 @@ impl std::fmt::Debug for CudaBackend {
     }
 }
 
+impl Deref for CudaBackend {
+    type Target = CudaRuntime;
+    fn deref(&self) -> &CudaRuntime {
+        self.0.runtime()
+    }
+}
+
 /// A device allocation, freed on the stream when the last tensor using it goes.
-struct Buf {
+pub struct CudaBuffer {
     ptr: sys::CUdeviceptr,
     bytes: u64,
     inner: Arc<Inner>,
 }
 
-impl Drop for Buf {
+impl Drop for CudaBuffer {
     fn drop(&mut self) {
         if self.bytes == 0 {
             return;
@@ -300,7 +317,7 @@ impl CudaBackend {
             )
             .map_err(driver_err("configuring the memory pool"))?;
         }
-        Ok(CudaBackend {
+        Ok(CudaBackend(GpuBackend::from_runtime(CudaRuntime {
             inner: Arc::new(Inner {
                 ctx,
                 raw: Raw { stream },
@@ -312,10 +329,12 @@ impl CudaBackend {
                 allocated: AtomicU64::new(0),
                 options,
             }),
-        })
+        })))
     }
+}
 
-    fn alloc(&self, bytes: u64) -> Result<Buf> {
+impl CudaRuntime {
+    fn alloc(&self, bytes: u64) -> Result<CudaBuffer> {
         let ptr = if bytes == 0 {
             0
         } else {
@@ -328,29 +347,40 @@ impl CudaBackend {
             })?
         };
         self.inner.allocated.fetch_add(bytes, Ordering::Relaxed);
-        Ok(Buf {
+        Ok(CudaBuffer {
             ptr,
             bytes,
             inner: self.inner.clone(),
         })
     }
 
-    fn upload_bytes(&self, bytes: &[u8]) -> Result<Buf> {
+    fn upload_bytes(&self, bytes: &[u8]) -> Result<CudaBuffer> {
         let buf = self.alloc(bytes.len() as u64)?;
-        if bytes.is_empty() {
-            return Ok(buf);
+        if !bytes.is_empty() {
+            self.write_bytes(&buf, bytes)?;
+        }
+        Ok(buf)
+    }
+
+    /// Queues the copy of `bytes` to the start of `buf` (through pinned memory when small).
+    fn write_bytes(&self, buf: &CudaBuffer, bytes: &[u8]) -> Result<()> {
+        if bytes.len() as u64 > buf.bytes {
+            return Err(Error::invalid(
+                "cuda",
+                format!("{} bytes do not fit a buffer of {}", bytes.len(), buf.bytes),
+            ));
         }
         let stream = self.inner.raw.stream;
         let mut staging = self.inner.staging.lock().map_err(poisoned)?;
-        // SAFETY: `buf` holds `bytes.len()` bytes; pageable sources are copied before return.
+        // SAFETY: `buf` holds at least `bytes.len()` bytes (checked above); pageable sources
+        // are copied before return.
         unsafe {
             match staging.as_mut() {
                 Some(st) if bytes.len() <= STAGING_BYTES / 2 => st.copy(bytes, buf.ptr, stream),
                 _ => cu::memcpy_htod_async(buf.ptr, bytes, stream),
             }
         }
-        .map_err(driver_err("copying to the device"))?;
-        Ok(buf)
+        .map_err(driver_err("copying to the device"))
     }
 
     /// The compiled kernel of `key`, translating and compiling it on first use.
@@ -413,47 +443,59 @@ impl CudaBackend {
         cache.insert(key.clone(), compiled.clone());
         Ok(compiled)
     }
+}
 
-    /// Runs `plan` with `inputs`; returns the output buffer.
-    fn run_plan(&self, name: &str, plan: &Plan, inputs: &[&Buf]) -> Result<Buf> {
-        let out = self.alloc(plan.output_bytes)?;
-        let scratch: Vec<Buf> = plan
-            .scratch_bytes
-            .iter()
-            .map(|&b| self.alloc(b))
-            .collect::<Result<_>>()?;
+impl Runtime for CudaRuntime {
+    type Buffer = CudaBuffer;
+    /// Reads finish before [`Runtime::download`] returns.
+    type Download = std::future::Ready<Result<Vec<u8>>>;
+
+    fn name(&self) -> String {
+        self.inner.name.clone()
+    }
+
+    fn prepare_thread(&self) -> Result<()> {
+        self.inner.bind()
+    }
+
+    fn allocate(&self, bytes: u64, _op: &str) -> Result<CudaBuffer> {
+        self.alloc(bytes)
+    }
+
+    fn write(&self, buffer: &CudaBuffer, bytes: &[u8]) -> Result<()> {
+        self.write_bytes(buffer, bytes)
+    }
+
+    /// Uploads every dispatch's params at once, then launches the kernels on the stream.
+    fn launch(&self, name: &str, dispatches: &[Launch<'_, CudaBuffer>]) -> Result<()> {
         // Every dispatch's params in one upload, each at a multiple of PARAMS_ALIGN bytes.
         let mut words: Vec<u8> = Vec::new();
-        let mut at = Vec::with_capacity(plan.dispatches.len());
-        for d in &plan.dispatches {
+        let mut at = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
             words.resize(words.len().next_multiple_of(PARAMS_ALIGN), 0);
             at.push((words.len() as u64, 4 * d.params.len() as u64));
             words.extend(d.params.iter().flat_map(|w| w.to_le_bytes()));
         }
         let params = self.upload_bytes(&words)?;
-        for (d, &(offset, len)) in plan.dispatches.iter().zip(&at) {
-            let k = self.kernel(&d.kernel)?;
+        for (d, &(offset, len)) in dispatches.iter().zip(&at) {
+            let k = self.kernel(d.kernel)?;
             // (device pointer, bytes) of binding `b`
             let buffer = |b: usize| -> Result<(u64, u64)> {
                 if b == 0 {
                     return Ok((params.ptr + offset, len));
                 }
-                match d.buffers.get(b - 1) {
-                    Some(Buffer::Input(i)) => inputs.get(*i).copied(),
-                    Some(Buffer::Output) => Some(&out),
-                    Some(Buffer::Scratch(i)) => scratch.get(*i),
-                    None => None,
-                }
-                .map(|b| (b.ptr, b.bytes))
-                .ok_or_else(|| {
-                    Error::invalid(
-                        name.to_string(),
-                        format!(
-                            "{}: binding {b} has no buffer in the plan",
-                            d.kernel.label()
-                        ),
-                    )
-                })
+                d.buffers
+                    .get(b - 1)
+                    .map(|buf| (buf.ptr, buf.bytes))
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            name.to_string(),
+                            format!(
+                                "{}: binding {b} has no buffer in the plan",
+                                d.kernel.label()
+                            ),
+                        )
+                    })
             };
             // Parameter values, then pointers to them (cuLaunchKernel's convention).
             let mut values: Vec<u64> = Vec::with_capacity(k.kernel.params.len());
@@ -507,16 +549,57 @@ impl CudaBackend {
                 )
             })?;
         }
-        Ok(out)
+        Ok(())
     }
 
-    fn buf<'v>(&self, v: &View<'v>) -> Result<&'v Buf> {
-        v.storage.downcast::<Buf>().ok_or_else(|| {
-            Error::invalid(
-                "cuda",
-                "a tensor from another device was given to the CUDA backend",
-            )
-        })
+    /// Copies synchronously: the stream is drained before the bytes are returned.
+    fn download(&self, buffer: &CudaBuffer, offset: u64, bytes: u64) -> Result<Self::Download> {
+        if offset + bytes > buffer.bytes {
+            return Err(Error::invalid(
+                "read",
+                format!(
+                    "bytes {offset}..{} are outside a buffer of {}",
+                    offset + bytes,
+                    buffer.bytes
+                ),
+            ));
+        }
+        let mut host = vec![0u8; bytes as usize];
+        // SAFETY: `buffer` holds `offset + bytes` bytes (checked above); the stream is
+        // synchronised before `host` is used.
+        unsafe {
+            cu::memcpy_dtoh_async(&mut host[..], buffer.ptr + offset, self.inner.raw.stream)
+                .map_err(driver_err("copying to the host"))?;
+            cu::stream::synchronize(self.inner.raw.stream)
+                .map_err(driver_err("waiting for the GPU"))?;
+        }
+        Ok(std::future::ready(Ok(host)))
+    }
+
+    fn allocated_bytes(&self) -> u64 {
+        self.inner.allocated.load(Ordering::Relaxed)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream belongs to this backend.
+        unsafe { cu::stream::synchronize(self.inner.raw.stream) }
+            .map_err(driver_err("waiting for the GPU"))
+    }
+
+    /// f32 matmul on cuBLAS when [`CudaOptions::cublas`] is on and the views map to it.
+    fn execute_without_plan(
+        &self,
+        op: &Op,
+        inputs: &[View<'_>],
+        buffers: &[&CudaBuffer],
+        out_dtype: DType,
+        out_shape: &Shape,
+    ) -> Result<Option<CudaBuffer>> {
+        if matches!(op, Op::Matmul) && out_dtype == DType::F32 && self.inner.options.cublas {
+            blas::matmul(self, inputs, buffers, out_shape)
+        } else {
+            Ok(None)
+        }
     }
 }
 
@@ -524,37 +607,14 @@ fn poisoned<T>(_: T) -> Error {
     Error::device("cuda", "a kernel-cache lock was poisoned by a panic")
 }
 
-/// Host bytes -> device representation (bool widened to u32).
-fn to_device_bytes(data: &TensorData) -> Result<Vec<u8>> {
-    match data.dtype() {
-        DType::F32 | DType::I32 | DType::U32 => Ok(data.as_bytes().to_vec()),
-        DType::Bool => Ok(data
-            .as_bytes()
-            .iter()
-            .flat_map(|&b| u32::from(b != 0).to_le_bytes())
-            .collect()),
-        other => Err(Error::unsupported(
-            "cuda upload",
-            format!("{other} tensors are not supported on CUDA (f32, i32, u32 and bool are)"),
-        )),
-    }
-}
-
+/// Every method is [`GpuBackend`]'s, the executor the wgpu backend shares.
 impl Backend for CudaBackend {
     fn name(&self) -> String {
-        self.inner.name.clone()
+        self.0.name()
     }
 
     fn upload(&self, data: &TensorData) -> Result<Storage> {
-        self.inner.bind()?;
-        let bytes = to_device_bytes(data)?;
-        // Empty tensors still get a buffer, as plans assume.
-        let buf = if bytes.is_empty() {
-            self.alloc(plan::ELEM_BYTES)?
-        } else {
-            self.upload_bytes(&bytes)?
-        };
-        Ok(Storage::new(buf))
+        self.0.upload(data)
     }
 
     fn execute(
@@ -564,72 +624,23 @@ impl Backend for CudaBackend {
         out_dtype: DType,
         out_shape: &Shape,
     ) -> Result<Storage> {
-        self.inner.bind()?;
-        let bufs: Vec<&Buf> = inputs.iter().map(|v| self.buf(v)).collect::<Result<_>>()?;
-        if matches!(op, Op::Matmul)
-            && out_dtype == DType::F32
-            && self.inner.options.cublas
-            && let Some(out) = blas::matmul(self, inputs, &bufs, out_shape)?
-        {
-            return Ok(Storage::new(out));
-        }
-        let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
-        let p = plan::plan(op, &metas, out_dtype, out_shape)?;
-        Ok(Storage::new(self.run_plan(op.name(), &p, &bufs)?))
+        self.0.execute(op, inputs, out_dtype, out_shape)
     }
 
     fn read(&self, input: View<'_>) -> ReadFuture {
-        let result = (|| {
-            self.inner.bind()?;
-            let shape = input.layout.shape().clone();
-            let numel = shape.numel();
-            let buf = self.buf(&input)?;
-            // Strided or offset views are made contiguous on the device first.
-            let contiguous;
-            let src = if input.layout.is_contiguous() && input.layout.offset() == 0 {
-                buf
-            } else {
-                let meta = ViewMeta::from(input);
-                let p = plan::plan(&Op::Contiguous, &[meta], input.dtype, &shape)?;
-                contiguous = self.run_plan("read", &p, &[buf])?;
-                &contiguous
-            };
-            let mut host = vec![0u8; numel * plan::ELEM_BYTES as usize];
-            if !host.is_empty() {
-                // SAFETY: `src` holds at least `numel` elements; the stream is synchronised
-                // before `host` is used.
-                unsafe {
-                    cu::memcpy_dtoh_async(&mut host[..], src.ptr, self.inner.raw.stream)
-                        .map_err(driver_err("copying to the host"))?;
-                    cu::stream::synchronize(self.inner.raw.stream)
-                        .map_err(driver_err("waiting for the GPU"))?;
-                }
-            }
-            let bytes = match input.dtype {
-                DType::Bool => host
-                    .chunks_exact(4)
-                    .map(|c| u8::from(c != [0, 0, 0, 0]))
-                    .collect(),
-                _ => host,
-            };
-            TensorData::from_bytes(bytes, input.dtype, shape)
-        })();
-        Box::pin(std::future::ready(result))
+        self.0.read(input)
     }
 
     fn supports(&self, dtype: DType) -> bool {
-        matches!(dtype, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
+        self.0.supports(dtype)
     }
 
     fn allocated_bytes(&self) -> Option<u64> {
-        Some(self.inner.allocated.load(Ordering::Relaxed))
+        self.0.allocated_bytes()
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.inner.bind()?;
-        // SAFETY: the stream belongs to this backend.
-        unsafe { cu::stream::synchronize(self.inner.raw.stream) }
-            .map_err(driver_err("waiting for the GPU"))
+        self.0.synchronize()
     }
 }
 
