@@ -264,7 +264,7 @@ impl<'a, T: CpuElem> Src<'a, T> {
     pub fn to_contiguous(self) -> Cow<'a, [T]> {
         match self.contiguous() {
             Some(s) => Cow::Borrowed(s),
-            None => Cow::Owned(super::strided::map1(&self, |x| x)),
+            None => Cow::Owned(super::strided::row_major_copy(&self)),
         }
     }
 }
