@@ -3,6 +3,7 @@
 # node/npm, python3, gcc; root or sudo). Installs only what is missing, then:
 #   1. scripts/build-web.sh: the npm package (cargo + wasm-bindgen --target web, wasm-opt -Oz,
 #      size budget, npm pack) and the draw-a-digit page in www/
+#      then node npm/check-types.mjs: npm/index.d.ts against what the wasm module exports
 #   2. node --test tests/web/node/        the built package in Node (CPU backend)
 #   3. node tests/web/vite/run.mjs        the packed tarball in a fresh Vite project, in Chromium
 #   4. cargo test --target wasm32 (wasm-bindgen-test-runner driving headless Chromium through
