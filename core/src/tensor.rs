@@ -34,6 +34,22 @@ pub struct Node {
     pub inputs: Vec<Tensor>,
 }
 
+/// Dropping a long recorded chain would recurse once per op (a node owns its inputs, each of
+/// which owns its node...) and can overflow the stack: inputs this node holds the last
+/// reference to are taken apart in a loop instead.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let mut pending = core::mem::take(&mut self.inputs);
+        while let Some(t) = pending.pop() {
+            if let Ok(mut inner) = Arc::try_unwrap(t.0)
+                && let Some(node) = inner.node.as_mut()
+            {
+                pending.append(&mut node.inputs);
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     id: TensorId,
