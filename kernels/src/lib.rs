@@ -24,6 +24,7 @@ extern crate alloc;
 mod backend;
 pub mod cuda;
 pub mod exec;
+pub mod header;
 pub mod kernels;
 pub mod plan;
 pub mod preprocess;

@@ -21,6 +21,9 @@
 //! assert!(p.dispatches[0].kernel.wgsl().unwrap().contains("exp(v)"));
 //! ```
 
+use crate::header::{
+    ConvGeometry, ConvParams, Gemm, Header, MatmulParams, PoolGeometry, PoolParams,
+};
 use crate::preprocess::{Defines, preprocess};
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -447,29 +450,18 @@ struct Planner {
     plan: Plan,
 }
 
-/// Conv2d geometry in conv2d's own terms (x: N,C,H,W; weight: O,C/g,KH,KW; y: N,O,OH,OW).
-struct ConvGeometry([u32; 15], u32);
-
 impl ConvGeometry {
     fn new(x: [usize; 4], o_kh_kw: [usize; 3], oh_ow: [usize; 2], c: &Conv2dParams) -> Self {
-        let v = [
-            x[0],
-            x[1],
-            x[2],
-            x[3],
-            o_kh_kw[0],
-            oh_ow[0],
-            oh_ow[1],
-            o_kh_kw[1],
-            o_kh_kw[2],
-            c.stride[0],
-            c.stride[1],
-            c.padding[0],
-            c.padding[1],
-            c.dilation[0],
-            c.dilation[1],
-        ];
-        ConvGeometry(v.map(|d| d as u32), c.groups as u32)
+        let [n, ci, h, w] = x.map(|d| d as u32);
+        let [co, kh, kw] = o_kh_kw.map(|d| d as u32);
+        let [oh, ow] = oh_ow.map(|d| d as u32);
+        let [sh, sw] = c.stride.map(|d| d as u32);
+        let [ph, pw] = c.padding.map(|d| d as u32);
+        let [dh, dw] = c.dilation.map(|d| d as u32);
+        let groups = c.groups as u32;
+        #[rustfmt::skip]
+        let geo = ConvGeometry { n, ci, h, w, co, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups };
+        geo
     }
 
     /// gemm.wgsl's table of the K loop's steps, 4 words per entry (A's offset, B's offset, tap
@@ -477,8 +469,22 @@ impl ConvGeometry {
     /// for conv_t per k = (output channel, ky, kx), for conv_wgrad per output position (oy, ox)
     /// of an image (its k = (n, oy, ox) and the kernel adds the image's offsets).
     fn k_steps(&self, mode: GemmMode, k_len: usize) -> Vec<u32> {
-        let [_, ci, h, w, _, oh, ow, kh, kw, sh, sw, _, _, dh, dw] = self.0;
-        let (kk, ci_g) = (kh * kw, ci / self.1.max(1));
+        let ConvGeometry {
+            ci,
+            h,
+            w,
+            oh,
+            ow,
+            kh,
+            kw,
+            sh,
+            sw,
+            dh,
+            dw,
+            groups,
+            ..
+        } = *self;
+        let (kk, ci_g) = (kh * kw, ci / groups.max(1));
         let entry = |k: u32| match mode {
             GemmMode::Conv => [k, (k / kk) * h * w, (k % kk / kw) * dh, (k % kw) * dw],
             GemmMode::ConvTranspose => {
@@ -1109,29 +1115,27 @@ impl Planner {
         let (abs, bbs) = (batch_strides(&ad, &as_), batch_strides(&bd, &bs));
         let (batch, bstr) = coalesce(&batch, vec![abs, bbs]);
         let batches: usize = batch.iter().product();
-        // [3], [5], [6] (row tiles, k chunk, splits) are filled by `gemm`
-        let mut params = vec![
-            m as u32,
-            nn as u32,
-            k as u32,
-            0,
-            batches as u32,
-            0,
-            0,
-            batch.len() as u32,
-        ];
-        params
-            .extend([a.layout.offset(), as_[as_.len() - 2], as_[as_.len() - 1]].map(|v| v as u32));
-        params.extend([b.layout.offset(), bs[bs.len() - 2], bs[bs.len() - 1]].map(|v| v as u32));
-        params.extend(batch.iter().map(|&d| d as u32));
-        push_view(&mut params, 0, &bstr[0]);
-        push_view(&mut params, 0, &bstr[1]);
+        let mut tail: Vec<u32> = batch.iter().map(|&d| d as u32).collect();
+        push_view(&mut tail, 0, &bstr[0]);
+        push_view(&mut tail, 0, &bstr[1]);
+        let [a_row_stride, a_col_stride] =
+            [as_[as_.len() - 2], as_[as_.len() - 1]].map(|v| v as u32);
+        let [b_row_stride, b_col_stride] = [bs[bs.len() - 2], bs[bs.len() - 1]].map(|v| v as u32);
+        let (a_offset, b_offset) = (a.layout.offset() as u32, b.layout.offset() as u32);
+        let batch_rank = batch.len() as u32;
         self.gemm(
             GemmMode::Matmul,
             [m, nn, k, batches],
-            params,
             [Buffer::Input(0), Buffer::Input(1)],
             ty,
+            |gemm| {
+                #[rustfmt::skip]
+                let h = MatmulParams {
+                    gemm, batch_rank, a_offset, a_row_stride, a_col_stride,
+                    b_offset, b_row_stride, b_col_stride,
+                };
+                h.with_tail(tail)
+            },
         )
     }
 
@@ -1145,31 +1149,36 @@ impl Planner {
         mnk: [usize; 3],
         ty: &'static str,
     ) -> Result<()> {
-        let (abuf, aoff) = self.contiguous(1, &inputs[1], ty)?;
-        let (bbuf, boff) = self.contiguous(0, &inputs[0], ty)?;
-        let mut params = vec![mnk[0] as u32, mnk[1] as u32, mnk[2] as u32, 0, geo.1, 0, 0];
-        params.extend_from_slice(&geo.0);
-        params.extend([aoff, boff]);
-        params.extend(geo.k_steps(mode, mnk[2]));
-        let groups = geo.1 as usize;
+        let (abuf, a_offset) = self.contiguous(1, &inputs[1], ty)?;
+        let (bbuf, b_offset) = self.contiguous(0, &inputs[0], ty)?;
+        let steps = geo.k_steps(mode, mnk[2]);
+        let groups = geo.groups as usize;
         self.gemm(
             mode,
             [mnk[0], mnk[1], mnk[2], groups],
-            params,
             [abuf, bbuf],
             ty,
+            |gemm| {
+                let h = ConvParams {
+                    gemm,
+                    conv: geo,
+                    a_offset,
+                    b_offset,
+                };
+                h.with_tail(steps)
+            },
         )
     }
 
-    /// Launches gemm.wgsl; fills params[3] (row tiles), [5] and [6] (k chunk, splits) and picks
-    /// the tile shape and, for outputs of few tiles, the split of K.
+    /// Launches gemm.wgsl: picks the tile shape and, for outputs of few tiles, the split of K,
+    /// and hands the resulting [`Gemm`] to `params`, which writes the mode's whole header.
     fn gemm(
         &mut self,
         mode: GemmMode,
         mnkb: [usize; 4],
-        mut params: Vec<u32>,
         ab: [Buffer; 2],
         ty: &'static str,
+        params: impl FnOnce(Gemm) -> Vec<u32>,
     ) -> Result<()> {
         let [m, n, k, batches] = mnkb;
         let tile = GemmTile::pick(m, n, batches);
@@ -1185,9 +1194,11 @@ impl Planner {
         };
         let k_chunk = k.div_ceil(splits).next_multiple_of(bk);
         let splits = if k_chunk == 0 { 1 } else { k.div_ceil(k_chunk) };
-        params[3] = tiles_m as u32;
-        params[5] = k_chunk as u32;
-        params[6] = splits as u32;
+        #[rustfmt::skip]
+        let params = params(Gemm {
+            m: m as u32, n: n as u32, k: k as u32, tiles_m: tiles_m as u32,
+            batches: batches as u32, k_chunk: k_chunk as u32, splits: splits as u32,
+        });
         let rows = (tiles_m * batches) as u64 * splits as u64;
         let (y, z) = if rows <= MAX_GRID as u64 {
             (rows, 1)
@@ -1249,7 +1260,7 @@ impl Planner {
             && y[2] * pp.kernel[0] == x[2]
             && y[3] * pp.kernel[1] == x[3];
         let mode = PoolMode::of(pool, backward, tiles);
-        // x is binding 1 where the kernel reads it, then dy; their offsets are params[16], [17]
+        // x is binding 1 where the kernel reads it, then dy
         let mut bufs = Vec::new();
         let mut offsets = [0u32; 2];
         for i in mode.reads() {
@@ -1265,28 +1276,24 @@ impl Planner {
             x.iter().product()
         };
         let n = u32_len(numel, self.name)?;
-        let mut params = vec![n];
-        params.extend(
-            [
-                x[0],
-                x[1],
-                x[2],
-                x[3],
-                y[2],
-                y[3],
-                pp.kernel[0],
-                pp.kernel[1],
-                pp.stride[0],
-                pp.stride[1],
-                pp.padding[0],
-                pp.padding[1],
-                pp.dilation[0],
-                pp.dilation[1],
-                pp.count_include_pad as usize,
-            ]
-            .map(|v| v as u32),
-        );
-        params.extend(offsets);
+        let u32s = |pair: [usize; 2]| pair.map(|d| d as u32);
+        let ([kh, kw], [sh, sw]) = (u32s(pp.kernel), u32s(pp.stride));
+        let ([ph, pw], [dh, dw]) = (u32s(pp.padding), u32s(pp.dilation));
+        let [nb, c, h, w] = x.map(|d| d as u32);
+        let [oh, ow] = u32s([y[2], y[3]]);
+        #[rustfmt::skip]
+        let pool = PoolGeometry {
+            n: nb, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw,
+            include_pad: pp.count_include_pad as u32,
+        };
+        let [x_offset, dy_offset] = offsets;
+        let params = PoolParams {
+            numel: n,
+            pool,
+            x_offset,
+            dy_offset,
+        }
+        .to_words();
         let key = KernelKey::new(
             "pool.wgsl",
             &[("MODE", mode.define()), ("T", ty), ("WG", "256")],

@@ -804,7 +804,13 @@ fn every_planned_variant_translates() {
             "{label}: no params binding"
         );
         if let Some(d) = &dump {
-            let name = format!("{i:03}_{}.cu", label.replace(['.', ' ', '='], "_"));
+            // labels hold WGSL expressions (`x / y`): keep only what every file system allows
+            let safe: String = label
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .take(120)
+                .collect();
+            let name = format!("{i:03}_{safe}.cu");
             std::fs::write(d.join(name), &cuda.source).unwrap();
         }
         // Syntax-check a spread of variants with g++ (all of them take minutes).

@@ -5,7 +5,7 @@
 // params: [n, w offset, g offset, m offset, v offset, then f32 bits of: b1, b2, eps, weight
 // decay, step size (lr / (1 - b1^t)), 1 / sqrt(1 - b2^t), shrink (1 - lr wd), decoupled (0/1)]
 // defines: WG (workgroup size).
-#include "common.wgsl"
+#include "params.wgsl"
 
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read> g: array<f32>;

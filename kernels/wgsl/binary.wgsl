@@ -9,7 +9,7 @@
 // multiple of 4: one vec4 per invocation; BCAST (a or b): that input of a VEC4 launch repeats,
 // element e of out reading its element (e / params[3]) % params[2] (a scalar, a row, or a
 // channel of NCHW when params[3] is H * W, a multiple of 4), read as scalars.
-#include "common.wgsl"
+#include "params.wgsl"
 #include "math.wgsl"
 
 #if VEC4

@@ -3,7 +3,7 @@
 // params: full: [numel, value bits]; arange: [numel, start bits, step bits] (as T);
 //         eye: [numel, m (columns)]
 // defines: MODE (full arange eye), T, WG.
-#include "common.wgsl"
+#include "params.wgsl"
 
 @group(0) @binding(1) var<storage, read_write> out: array<{{T}}>;
 

@@ -21,19 +21,50 @@
 // reduction then sums (only for modes that store C as plain [batches, M, N]: matmul,
 // conv_wgrad).
 //
-// params: [M, N, K, tiles_m, batches, k_chunk, splits, mode params...]
-//   matmul: [7] batch rank br, [8..11) a offset/row/col strides, [11..14) b offset/row/col
-//           strides, [14..14+br) batch shape, then a batch view (0, strides[br]) and b batch view
-//   conv*:  [7..22) N C H W O OH OW KH KW sh sw ph pw dh dw (conv2d terms: x is N,C,H,W, weight
-//           O,C/g,KH,KW, y is N,O,OH,OW), [22] a offset, [23] b offset; batches = groups;
-//           from [24], 4 words per k of group 0 (conv, conv_t) or per output position
-//           (conv_wgrad): A's step, B's step, tap row and column offsets (the planner's
-//           division of k into channel and tap, or of the position into oy and ox, done once)
+// params: MatmulParams (mode matmul) or ConvParams (the convolutions), kernels/src/header.rs.
+//   Both start with the launch's Gemm: M N K, tiles_m, batches (groups for the convolutions),
+//   k_chunk, splits. matmul's tail: the batch shape, then A's and B's batch views. The
+//   convolutions' tail: 4 words per k of group 0 (conv, conv_t) or per output position
+//   (conv_wgrad): A's step, B's step, tap row and column offsets (the planner's division of k
+//   into channel and tap, or of the position into oy and ox, done once).
 // grid: x = column tiles, y (* z) = row tiles times batches times splits, each dimension at
 // most 65535.
 // defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4; BK * BM / 4 and
 // BK * BN / 4 multiples of WG), WG = (BM / TM) * (BN / TN).
 #include "common.wgsl"
+
+struct Gemm {
+    m: u32, n: u32, k: u32, tiles_m: u32, batches: u32, k_chunk: u32, splits: u32,
+}
+#if MODE == matmul
+struct MatmulParams {
+    gemm: Gemm,
+    batch_rank: u32,
+    a_offset: u32, a_row_stride: u32, a_col_stride: u32,
+    b_offset: u32, b_row_stride: u32, b_col_stride: u32,
+    tail: array<u32>,
+}
+@group(0) @binding(0) var<storage, read> params: MatmulParams;
+
+fn word(i: u32) -> u32 {
+    return params.tail[i];
+}
+#include "strided.wgsl"
+#else
+// conv2d geometry, in conv2d's own terms (x: n, ci, h, w; weight: co, ci / groups, kh, kw).
+struct ConvGeometry {
+    n: u32, ci: u32, h: u32, w: u32, co: u32, oh: u32, ow: u32, kh: u32, kw: u32,
+    sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, groups: u32,
+}
+struct ConvParams {
+    gemm: Gemm,
+    conv: ConvGeometry,
+    a_offset: u32,
+    b_offset: u32,
+    tail: array<u32>,
+}
+@group(0) @binding(0) var<storage, read> params: ConvParams;
+#endif
 
 @group(0) @binding(1) var<storage, read> a: array<{{T}}>;
 @group(0) @binding(2) var<storage, read> b: array<{{T}}>;
@@ -85,53 +116,42 @@ struct Step {
 
 #if MODE == matmul
 fn batch_offset(g: u32, which: u32) -> u32 {
-    let br = params[7];
-    return strided_index(g, br, 14u, 14u + br + which * (1u + br));
+    let br = params.batch_rank;
+    return strided_index(g, br, 0u, br + which * (1u + br));
 }
 fn line_a(g: u32, row: u32) -> Line {
-    return Line(params[8] + batch_offset(g, 0u) + row * params[9], 0, 0);
+    return Line(params.a_offset + batch_offset(g, 0u) + row * params.a_row_stride, 0, 0);
 }
 fn step_a(g: u32, k: u32) -> Step {
-    return Step(k * params[10], 0, 0);
+    return Step(k * params.a_col_stride, 0, 0);
 }
 fn line_b(g: u32, col: u32) -> Line {
-    return Line(params[11] + batch_offset(g, 1u) + col * params[13], 0, 0);
+    return Line(params.b_offset + batch_offset(g, 1u) + col * params.b_col_stride, 0, 0);
 }
 fn step_b(g: u32, k: u32) -> Step {
-    return Step(k * params[12], 0, 0);
+    return Step(k * params.b_row_stride, 0, 0);
 }
 fn load_b(l: Line, s: Step) -> {{T}} {
     return b[l.at + s.at];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    c[(g * params[0] + row) * params[1] + col] = v;
+    c[(g * params.gemm.m + row) * params.gemm.n + col] = v;
 }
 #else
-// conv2d geometry, in conv2d's own terms (see the header).
-struct Conv {
-    n: u32, ci: u32, h: u32, w: u32, co: u32, oh: u32, ow: u32, kh: u32, kw: u32,
-    sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, groups: u32,
-}
-fn conv() -> Conv {
-    return Conv(params[7], params[8], params[9], params[10], params[11], params[12], params[13],
-        params[14], params[15], params[16], params[17], params[18], params[19], params[20],
-        params[21], params[4]);
-}
 // The conv input x at the tap (l.y + s.y, l.x + s.x) of the plane at l.at + s.at; 0 in the
 // padding.
 fn x_tap(l: Line, s: Step) -> {{T}} {
     let iy = l.y + s.y;
     let ix = l.x + s.x;
-    let h = params[9];
-    let w = params[10];
+    let h = params.conv.h;
+    let w = params.conv.w;
     if (iy < 0 || ix < 0 || iy >= i32(h) || ix >= i32(w)) {
         return {{T}}(0);
     }
     return b[l.at + s.at + u32(iy) * w + u32(ix)];
 }
-// Where the planner's table of steps starts (see the header): it spares the K loop integer
-// divisions, each of which costs more instructions than the multiply-adds it feeds.
-const STEPS: u32 = 24u;
+// The planner's table of steps (the tail, see the header) spares the K loop integer divisions,
+// each of which costs more instructions than the multiply-adds it feeds.
 #endif
 
 // A is read where its line and step point in every mode (B is gathered in the convolutions).
@@ -141,59 +161,59 @@ fn load_a(l: Line, s: Step) -> {{T}} {
 
 #if MODE == conv || MODE == conv_t
 fn step_a(g: u32, k: u32) -> Step {
-    return Step(params[STEPS + 4u * k], 0, 0);
+    return Step(params.tail[4u * k], 0, 0);
 }
 fn step_b(g: u32, k: u32) -> Step {
-    let at = STEPS + 4u * k;
-    return Step(params[at + 1u], i32(params[at + 2u]), i32(params[at + 3u]));
+    let at = 4u * k;
+    return Step(params.tail[at + 1u], i32(params.tail[at + 2u]), i32(params.tail[at + 3u]));
 }
 #endif
 
 #if MODE == conv
 // A = weight rows of group g: (o, (c, ky, kx)); B = im2col(x): ((c, ky, kx), (n, oy, ox)).
 fn line_a(g: u32, row: u32) -> Line {
-    return Line(params[22] + (g * params[0] + row) * params[2], 0, 0);
+    return Line(params.a_offset + (g * params.gemm.m + row) * params.gemm.k, 0, 0);
 }
 fn line_b(g: u32, col: u32) -> Line {
-    let p = conv();
+    let p = params.conv;
     let plane = p.oh * p.ow;
     let n = col / plane;
     let oy = (col % plane) / p.ow;
     let ox = col % p.ow;
     let ch0 = g * (p.ci / p.groups);
-    return Line(params[23] + (n * p.ci + ch0) * p.h * p.w, i32(oy * p.sh) - i32(p.ph),
+    return Line(params.b_offset + (n * p.ci + ch0) * p.h * p.w, i32(oy * p.sh) - i32(p.ph),
         i32(ox * p.sw) - i32(p.pw));
 }
 fn load_b(l: Line, s: Step) -> {{T}} {
     return x_tap(l, s);
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    let p = conv();
+    let p = params.conv;
     let plane = p.oh * p.ow;
     let n = col / plane;
-    c[(n * p.co + g * params[0] + row) * plane + col % plane] = v;
+    c[(n * p.co + g * params.gemm.m + row) * plane + col % plane] = v;
 }
 #elif MODE == conv_t
 // dx[n, c, iy, ix] = sum over (o, ky, kx) of weight[o, c, ky, kx] * dy[n, o, oy, ox]
 // where oy * sh = iy + ph - ky * dh. A = weight^T: (c, (o, ky, kx)); B: ((o, ky, kx), (n, iy, ix)).
 // The steps count o from the group's first output channel, whose offsets the lines add.
 fn line_a(g: u32, row: u32) -> Line {
-    let p = conv();
+    let p = params.conv;
     let kk = p.kh * p.kw;
     let o0 = g * (p.co / p.groups);
-    return Line(params[22] + (o0 * (p.ci / p.groups) + row) * kk, 0, 0);
+    return Line(params.a_offset + (o0 * (p.ci / p.groups) + row) * kk, 0, 0);
 }
 fn line_b(g: u32, col: u32) -> Line {
-    let p = conv();
+    let p = params.conv;
     let plane = p.h * p.w;
     let n = col / plane;
     let iy = (col % plane) / p.w;
     let ix = col % p.w;
     let o0 = g * (p.co / p.groups);
-    return Line(params[23] + (n * p.co + o0) * p.oh * p.ow, i32(iy + p.ph), i32(ix + p.pw));
+    return Line(params.b_offset + (n * p.co + o0) * p.oh * p.ow, i32(iy + p.ph), i32(ix + p.pw));
 }
 fn load_b(l: Line, s: Step) -> {{T}} {
-    let p = conv();
+    let p = params.conv;
     let ty = l.y - s.y;
     let tx = l.x - s.x;
     if (ty < 0 || tx < 0) {
@@ -215,47 +235,47 @@ fn load_b(l: Line, s: Step) -> {{T}} {
     return b[l.at + s.at + oy * p.ow + ox];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    let p = conv();
+    let p = params.conv;
     let plane = p.h * p.w;
     let n = col / plane;
-    c[(n * p.ci + g * params[0] + row) * plane + col % plane] = v;
+    c[(n * p.ci + g * params.gemm.m + row) * plane + col % plane] = v;
 }
 #elif MODE == conv_wgrad
 // dw[o, c, ky, kx] = sum over (n, oy, ox) of dy[n, o, oy, ox] * x[n, c, oy*sh - ph + ky*dh, ..].
 // A = dy: (o, (n, oy, ox)); B = im2col(x)^T: ((n, oy, ox), (c, ky, kx)).
 fn line_a(g: u32, row: u32) -> Line {
-    let p = conv();
-    return Line(params[22] + (g * params[0] + row) * p.oh * p.ow, 0, 0);
+    let p = params.conv;
+    return Line(params.a_offset + (g * params.gemm.m + row) * p.oh * p.ow, 0, 0);
 }
 // k runs over (n, oy, ox): one division splits it into the image and the position, whose tap
 // offsets come from the planner's table (4 words per position, as for conv).
 fn step_a(g: u32, k: u32) -> Step {
-    let p = conv();
+    let p = params.conv;
     let plane = p.oh * p.ow;
     let n = k / plane;
     return Step(n * p.co * plane + k - n * plane, 0, 0);
 }
 fn line_b(g: u32, col: u32) -> Line {
-    let p = conv();
+    let p = params.conv;
     let kk = p.kh * p.kw;
     let ch = g * (p.ci / p.groups) + col / kk;
     let ky = (col % kk) / p.kw;
     let kx = col % p.kw;
-    return Line(params[23] + ch * p.h * p.w, i32(ky * p.dh) - i32(p.ph),
+    return Line(params.b_offset + ch * p.h * p.w, i32(ky * p.dh) - i32(p.ph),
         i32(kx * p.dw) - i32(p.pw));
 }
 fn step_b(g: u32, k: u32) -> Step {
-    let p = conv();
+    let p = params.conv;
     let plane = p.oh * p.ow;
     let n = k / plane;
-    let at = STEPS + 4u * (k - n * plane);
-    return Step(n * p.ci * p.h * p.w, i32(params[at + 2u]), i32(params[at + 3u]));
+    let at = 4u * (k - n * plane);
+    return Step(n * p.ci * p.h * p.w, i32(params.tail[at + 2u]), i32(params.tail[at + 3u]));
 }
 fn load_b(l: Line, s: Step) -> {{T}} {
     return x_tap(l, s);
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    c[(g * params[0] + row) * params[1] + col] = v;
+    c[(g * params.gemm.m + row) * params.gemm.n + col] = v;
 }
 #endif
 
@@ -296,16 +316,16 @@ fn fetch_b(g: u32, lid: u32, k0: u32, k_end: u32, lines: array<Line, LINES_B>)
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let m = params[0];
-    let n = params[1];
-    let k_len = params[2];
-    let tiles_m = params[3];
+    let m = params.gemm.m;
+    let n = params.gemm.n;
+    let k_len = params.gemm.k;
+    let tiles_m = params.gemm.tiles_m;
     let yz = wid.z * 65535u + wid.y;
     // batch g of split s, stored as batch gs (= g without split-K)
     let gs = yz / tiles_m;
-    let g = gs % params[4];
-    let k_begin = (gs / params[4]) * params[5];
-    let k_end = min(k_len, k_begin + params[5]);
+    let g = gs % params.gemm.batches;
+    let k_begin = (gs / params.gemm.batches) * params.gemm.k_chunk;
+    let k_end = min(k_len, k_begin + params.gemm.k_chunk);
     let row0 = (yz % tiles_m) * BM;
     let col0 = wid.x * BN;
     // this invocation's block of C: vec4 rows ty + i * WG_Y and vec4 columns tx + j * WG_X, so
@@ -372,7 +392,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
     // spare workgroups of a rounded-up grid store nothing
-    if (gs >= params[4] * params[6]) {
+    if (gs >= params.gemm.batches * params.gemm.splits) {
         return;
     }
     for (var i4 = 0u; i4 < TM4; i4++) {

@@ -8,7 +8,7 @@
 //         one_hot: [numel, classes, index offset]
 // A view is offset, strides[r]. Out-of-range indices read as 0 and scatter nowhere.
 // defines: MODE (gather scatter_add one_hot), T (data), IDX (i32 or u32), WG.
-#include "common.wgsl"
+#include "params.wgsl"
 
 #if MODE == one_hot
 @group(0) @binding(1) var<storage, read> index: array<{{IDX}}>;

@@ -6,7 +6,7 @@
 // defines: OP (a UnaryOp name, "cast" or "copy"), EXPR (for a UnaryOp: its WGSL expression of
 // `v`, `T`, `c0`, `c1`, from kiln-core's unary table), TI/TO (input/output element types),
 // TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl).
-#include "common.wgsl"
+#include "params.wgsl"
 #include "math.wgsl"
 
 #if VEC4

@@ -1,8 +1,7 @@
 // 2-D pooling over NCHW and its gradients, one invocation per output element. Backward modes
 // gather (each input element sums the windows that contain it), so no atomics are needed.
 //
-// params: [numel, N, C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, count_include_pad,
-//          x offset, dy offset]
+// params: PoolParams (kernels/src/header.rs): numel, the window geometry, x and dy offsets.
 // defines: MODE (max avg max_back max_back_tiles avg_back adaptive adaptive_back), T (f32), WG.
 // Forward modes read x (binding 1); max_back(_tiles) read x and dy; the other backward modes
 // read dy. max_back_tiles is max_back for windows that tile the input exactly (stride = kernel,
@@ -18,16 +17,17 @@
 @group(0) @binding(2) var<storage, read_write> out: array<{{T}}>;
 #endif
 
-struct Pool {
+struct PoolGeometry {
     n: u32, c: u32, h: u32, w: u32, oh: u32, ow: u32, kh: u32, kw: u32,
-    sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, include_pad: bool,
+    sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, include_pad: u32,
 }
-
-fn pool() -> Pool {
-    return Pool(params[1], params[2], params[3], params[4], params[5], params[6], params[7],
-        params[8], params[9], params[10], params[11], params[12], params[13], params[14],
-        params[15] != 0u);
+struct PoolParams {
+    numel: u32,
+    pool: PoolGeometry,
+    x_offset: u32,
+    dy_offset: u32,
 }
+@group(0) @binding(0) var<storage, read> params: PoolParams;
 
 // Start (inclusive) and end (exclusive) of adaptive window i of `outs` over `size` inputs.
 fn adaptive_start(i: u32, size: u32, outs: u32) -> u32 {
@@ -38,7 +38,7 @@ fn adaptive_end(i: u32, size: u32, outs: u32) -> u32 {
 }
 
 // Flat index (within the plane) of the first maximum of window (oy, ox); plane starts at `base`.
-fn window_argmax(p: Pool, base: u32, oy: u32, ox: u32) -> u32 {
+fn window_argmax(p: PoolGeometry, base: u32, oy: u32, ox: u32) -> u32 {
     var best = neg_inf();
     var at = 0xffffffffu;
     for (var ky = 0u; ky < p.kh; ky++) {
@@ -59,8 +59,8 @@ fn window_argmax(p: Pool, base: u32, oy: u32, ox: u32) -> u32 {
 }
 
 // Divisor of average window (oy, ox).
-fn avg_count(p: Pool, oy: u32, ox: u32) -> f32 {
-    if (p.include_pad) {
+fn avg_count(p: PoolGeometry, oy: u32, ox: u32) -> f32 {
+    if (p.include_pad != 0u) {
         return f32(p.kh * p.kw);
     }
     let y0 = max(i32(oy * p.sh) - i32(p.ph), 0);
@@ -74,16 +74,16 @@ fn avg_count(p: Pool, oy: u32, ox: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let i = group_index(wid, nwg) * {{WG}}u + lid;
-    if (i >= params[0]) {
+    if (i >= params.numel) {
         return;
     }
-    let p = pool();
+    let p = params.pool;
 #if MODE == max || MODE == avg || MODE == adaptive
     // i indexes the output (n, c, oy, ox)
     let plane = i / (p.oh * p.ow);
     let oy = (i / p.ow) % p.oh;
     let ox = i % p.ow;
-    let base = params[16] + plane * p.h * p.w;
+    let base = params.x_offset + plane * p.h * p.w;
 #if MODE == max
     out[i] = x[base + window_argmax(p, base, oy, ox)];
 #elif MODE == avg
@@ -117,8 +117,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let oy = (i / p.ow) % p.oh;
     let ox = i % p.ow;
     let base = plane * p.h * p.w;
-    let at = window_argmax(p, params[16] + base, oy, ox);
-    let g = dy[params[17] + i];
+    let at = window_argmax(p, params.x_offset + base, oy, ox);
+    let g = dy[params.dy_offset + i];
     for (var ky = 0u; ky < p.kh; ky++) {
         for (var kx = 0u; kx < p.kw; kx++) {
             let flat = (oy * p.kh + ky) * p.w + ox * p.kw + kx;
@@ -130,7 +130,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let plane = i / (p.h * p.w);
     let iy = (i / p.w) % p.h;
     let ix = i % p.w;
-    let dy_base = params[17] + plane * p.oh * p.ow;
+    let dy_base = params.dy_offset + plane * p.oh * p.ow;
     var s = 0.0;
 #if MODE == adaptive_back
     let oy0 = max(i32((iy * p.oh) / p.h) - 1, 0);
@@ -149,7 +149,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 #else
-    let x_base = params[16] + plane * p.h * p.w;
+    let x_base = params.x_offset + plane * p.h * p.w;
     for (var ky = 0u; ky < p.kh; ky++) {
         let ty = i32(iy + p.ph) - i32(ky * p.dh);
         if (ty < 0 || u32(ty) % p.sh != 0u || u32(ty) / p.sh >= p.oh) {

@@ -4,7 +4,7 @@
 // params: [numel, seed lo, seed hi, a bits, b bits] with (a, b) = (low, high) for uniform and
 //         (mean, std) for normal, as f32.
 // defines: MODE (uniform normal), WG.
-#include "common.wgsl"
+#include "params.wgsl"
 
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 

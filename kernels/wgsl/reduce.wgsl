@@ -8,7 +8,7 @@
 // defines: OP (sum mean prod max min var argmax argmin), T, TO (output type), LOWEST/HIGHEST
 // (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), VEC4 (each
 // output's run contiguous from a multiple of 4, len a multiple of 4: x read as vec4).
-#include "common.wgsl"
+#include "params.wgsl"
 #include "vec.wgsl"
 
 @group(0) @binding(1) var<storage, read> x: array<V>;

@@ -6,7 +6,7 @@
 //          x view (offset, strides[rk], axis stride), out view (same)]
 // defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG,
 // VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
-#include "common.wgsl"
+#include "params.wgsl"
 #include "math.wgsl"
 #include "vec.wgsl"
 

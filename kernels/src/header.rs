@@ -1,0 +1,129 @@
+//! Typed kernel headers: binding 0 of a typed kernel is a WGSL struct whose members are, in
+//! order, the fields of one of the Rust structs here (every field a `u32` or another header,
+//! nested in WGSL as in Rust), optionally followed by a runtime-sized `tail: array<u32>` for
+//! the variable-length part (shapes, strides, tables). The test `typed_headers_match_rust`
+//! (`kernels/tests/naga_targets.rs`) reads every planned kernel variant with naga and checks that the WGSL struct's
+//! member names and byte offsets are exactly these fields', so the two cannot drift.
+//!
+//! ```
+//! use kiln_kernels::header::{Header, Gemm};
+//! let g = Gemm { m: 2, n: 3, k: 4, tiles_m: 1, batches: 1, k_chunk: 4, splits: 1 };
+//! assert_eq!(g.to_words(), [2, 3, 4, 1, 1, 4, 1]);
+//! assert_eq!(Gemm::field_names()[6], "splits");
+//! ```
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// A kernel's parameter block, or a part of one: fixed u32 words in declaration order.
+pub trait Header {
+    /// Appends this header's words, fields in order (nested headers flattened).
+    fn write(&self, out: &mut Vec<u32>);
+    /// Appends the dotted path of every word (`"conv.kh"`), in the order [`Header::write`] uses.
+    fn fields(prefix: &str, out: &mut Vec<String>);
+
+    /// The words, for a kernel whose header has no tail.
+    fn to_words(&self) -> Vec<u32> {
+        let mut v = Vec::new();
+        self.write(&mut v);
+        v
+    }
+
+    /// The header's words followed by the `tail: array<u32>` words.
+    fn with_tail(&self, tail: impl IntoIterator<Item = u32>) -> Vec<u32> {
+        let mut v = self.to_words();
+        v.extend(tail);
+        v
+    }
+
+    /// Every word's dotted path.
+    fn field_names() -> Vec<String> {
+        let mut v = Vec::new();
+        Self::fields("", &mut v);
+        v
+    }
+}
+
+impl Header for u32 {
+    fn write(&self, out: &mut Vec<u32>) {
+        out.push(*self);
+    }
+    fn fields(prefix: &str, out: &mut Vec<String>) {
+        out.push(prefix.into());
+    }
+}
+
+/// Declares header structs (all fields public) and [`wgsl_struct_fields`], which finds a
+/// header's field paths by the struct's name, as the WGSL struct of the same name spells it.
+macro_rules! headers {
+    ($($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident: $ty:ty),* $(,)? })*) => {
+        $(
+            $(#[$m])*
+            #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+            #[allow(missing_docs)] // the struct's doc describes its fields
+            pub struct $name { $($(#[$fm])* pub $field: $ty),* }
+
+            impl Header for $name {
+                fn write(&self, out: &mut Vec<u32>) {
+                    $(self.$field.write(out);)*
+                }
+                fn fields(prefix: &str, out: &mut Vec<String>) {
+                    $(
+                        let path = if prefix.is_empty() {
+                            String::from(stringify!($field))
+                        } else {
+                            alloc::format!("{prefix}.{}", stringify!($field))
+                        };
+                        <$ty as Header>::fields(&path, out);
+                    )*
+                }
+            }
+        )*
+
+        /// The field paths of the header struct called `name` (a WGSL struct of binding 0 has
+        /// the same name), or `None` for a name that is no header.
+        pub fn wgsl_struct_fields(name: &str) -> Option<Vec<String>> {
+            match name {
+                $(stringify!($name) => Some($name::field_names()),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+headers! {
+    /// The shape of a gemm.wgsl launch, shared by every mode: C is `batches` of M x N, K long,
+    /// computed in `tiles_m` row tiles and `splits` chunks of K of `k_chunk` each.
+    Gemm { m: u32, n: u32, k: u32, tiles_m: u32, batches: u32, k_chunk: u32, splits: u32 }
+
+    /// gemm.wgsl in mode `matmul`: A `[.., M, K]` and B `[.., K, N]` as strided views. The tail
+    /// is the coalesced batch shape (`batch_rank` words), then A's batch view and B's batch view
+    /// (an offset, always 0, and `batch_rank` strides each).
+    MatmulParams {
+        gemm: Gemm,
+        batch_rank: u32,
+        a_offset: u32, a_row_stride: u32, a_col_stride: u32,
+        b_offset: u32, b_row_stride: u32, b_col_stride: u32,
+    }
+
+    /// Conv2d geometry in conv2d's own terms: x is (n, ci, h, w), the weight (co, ci / groups,
+    /// kh, kw), y (n, co, oh, ow); stride (sh, sw), padding (ph, pw), dilation (dh, dw).
+    ConvGeometry {
+        n: u32, ci: u32, h: u32, w: u32, co: u32, oh: u32, ow: u32, kh: u32, kw: u32,
+        sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, groups: u32,
+    }
+
+    /// gemm.wgsl in the convolution modes (`conv`, `conv_t`, `conv_wgrad`). The tail is the
+    /// planner's table of K steps, 4 words per entry (see `plan.rs`, `ConvGeometry::k_steps`).
+    ConvParams { gemm: Gemm, conv: ConvGeometry, a_offset: u32, b_offset: u32 }
+
+    /// A 2-D pooling window over NCHW input (n, c, h, w) and output (oh, ow); `include_pad` is
+    /// 1 when padding counts in an average's divisor.
+    PoolGeometry {
+        n: u32, c: u32, h: u32, w: u32, oh: u32, ow: u32, kh: u32, kw: u32,
+        sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, include_pad: u32,
+    }
+
+    /// pool.wgsl: `numel` invocations over `pool`; x and dy start at their offsets. No tail.
+    PoolParams { numel: u32, pool: PoolGeometry, x_offset: u32, dy_offset: u32 }
+}
