@@ -1,10 +1,11 @@
 //! The `Backend` trait every device implements, the storage handle it hands out, and `Device`.
 
-use crate::op::Op;
-use crate::{DType, Layout, Result, Shape, TensorData};
+use crate::op::{Meta, Op};
+use crate::{DType, Layout, Result, TensorData};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::any::Any;
 use core::fmt;
 use core::future::Future;
@@ -54,21 +55,16 @@ pub type ReadFuture = Pin<Box<dyn Future<Output = Result<TensorData>>>>;
 
 /// A device that executes kiln's op set. Object-safe: devices are chosen at run time.
 ///
-/// Backends receive ops already validated by [`Op::infer`] together with the output dtype and
-/// shape, and return a fresh, contiguous storage for the output.
+/// Backends receive ops already validated by [`Op::infer`] together with each output's dtype
+/// and shape, and return a fresh, contiguous storage for each output.
 pub trait Backend: Send + Sync + fmt::Debug {
     /// Human-readable device name (`"cpu"`, `"wgpu: NVIDIA H100 (Vulkan)"`).
     fn name(&self) -> String;
     /// Copies host data into a new storage.
     fn upload(&self, data: &TensorData) -> Result<Storage>;
-    /// Runs one op. View ops never reach here. The output is contiguous with `out_dtype` and `out_shape`.
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[View<'_>],
-        out_dtype: DType,
-        out_shape: &Shape,
-    ) -> Result<Storage>;
+    /// Runs one op. View ops never reach here. Returns one contiguous storage per entry of
+    /// `outputs` (as [`Op::infer`] gave them), in order.
+    fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>>;
     /// Reads the elements of a view back to the host, in row-major order.
     fn read(&self, input: View<'_>) -> ReadFuture;
     /// Whether this device can hold and compute with `dtype` (f16 needs `shader-f16` on WebGPU).

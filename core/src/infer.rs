@@ -5,10 +5,12 @@ use crate::{DType, Error, Result, Shape};
 use alloc::format;
 use alloc::vec::Vec;
 
-pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Meta> {
+pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Vec<Meta>> {
     let (dtype, shape) = infer_unsized(op, inputs)?;
     shape.byte_len(dtype, op.name())?;
-    Ok((dtype, shape))
+    // Adam's new param and moments share the param's dtype and shape
+    let outputs = if matches!(op, Op::AdamStep(_)) { 3 } else { 1 };
+    Ok(alloc::vec![(dtype, shape); outputs])
 }
 
 /// [`infer`] without the check that the output fits in memory.
@@ -436,9 +438,7 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                     format!("expects param, grad and moments of one shape, got {s} and {other}"),
                 ));
             }
-            let mut dims = alloc::vec![3];
-            dims.extend_from_slice(s.dims());
-            Ok((dt, Shape::from(dims)))
+            Ok((dt, s.clone()))
         }
     }
 }

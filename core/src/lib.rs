@@ -41,7 +41,7 @@ pub use dtype::{DType, Element};
 pub use error::{Error, ErrorKind, Result};
 pub use infer::{matmul_shape, reduced_shape};
 pub use op::{
-    AdamParams, BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp,
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, Meta, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp,
 };
 pub use shape::{Layout, Shape, SliceRange};
 pub use tensor::{Tensor, TensorId};

@@ -99,8 +99,33 @@ impl Tensor {
     }
 
     /// Runs `op` on `inputs` (all on one device), recording it for autodiff/tracing when needed.
-    /// Creation ops take no inputs; use [`Tensor::create`] for them.
+    /// Creation ops take no inputs; use [`Tensor::create`] for them. An op with several outputs
+    /// ([`Op::AdamStep`]) is an error here: use [`Tensor::apply_many`].
     pub fn apply(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+        let mut outputs = Self::apply_many(op, inputs, Some(1))?;
+        Ok(outputs.remove(0))
+    }
+
+    /// Runs an op with several outputs ([`Op::AdamStep`]) and returns them in order. Such ops
+    /// are not recorded: running one where autodiff or tracing would record it is an error (run
+    /// it under [`crate::no_grad`]). `expect` is the number of outputs the caller handles, if
+    /// it knows; another count is an error naming both.
+    ///
+    /// ```
+    /// use kiln_core::{AdamParams, Device, Op, Tensor};
+    /// let dev = Device::cpu();
+    /// let p = Tensor::from_slice(&[1.0f32, -2.0], [2], &dev)?;
+    /// let g = Tensor::from_slice(&[0.5f32, 0.25], [2], &dev)?;
+    /// let (m, v) = (p.zeros_like()?, p.zeros_like()?);
+    /// let adam = AdamParams { lr: 0.1, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0,
+    ///     decoupled: false, step: 1 };
+    /// let out = Tensor::apply_many(Op::AdamStep(adam), &[&p, &g, &m, &v], Some(3))?;
+    /// // the first step moves each param by about lr, against its gradient's sign
+    /// let new: Vec<f32> = out[0].to_vec()?;
+    /// assert!((new[0] - 0.9).abs() < 1e-5 && (new[1] + 2.1).abs() < 1e-5);
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    pub fn apply_many(op: Op, inputs: &[&Tensor], expect: Option<usize>) -> Result<Vec<Tensor>> {
         let first = inputs
             .first()
             .ok_or_else(|| Error::invalid(op.name(), "no input tensors; use Tensor::create"))?;
@@ -115,27 +140,62 @@ impl Tensor {
                 ),
             ));
         }
-        Self::run(op, inputs, device)
+        Self::run(op, inputs, device, expect)
     }
 
     /// Runs a creation op (no inputs) on `device`.
     pub fn create(op: Op, device: &Device) -> Result<Tensor> {
-        Self::run(op, &[], device.clone())
+        Ok(Self::run(op, &[], device.clone(), Some(1))?.remove(0))
     }
 
-    fn run(op: Op, inputs: &[&Tensor], device: Device) -> Result<Tensor> {
+    fn run(
+        op: Op,
+        inputs: &[&Tensor],
+        device: Device,
+        expect: Option<usize>,
+    ) -> Result<Vec<Tensor>> {
         let metas: Vec<_> = inputs
             .iter()
             .map(|t| (t.dtype(), t.shape().clone()))
             .collect();
-        let (dtype, shape) = op.infer(&metas)?;
-        if !device.backend().supports(dtype) {
+        let mut outputs = op.infer(&metas)?;
+        if let Some(want) = expect.filter(|&n| n != outputs.len()) {
+            let hint = if want == 1 {
+                "; use Tensor::apply_many"
+            } else {
+                ""
+            };
+            return Err(Error::invalid(
+                op.name(),
+                alloc::format!("has {} outputs, {want} expected{hint}", outputs.len()),
+            ));
+        }
+        if let Some((dtype, _)) = outputs.iter().find(|(d, _)| !device.backend().supports(*d)) {
             return Err(Error::unsupported(
                 op.name(),
                 alloc::format!("device {} does not support {dtype}", device.name()),
             ));
         }
         let record = crate::autodiff::should_record(inputs);
+        if record && outputs.len() > 1 {
+            return Err(Error::unsupported(
+                op.name(),
+                "an op with several outputs cannot be recorded for autodiff or tracing; \
+                 run it under no_grad",
+            ));
+        }
+        if outputs.len() > 1 {
+            let views: Vec<View<'_>> = inputs.iter().map(|t| t.view()).collect();
+            let storages = device.backend().execute(&op, &views, &outputs)?;
+            return Ok(storages
+                .into_iter()
+                .zip(outputs)
+                .map(|(s, (dtype, shape))| {
+                    Self::wrap(s, Layout::contiguous(shape), dtype, device.clone(), None)
+                })
+                .collect());
+        }
+        let (dtype, shape) = outputs.remove(0);
         let (storage, layout) = match (&op, inputs.first()) {
             (Op::Permute { dims }, Some(x)) => (x.0.storage.clone(), x.0.layout.permute(dims)?),
             (Op::Slice { ranges }, Some(x)) => (x.0.storage.clone(), x.0.layout.slice(ranges)?),
@@ -145,18 +205,18 @@ impl Tensor {
             (Op::Reshape { shape }, Some(x)) => match x.0.layout.reshape(shape) {
                 Some(l) => (x.0.storage.clone(), l),
                 None => {
-                    let s = device.backend().execute(
-                        &Op::Contiguous,
-                        &[x.view()],
-                        x.dtype(),
-                        x.shape(),
-                    )?;
+                    let meta = [(x.dtype(), x.shape().clone())];
+                    let s = one(device
+                        .backend()
+                        .execute(&Op::Contiguous, &[x.view()], &meta))?;
                     (s, Layout::contiguous(shape.clone()))
                 }
             },
             _ => {
                 let views: Vec<View<'_>> = inputs.iter().map(|t| t.view()).collect();
-                let s = device.backend().execute(&op, &views, dtype, &shape)?;
+                let meta = [(dtype, shape)];
+                let s = one(device.backend().execute(&op, &views, &meta))?;
+                let [(_, shape)] = meta;
                 (s, Layout::contiguous(shape))
             }
         };
@@ -164,7 +224,9 @@ impl Tensor {
             op,
             inputs: inputs.iter().map(|t| (*t).clone()).collect(),
         });
-        Ok(Self::wrap(storage, layout, dtype, device, node))
+        Ok(alloc::vec![Self::wrap(
+            storage, layout, dtype, device, node
+        )])
     }
 
     /// This tensor as a backend input.
@@ -889,6 +951,13 @@ impl Tensor {
     pub fn adaptive_avg_pool2d(&self, output: [usize; 2]) -> Result<Tensor> {
         Tensor::apply(Op::Pool2d(Pool2d::AdaptiveAvg { output }), &[self])
     }
+}
+
+/// The single storage a backend returned for a one-output op.
+fn one(storages: Result<Vec<Storage>>) -> Result<Storage> {
+    storages?
+        .pop()
+        .ok_or_else(|| Error::invalid("execute", "the backend returned no output"))
 }
 
 fn add_channel_bias(y: Tensor, bias: Option<&Tensor>, op: &'static str) -> Result<Tensor> {

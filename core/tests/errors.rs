@@ -713,3 +713,44 @@ fn invalid_arguments() {
     );
     assert_err(x.to_scalar(), ErrorKind::Shape, "to_scalar", &["[2, 3]"]);
 }
+
+/// Adam's step has three outputs: `apply` says to use `apply_many`, a wrong expected count is
+/// named, and recording it for autodiff is refused (it has no gradient rule).
+#[test]
+fn several_outputs_need_apply_many_and_no_recording() -> Result<()> {
+    let adam = Op::AdamStep(kiln_core::AdamParams {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        decoupled: false,
+        step: 1,
+    });
+    let xs: Vec<Tensor> = (0..4).map(|_| f32t(&[3, 2])).collect();
+    let ins: Vec<&Tensor> = xs.iter().collect();
+    assert_err(
+        Tensor::apply(adam.clone(), &ins),
+        ErrorKind::InvalidArgument,
+        "adam_step",
+        &["3 outputs, 1 expected", "apply_many"],
+    );
+    assert_err(
+        Tensor::apply_many(adam.clone(), &ins, Some(2)),
+        ErrorKind::InvalidArgument,
+        "adam_step",
+        &["3 outputs, 2 expected"],
+    );
+    let out = Tensor::apply_many(adam.clone(), &ins, None)?;
+    assert_eq!(out.len(), 3);
+    assert!(out.iter().all(|t| t.dims() == [3, 2]));
+    let tracked = xs[0].clone().require_grad();
+    let ins = [&tracked, &xs[1], &xs[2], &xs[3]];
+    assert_err(
+        Tensor::apply_many(adam, &ins, Some(3)),
+        ErrorKind::Unsupported,
+        "adam_step",
+        &["several outputs", "no_grad"],
+    );
+    Ok(())
+}

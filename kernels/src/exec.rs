@@ -16,7 +16,9 @@
 //! ```
 
 use crate::plan::{self, Buffer, ELEM_BYTES, KernelKey, Plan, ViewMeta};
-use kiln_core::{Backend, DType, Error, Op, ReadFuture, Result, Shape, Storage, TensorData, View};
+use kiln_core::{
+    Backend, DType, Error, Meta, Op, ReadFuture, Result, Shape, Storage, TensorData, View,
+};
 use std::future::Future;
 
 /// A GPU API that can run kiln's plans: memory, copies and kernel launches. [`GpuBackend`]
@@ -65,10 +67,9 @@ pub trait Runtime: Send + Sync + 'static {
         op: &Op,
         inputs: &[View<'_>],
         buffers: &[&Self::Buffer],
-        out_dtype: DType,
-        out_shape: &Shape,
+        outputs: &[Meta],
     ) -> Result<Option<Self::Buffer>> {
-        let _ = (op, inputs, buffers, out_dtype, out_shape);
+        let _ = (op, inputs, buffers, outputs);
         Ok(None)
     }
 }
@@ -116,17 +117,19 @@ impl<R: Runtime> GpuBackend<R> {
         })
     }
 
-    /// Runs `plan` on `inputs`; returns the output buffer.
-    fn run(&self, op: &str, plan: &Plan, inputs: &[&R::Buffer]) -> Result<R::Buffer> {
+    /// Runs `plan` on `inputs`; returns the output buffers.
+    fn run(&self, op: &str, plan: &Plan, inputs: &[&R::Buffer]) -> Result<Vec<R::Buffer>> {
         let allocate = |bytes: u64| self.runtime.allocate(bytes.max(ELEM_BYTES), op);
-        let out = allocate(plan.output_bytes)?;
+        let outs = (plan.output_bytes.iter())
+            .map(|&b| allocate(b))
+            .collect::<Result<Vec<_>>>()?;
         let scratch = plan
             .scratch_bytes
             .iter()
             .map(|&b| allocate(b))
             .collect::<Result<Vec<_>>>()?;
         if plan.dispatches.is_empty() {
-            return Ok(out);
+            return Ok(outs);
         }
         let mut launches = Vec::with_capacity(plan.dispatches.len());
         for d in &plan.dispatches {
@@ -134,17 +137,18 @@ impl<R: Runtime> GpuBackend<R> {
             for (i, b) in d.buffers.iter().enumerate() {
                 let buffer = match *b {
                     Buffer::Input(k) => inputs.get(k).copied(),
-                    Buffer::Output => Some(&out),
+                    Buffer::Output(k) => outs.get(k),
                     Buffer::Scratch(k) => scratch.get(k),
                 };
                 buffers.push(buffer.ok_or_else(|| {
                     Error::invalid(
                         op.to_string(),
                         format!(
-                            "{}: binding {} is {b:?}, but the op has {} inputs and the plan {} scratch buffers",
+                            "{}: binding {} is {b:?}, but the op has {} inputs and {} outputs and the plan {} scratch buffers",
                             d.kernel.label(),
                             i + 1,
                             inputs.len(),
+                            outs.len(),
                             scratch.len()
                         ),
                     )
@@ -158,7 +162,7 @@ impl<R: Runtime> GpuBackend<R> {
             });
         }
         self.runtime.launch(op, &launches)?;
-        Ok(out)
+        Ok(outs)
     }
 }
 
@@ -201,13 +205,7 @@ impl<R: Runtime> Backend for GpuBackend<R> {
         Ok(Storage::new(buffer))
     }
 
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[View<'_>],
-        out_dtype: DType,
-        out_shape: &Shape,
-    ) -> Result<Storage> {
+    fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
         self.runtime.prepare_thread()?;
         let name = op.name();
         let buffers = inputs
@@ -216,13 +214,14 @@ impl<R: Runtime> Backend for GpuBackend<R> {
             .collect::<Result<Vec<_>>>()?;
         if let Some(out) = self
             .runtime
-            .execute_without_plan(op, inputs, &buffers, out_dtype, out_shape)?
+            .execute_without_plan(op, inputs, &buffers, outputs)?
         {
-            return Ok(Storage::new(out));
+            return Ok(vec![Storage::new(out)]);
         }
         let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
-        let plan = plan::plan(op, &metas, out_dtype, out_shape)?;
-        Ok(Storage::new(self.run(name, &plan, &buffers)?))
+        let plan = plan::plan(op, &metas, outputs)?;
+        let outs = self.run(name, &plan, &buffers)?;
+        Ok(outs.into_iter().map(Storage::new).collect())
     }
 
     fn read(&self, input: View<'_>) -> ReadFuture {
@@ -239,9 +238,10 @@ impl<R: Runtime> Backend for GpuBackend<R> {
                 return self.runtime.download(src, offset, bytes).map(Some);
             }
             // A strided view is first copied into a contiguous buffer on the device.
-            let p = plan::plan(&Op::Contiguous, &[ViewMeta::from(input)], dtype, &shape)?;
+            let outputs = [(dtype, shape.clone())];
+            let p = plan::plan(&Op::Contiguous, &[ViewMeta::from(input)], &outputs)?;
             let copy = self.run("read", &p, &[src])?;
-            self.runtime.download(&copy, 0, bytes).map(Some)
+            self.runtime.download(&copy[0], 0, bytes).map(Some)
         };
         let started = start();
         Box::pin(async move {

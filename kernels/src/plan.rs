@@ -5,9 +5,10 @@
 //! Conventions every executor follows:
 //! - Every element is 4 bytes on the device ([`ELEM_BYTES`]): f32, i32, u32, and bool stored as a
 //!   u32 0/1. Offsets, shapes and strides in params are in elements.
-//! - Binding 0 of every kernel is `params` (`var<storage, read> array<u32>`), filled from
-//!   [`Dispatch::params`]; bindings 1.. are [`Dispatch::buffers`] in order. The last binding of
-//!   each kernel is its only `read_write` one (the output it writes).
+//! - Binding 0 of every kernel is `params`, filled from [`Dispatch::params`]: u32 words, read as
+//!   a typed header ([`crate::header`]) or as `array<u32>`; bindings 1.. are
+//!   [`Dispatch::buffers`] in order. A kernel's last bindings are its only `read_write` ones
+//!   (the outputs it writes; one, except Adam's three).
 //! - Dispatches of one plan run in order; each sees the writes of the previous ones.
 //! - Workgroups follow [`Dispatch::workgroups`] exactly (x, y, z, each at most [`MAX_GRID`]).
 //!
@@ -15,9 +16,9 @@
 //! use kiln_core::{DType, Layout, Op, Shape, UnaryOp};
 //! use kiln_kernels::plan::{plan, Buffer, ViewMeta};
 //! let x = Layout::contiguous(Shape::from([3, 5]));
-//! let p = plan(&Op::Unary(UnaryOp::Exp), &[ViewMeta::new(&x, DType::F32)], DType::F32, &Shape::from([3, 5])).unwrap();
+//! let p = plan(&Op::Unary(UnaryOp::Exp), &[ViewMeta::new(&x, DType::F32)], &[(DType::F32, Shape::from([3, 5]))]).unwrap();
 //! assert_eq!(p.dispatches.len(), 1);
-//! assert_eq!(p.dispatches[0].buffers, vec![Buffer::Input(0), Buffer::Output]);
+//! assert_eq!(p.dispatches[0].buffers, vec![Buffer::Input(0), Buffer::Output(0)]);
 //! assert!(p.dispatches[0].kernel.wgsl().unwrap().contains("exp(v)"));
 //! ```
 
@@ -30,8 +31,8 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use kiln_core::{
-    AdamParams, BinaryOp, CmpOp, Conv2dParams, DType, Error, Layout, Op, Pool2d, Pool2dParams,
-    ReduceOp, Result, Shape, UnaryOp, View,
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, DType, Error, Layout, Meta, Op, Pool2d,
+    Pool2dParams, ReduceOp, Result, Shape, UnaryOp, View,
 };
 
 /// Bytes of one element on the device, for every dtype a plan accepts.
@@ -81,8 +82,8 @@ impl KernelKey {
 pub enum Buffer {
     /// The storage of input `i` of the op (its view's offset and strides are in the params).
     Input(usize),
-    /// The op's output: a fresh, contiguous buffer of [`Plan::output_bytes`].
-    Output,
+    /// Output `i` of the op: a fresh, contiguous buffer of [`Plan::output_bytes`]`[i]`.
+    Output(usize),
     /// Temporary buffer `i` of [`Plan::scratch_bytes`], alive for the whole plan.
     Scratch(usize),
 }
@@ -107,8 +108,8 @@ pub struct Plan {
     pub dispatches: Vec<Dispatch>,
     /// Sizes of the temporary buffers the dispatches use.
     pub scratch_bytes: Vec<u64>,
-    /// Size of the output buffer (at least [`ELEM_BYTES`], so empty tensors still get a buffer).
-    pub output_bytes: u64,
+    /// Size of each output buffer (at least [`ELEM_BYTES`], so empty tensors still get one).
+    pub output_bytes: Vec<u64>,
 }
 
 /// An input as the planner sees it: where its elements are, and their type.
@@ -151,16 +152,20 @@ pub fn wgsl_type(dtype: DType, op: &str) -> Result<&'static str> {
     }
 }
 
-/// Compiles `op` on `inputs` (validated by [`Op::infer`], which gave `out_dtype` and `out_shape`)
-/// into kernel launches.
-pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -> Result<Plan> {
+/// Compiles `op` on `inputs` (validated by [`Op::infer`], which gave `outputs`: each one's dtype
+/// and shape) into kernel launches.
+pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
     let name = op.name();
-    let numel = out_shape.numel();
+    let Some((out_dtype, out_shape)) = outputs.first() else {
+        return Err(Error::invalid(name, "asked for no outputs"));
+    };
+    let (out_dtype, numel) = (*out_dtype, out_shape.numel());
     let n = u32_len(numel, name)?;
+    let bytes = |(_, s): &Meta| (s.numel().max(1) as u64) * ELEM_BYTES;
     let mut p = Planner {
         name,
         plan: Plan {
-            output_bytes: (numel.max(1) as u64) * ELEM_BYTES,
+            output_bytes: outputs.iter().map(bytes).collect(),
             ..Plan::default()
         },
     };
@@ -246,7 +251,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             *r,
             axes,
             &inputs[0].layout,
-            [Buffer::Input(0), Buffer::Output],
+            [Buffer::Input(0), Buffer::Output(0)],
             wgsl_type(inputs[0].dtype, name)?,
             ty,
         ),
@@ -330,7 +335,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             p.launch(
                 key,
                 params,
-                vec![Buffer::Input(0), Buffer::Input(1), Buffer::Output],
+                vec![Buffer::Input(0), Buffer::Input(1), Buffer::Output(0)],
                 n,
             )
         }
@@ -356,7 +361,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
                 Buffer::Input(0),
                 Buffer::Input(1),
                 Buffer::Input(2),
-                Buffer::Output,
+                Buffer::Output(0),
             ];
             p.launch(key, params, bufs, n)
         }
@@ -367,14 +372,14 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
                     format!("expects f32 tensors on the GPU, got {}", inputs[0].dtype),
                 ));
             }
-            let mut params = vec![n / 3];
-            let mut bufs = Vec::with_capacity(5);
+            let mut params = vec![n];
+            let mut bufs = Vec::with_capacity(7);
             for (i, input) in inputs.iter().enumerate() {
                 let (buf, offset) = p.contiguous(i, input, ty)?;
                 bufs.push(buf);
                 params.push(offset);
             }
-            bufs.push(Buffer::Output);
+            bufs.extend((0..3).map(Buffer::Output));
             let (step_size, inv_sqrt_bc2) = a.corrections();
             let shrink = 1.0 - a.lr * a.weight_decay;
             let constants = [
@@ -389,7 +394,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             params.extend(constants.map(|c| (c as f32).to_bits()));
             params.push(u32::from(a.decoupled));
             let key = KernelKey::new("adam.wgsl", &[("WG", "256")]);
-            p.launch(key, params, bufs, n / 3)
+            p.launch(key, params, bufs, n)
         }
         Op::OneHot { classes, .. } => {
             let idt = wgsl_type(inputs[0].dtype, name)?;
@@ -401,7 +406,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], out_dtype: DType, out_shape: &Shape) -
             p.launch(
                 key,
                 vec![n, *classes as u32, offset],
-                vec![buf, Buffer::Output],
+                vec![buf, Buffer::Output(0)],
                 n,
             )
         }
@@ -779,7 +784,7 @@ impl Planner {
         let key = KernelKey::new("fill.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]);
         let mut params = vec![n];
         params.extend_from_slice(values);
-        self.launch(key, params, vec![Buffer::Output], n)
+        self.launch(key, params, vec![Buffer::Output(0)], n)
     }
 
     fn random(&mut self, op: &Op, n: u32) -> Result<()> {
@@ -800,12 +805,12 @@ impl Planner {
             (a as f32).to_bits(),
             (b as f32).to_bits(),
         ];
-        self.launch(key, params, vec![Buffer::Output], n)
+        self.launch(key, params, vec![Buffer::Output(0)], n)
     }
 
     /// Copies the view `src` of `from` into the view `dst` of the output.
     fn copy(&mut self, ty: &'static str, dst: &Layout, from: Buffer, src: &Layout) -> Result<()> {
-        self.copy_to(ty, dst, Buffer::Output, from, src)
+        self.copy_to(ty, dst, Buffer::Output(0), from, src)
     }
 
     fn copy_to(
@@ -847,7 +852,7 @@ impl Planner {
             (Buffer::Input(0), &inputs[0].layout),
             (Buffer::Input(1), &inputs[1].layout),
         ];
-        self.elementwise_to(key, out, Buffer::Output, &views, [0, 0], true)
+        self.elementwise_to(key, out, Buffer::Output(0), &views, [0, 0], true)
     }
 
     fn elementwise(
@@ -857,7 +862,7 @@ impl Planner {
         inputs: &[(Buffer, &Layout)],
         consts: [u32; 2],
     ) -> Result<()> {
-        self.elementwise_to(key, out, Buffer::Output, inputs, consts, false)
+        self.elementwise_to(key, out, Buffer::Output(0), inputs, consts, false)
     }
 
     /// An elementwise launch over the shape of `out`: inputs are broadcast to it, and adjacent
@@ -1047,7 +1052,7 @@ impl Planner {
         if vec4 {
             key = Fast::Vec4.key(key);
         }
-        let bufs = vec![Buffer::Input(0), Buffer::Output];
+        let bufs = vec![Buffer::Input(0), Buffer::Output(0)];
         if per_thread {
             self.launch(key, params, bufs, n_rows)
         } else {
@@ -1217,7 +1222,7 @@ impl Planner {
         let c = if splits > 1 {
             self.scratch(splits * outputs)
         } else {
-            Buffer::Output
+            Buffer::Output(0)
         };
         self.push(
             key,
@@ -1230,7 +1235,14 @@ impl Planner {
         }
         // the partial products, [splits, outputs], summed over the splits
         let partial = Layout::contiguous(Shape::from([splits, outputs]));
-        self.reduce(ReduceOp::Sum, &[0], &partial, [c, Buffer::Output], ty, ty)
+        self.reduce(
+            ReduceOp::Sum,
+            &[0],
+            &partial,
+            [c, Buffer::Output(0)],
+            ty,
+            ty,
+        )
     }
 
     /// Pooling of `x` into `y` (both N, C, H, W), or its gradient (inputs x and dy).
@@ -1268,7 +1280,7 @@ impl Planner {
             bufs.push(b);
             offsets[i] = off;
         }
-        bufs.push(Buffer::Output);
+        bufs.push(Buffer::Output(0));
         // one invocation per output element, or per window for the tiled max gradient
         let numel = if !backward || mode == PoolMode::MaxBackTiles {
             y.iter().product::<usize>()
@@ -1471,8 +1483,8 @@ pub fn variants() -> Vec<KernelKey> {
             .iter()
             .map(|v| (v.dtype, v.layout.shape().clone()))
             .collect();
-        if let Ok((dt, s)) = op.infer(&metas)
-            && let Ok(p) = plan(&op, &inputs, dt, &s)
+        if let Ok(outputs) = op.infer(&metas)
+            && let Ok(p) = plan(&op, &inputs, &outputs)
         {
             keys.extend(p.dispatches.into_iter().map(|d| d.kernel));
         }
@@ -1796,10 +1808,10 @@ mod tests {
                 .iter()
                 .map(|v| (v.dtype, v.layout.shape().clone()))
                 .collect();
-            let Ok((dt, shape)) = op.infer(&metas) else {
+            let Ok(outputs) = op.infer(&metas) else {
                 continue;
             };
-            plan(op, inputs, dt, &shape).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            plan(op, inputs, &outputs).unwrap_or_else(|e| panic!("{op:?}: {e}"));
         }
     }
 
@@ -1807,7 +1819,7 @@ mod tests {
         let a = Layout::contiguous(Shape::from([m, k]));
         let b = Layout::contiguous(Shape::from([k, n]));
         let metas = [ViewMeta::new(&a, DType::F32), ViewMeta::new(&b, DType::F32)];
-        plan(&Op::Matmul, &metas, DType::F32, &Shape::from([m, n])).unwrap()
+        plan(&Op::Matmul, &metas, &[(DType::F32, Shape::from([m, n]))]).unwrap()
     }
 
     fn view(dims: &[usize], strides: &[isize], offset: usize) -> ViewMeta {
@@ -1821,8 +1833,8 @@ mod tests {
             .iter()
             .map(|v| (v.dtype, v.layout.shape().clone()))
             .collect();
-        let (dt, shape) = op.infer(&metas).unwrap();
-        let mut p = plan(&op, inputs, dt, &shape).unwrap();
+        let outputs = op.infer(&metas).unwrap();
+        let mut p = plan(&op, inputs, &outputs).unwrap();
         assert_eq!(p.dispatches.len(), 1);
         let d = p.dispatches.remove(0);
         assert!(
@@ -1951,14 +1963,14 @@ mod tests {
                 axes: vec![1],
                 keepdim: false,
             };
-            let p = plan(&r, from_ref(&x), DType::F32, &Shape::from([3])).unwrap();
+            let p = plan(&r, from_ref(&x), &[(DType::F32, Shape::from([3]))]).unwrap();
             assert_eq!(p.dispatches.len(), 2, "{op:?}");
             let (first, second) = (&p.dispatches[0], &p.dispatches[1]);
             // 32 chunks of 1250 per output, then the 32 results of each
             assert_eq!(&first.params[..4], &[96, 1, 1, 1250]);
             assert_eq!(&second.params[..4], &[3, 1, 1, 32]);
             assert_eq!(first.buffers, vec![Buffer::Input(0), Buffer::Scratch(0)]);
-            assert_eq!(second.buffers, vec![Buffer::Scratch(0), Buffer::Output]);
+            assert_eq!(second.buffers, vec![Buffer::Scratch(0), Buffer::Output(0)]);
             assert_eq!(p.scratch_bytes, vec![96 * ELEM_BYTES]);
             assert!(p.dispatches.iter().all(|d| variants().contains(&d.kernel)));
         }
@@ -1980,8 +1992,7 @@ mod tests {
                 keepdim: false,
             };
             let metas = [(DType::F32, x.layout.shape().clone())];
-            let (dt, shape) = r.infer(&metas).unwrap();
-            let p = plan(&r, from_ref(&x), dt, &shape).unwrap();
+            let p = plan(&r, from_ref(&x), &r.infer(&metas).unwrap()).unwrap();
             assert_eq!(p.dispatches.len(), 1, "{op:?} of {:?}", x.layout);
         }
     }
@@ -1997,7 +2008,7 @@ mod tests {
         assert_eq!(gemm.buffers[2], Buffer::Scratch(0));
         assert_eq!(p.scratch_bytes, vec![(splits * 6 * 5) as u64 * ELEM_BYTES]);
         assert_eq!(sum.kernel.file, "reduce.wgsl");
-        assert_eq!(sum.buffers, vec![Buffer::Scratch(0), Buffer::Output]);
+        assert_eq!(sum.buffers, vec![Buffer::Scratch(0), Buffer::Output(0)]);
     }
 
     #[test]
@@ -2037,13 +2048,8 @@ mod tests {
             axes,
             keepdim: false,
         };
-        plan(
-            &op,
-            &[ViewMeta::new(&x, DType::F32)],
-            DType::F32,
-            &Shape::from(out),
-        )
-        .unwrap()
+        let outputs = [(DType::F32, Shape::from(out))];
+        plan(&op, &[ViewMeta::new(&x, DType::F32)], &outputs).unwrap()
     }
 
     #[test]
@@ -2084,7 +2090,7 @@ mod tests {
         );
         assert_eq!(
             p.dispatches[1].buffers,
-            vec![Buffer::Scratch(0), Buffer::Output]
+            vec![Buffer::Scratch(0), Buffer::Output(0)]
         );
         for (dims, axes) in [(&[4096, 4096][..], vec![1]), (&[64, 100][..], vec![0])] {
             assert_eq!(sum_plan(dims, axes).dispatches.len(), 1, "{dims:?}");

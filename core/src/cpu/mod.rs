@@ -31,7 +31,7 @@ mod tests;
 pub use storage::CpuStorage;
 
 use crate::backend::{Backend, ReadFuture, View};
-use crate::op::Op;
+use crate::op::{Meta, Op};
 use crate::{DType, Device, Error, Layout, Result, Shape, Storage, TensorData};
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -143,35 +143,39 @@ impl Backend for CpuBackend {
     fn upload(&self, data: &TensorData) -> Result<Storage> {
         Ok(Storage::new(CpuStorage::from_data(data)))
     }
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[View<'_>],
-        out_dtype: DType,
-        out_shape: &Shape,
-    ) -> Result<Storage> {
+    fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
         let want = arity(op);
         if want.is_some_and(|n| n != inputs.len()) || (want.is_none() && inputs.is_empty()) {
             return Err(crate::op::arity(op, want.unwrap_or(1), inputs.len()));
         }
-        let out = if !native_f16(op)
-            && (out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
-        {
-            execute_via_f32(op, inputs, out_dtype, out_shape)?
-        } else {
-            run(op, inputs, out_dtype, out_shape)?
+        let Some((out_dtype, out_shape)) = outputs.first() else {
+            return Err(Error::invalid(op.name(), "asked for no outputs"));
         };
-        if out.dtype() != out_dtype || out.len() != out_shape.numel() {
+        let outs = if !native_f16(op)
+            && (*out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
+        {
+            execute_via_f32(op, inputs, *out_dtype, out_shape)?
+        } else {
+            run(op, inputs, *out_dtype, out_shape)?
+        };
+        let produced = |o: &CpuStorage| (o.dtype(), o.len());
+        let wanted = |(d, s): &Meta| (*d, s.numel());
+        if outs.len() != outputs.len() || outs.iter().map(produced).ne(outputs.iter().map(wanted)) {
+            let list = |v: &mut dyn Iterator<Item = (DType, usize)>| {
+                v.map(|(d, n)| alloc::format!("{n} {d}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             return Err(Error::invalid(
                 op.name(),
                 alloc::format!(
-                    "cpu produced {} {} elements, expected {out_dtype} {out_shape}",
-                    out.len(),
-                    out.dtype()
+                    "cpu produced [{}] elements, expected [{}]",
+                    list(&mut outs.iter().map(produced)),
+                    list(&mut outputs.iter().map(wanted))
                 ),
             ));
         }
-        Ok(Storage::new(out))
+        Ok(outs.into_iter().map(Storage::new).collect())
     }
     fn read(&self, input: View<'_>) -> ReadFuture {
         alloc::boxed::Box::pin(core::future::ready(storage::read_view(&input)))
@@ -187,7 +191,7 @@ fn execute_via_f32(
     inputs: &[View<'_>],
     out_dtype: DType,
     out_shape: &Shape,
-) -> Result<CpuStorage> {
+) -> Result<Vec<CpuStorage>> {
     let wide = inputs
         .iter()
         .map(|v| {
@@ -216,16 +220,25 @@ fn execute_via_f32(
     } else {
         out_dtype
     };
-    let out = run(op, &views, dt, out_shape)?;
+    let outs = run(op, &views, dt, out_shape)?;
     if out_dtype == DType::F16 {
-        elementwise::narrow_f32(&out)
+        outs.iter().map(elementwise::narrow_f32).collect()
     } else {
-        Ok(out)
+        Ok(outs)
     }
 }
 
-/// Executes `op` natively (f16 only for the element-moving ops).
-fn run(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<CpuStorage> {
+/// Executes `op` natively (f16 only for the element-moving ops); every output but Adam's is
+/// the first output's dtype and shape.
+fn run(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<Vec<CpuStorage>> {
+    match op {
+        Op::AdamStep(p) => optim::adam_step(x, p),
+        _ => Ok(alloc::vec![run_one(op, x, out_dtype, out_shape)?]),
+    }
+}
+
+/// [`run`] for the ops of one output.
+fn run_one(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<CpuStorage> {
     match op {
         Op::Full { .. }
         | Op::Arange { .. }
@@ -242,7 +255,7 @@ fn run(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Result<C
         Op::Softmax { axis } => reduce::softmax(&x[0], *axis, false),
         Op::LogSoftmax { axis } => reduce::softmax(&x[0], *axis, true),
         Op::Matmul => matmul::matmul(&x[0], &x[1]),
-        Op::AdamStep(p) => optim::adam_step(x, p),
+        Op::AdamStep(_) => Err(Error::invalid("adam_step", "has three outputs")),
         // View ops normally never get here; executed, they are copies of the view.
         Op::Reshape { .. } | Op::Contiguous => movement::copy(&x[0], x[0].layout),
         Op::Permute { dims } => movement::copy(&x[0], &x[0].layout.permute(dims)?),

@@ -7,8 +7,9 @@ use super::unsupported;
 use crate::{AdamParams, DType, Error, Result, View};
 use alloc::vec::Vec;
 
-/// [`crate::Op::AdamStep`] on float `[param, grad, exp_avg, exp_avg_sq]`: `[3, n]` out.
-pub(super) fn adam_step(x: &[View<'_>], p: &AdamParams) -> Result<CpuStorage> {
+/// [`crate::Op::AdamStep`] on float `[param, grad, exp_avg, exp_avg_sq]`: the new param,
+/// exp_avg and exp_avg_sq out.
+pub(super) fn adam_step(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuStorage>> {
     match x[0].dtype {
         DType::F32 => adam::<f32>(x, p),
         DType::F64 => adam::<f64>(x, p),
@@ -16,7 +17,7 @@ pub(super) fn adam_step(x: &[View<'_>], p: &AdamParams) -> Result<CpuStorage> {
     }
 }
 
-fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<CpuStorage> {
+fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuStorage>> {
     let read = |i: usize| Src::<T>::new("adam_step", &x[i]).map(Src::to_contiguous);
     let (w, g, m, v) = (read(0)?, read(1)?, read(2)?, read(3)?);
     let n = w.len();
@@ -31,9 +32,8 @@ fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<CpuStorage
             "param, grad and moments must have one shape",
         ));
     }
-    let mut out = buffer::<T>(3 * n);
-    let (new_w, moments) = out.spare_capacity_mut()[..3 * n].split_at_mut(n);
-    let (new_m, new_v) = moments.split_at_mut(n);
+    let mut outs = [buffer::<T>(n), buffer::<T>(n), buffer::<T>(n)];
+    let [new_w, new_m, new_v] = outs.each_mut().map(|o| &mut o.spare_capacity_mut()[..n]);
     // Pieces of the three outputs side by side, updated on all cores.
     let size = par::piece(n, par::GRAIN);
     let pieces: Vec<_> = (new_w.chunks_mut(size).zip(new_m.chunks_mut(size)))
@@ -58,9 +58,14 @@ fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<CpuStorage
             nv.write(vi);
         }
     });
-    // SAFETY: the capacity is at least 3n, and the pieces of the three n-element parts were each
-    // written in full: every input has n elements (checked above), so each zip runs to the end
-    // of its piece (a panic propagates before this line).
-    unsafe { out.set_len(3 * n) };
-    Ok(CpuStorage::new(out))
+    Ok(outs
+        .into_iter()
+        .map(|mut out| {
+            // SAFETY: each capacity is at least n, and every piece of the three outputs was
+            // written in full: every input has n elements (checked above), so each zip runs to
+            // the end of its piece (a panic propagates before this line).
+            unsafe { out.set_len(n) };
+            CpuStorage::new(out)
+        })
+        .collect())
 }

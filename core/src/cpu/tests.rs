@@ -543,8 +543,9 @@ fn adam_step_in_pieces_matches_loop() -> Result<()> {
             decoupled,
             step: 3,
         };
-        let out = Tensor::apply(crate::Op::AdamStep(p), &[&tw, &tg, &tm, &tv])?;
-        let got = out.to_vec::<f32>()?;
+        let out = Tensor::apply_many(crate::Op::AdamStep(p), &[&tw, &tg, &tm, &tv], Some(3))?;
+        let got: Vec<Vec<f32>> = out.iter().map(|t| t.to_vec()).collect::<Result<_>>()?;
+        assert!(out.iter().all(|t| t.dims() == [r, c]));
         let (ss, ib) = p.corrections();
         let (ss, ib, b1, b2) = (ss as f32, ib as f32, p.beta1 as f32, p.beta2 as f32);
         let (eps, wd, shrink) = (
@@ -563,7 +564,7 @@ fn adam_step_in_pieces_matches_loop() -> Result<()> {
             let vi = b2 * v[i] + (1.0 - b2) * (gi * gi);
             let nw = wi - mi / (vi.sqrt() * ib + eps) * ss;
             assert_eq!(
-                [got[i], got[n + i], got[2 * n + i]],
+                [got[0][i], got[1][i], got[2][i]],
                 [nw, mi, vi],
                 "element {i}"
             );

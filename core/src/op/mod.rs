@@ -312,8 +312,8 @@ pub enum Op {
 
     // ---- optimisation
     /// inputs: `[param, grad, exp_avg, exp_avg_sq]` (float, one shape); one fused Adam step
-    /// (a dozen elementwise ops in one pass); output `[3, ..shape]`: the new param, exp_avg and
-    /// exp_avg_sq
+    /// (a dozen elementwise ops in one pass); three outputs of that shape: the new param,
+    /// exp_avg and exp_avg_sq (run it with [`crate::Tensor::apply_many`])
     AdamStep(AdamParams),
 }
 
@@ -367,9 +367,16 @@ impl Op {
         )
     }
 
-    /// Validates the inputs and computes the output's dtype and shape. Every backend relies on
-    /// this, so backends never re-check shapes.
-    pub fn infer(&self, inputs: &[Meta]) -> Result<Meta> {
+    /// Validates the inputs and computes each output's dtype and shape (one output for every
+    /// op but [`Op::AdamStep`]). Every backend relies on this, so backends never re-check shapes.
+    ///
+    /// ```
+    /// use kiln_core::{DType, Op, Shape};
+    /// let outs = Op::Matmul.infer(&[(DType::F32, Shape::from([2, 3])), (DType::F32, Shape::from([3, 4]))])?;
+    /// assert_eq!(outs, [(DType::F32, Shape::from([2, 4]))]);
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    pub fn infer(&self, inputs: &[Meta]) -> Result<Vec<Meta>> {
         crate::infer::infer(self, inputs)
     }
 }

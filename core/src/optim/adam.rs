@@ -3,7 +3,7 @@
 use super::{Optimizer, OptimizerState, Slots, for_each_param, parse_config, take_slots};
 use crate::autodiff::Gradients;
 use crate::nn::Module;
-use crate::{AdamParams, Op, Result, Tensor};
+use crate::{AdamParams, Error, Op, Result, Tensor};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use serde::{Deserialize, Serialize};
@@ -106,12 +106,14 @@ impl Optimizer for Adam {
                 decoupled,
                 step,
             };
-            // one pass over the four tensors; the result packs the new param and moments
-            let out = Tensor::apply(Op::AdamStep(params), &[p, g, &m, &v])?;
-            let part = |i: usize| out.narrow(0, i, 1)?.squeeze(0);
-            slots.set(name, "exp_avg", part(1)?);
-            slots.set(name, "exp_avg_sq", part(2)?);
-            part(0)
+            // one pass over the four tensors: the new param and both moments
+            let out = Tensor::apply_many(Op::AdamStep(params), &[p, g, &m, &v], Some(3))?;
+            let [p, m, v]: [Tensor; 3] = out.try_into().map_err(|_| {
+                Error::invalid("Adam::step", "adam_step returned a wrong number of outputs")
+            })?;
+            slots.set(name, "exp_avg", m);
+            slots.set(name, "exp_avg_sq", v);
+            Ok(p)
         })
     }
     fn lr(&self) -> f64 {

@@ -23,7 +23,7 @@ mod blas;
 
 use cudarc::driver::{result as cu, sys};
 use kiln_core::{
-    Backend, DType, Device, Error, Op, ReadFuture, Result, Shape, Storage, TensorData, View,
+    Backend, DType, Device, Error, Meta, Op, ReadFuture, Result, Storage, TensorData, View,
 };
 use kiln_kernels::cuda::{Dialect, ParamKind};
 use kiln_kernels::exec::{GpuBackend, Launch, Runtime};
@@ -592,10 +592,11 @@ impl Runtime for CudaRuntime {
         op: &Op,
         inputs: &[View<'_>],
         buffers: &[&CudaBuffer],
-        out_dtype: DType,
-        out_shape: &Shape,
+        outputs: &[Meta],
     ) -> Result<Option<CudaBuffer>> {
-        if matches!(op, Op::Matmul) && out_dtype == DType::F32 && self.inner.options.cublas {
+        if let (Op::Matmul, [(DType::F32, out_shape)]) = (op, outputs)
+            && self.inner.options.cublas
+        {
             blas::matmul(self, inputs, buffers, out_shape)
         } else {
             Ok(None)
@@ -617,14 +618,8 @@ impl Backend for CudaBackend {
         self.0.upload(data)
     }
 
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[View<'_>],
-        out_dtype: DType,
-        out_shape: &Shape,
-    ) -> Result<Storage> {
-        self.0.execute(op, inputs, out_dtype, out_shape)
+    fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
+        self.0.execute(op, inputs, outputs)
     }
 
     fn read(&self, input: View<'_>) -> ReadFuture {

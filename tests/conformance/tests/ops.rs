@@ -835,7 +835,11 @@ fn fused_adam_step() {
                 &dev,
                 &inputs,
                 &prep,
-                &|v| Tensor::apply(Op::AdamStep(params), &[&v[0], &v[1], &v[2], &v[3]]),
+                &|v| {
+                    let ins = [&v[0], &v[1], &v[2], &v[3]];
+                    // the three outputs, compared together
+                    Tensor::stack(&Tensor::apply_many(Op::AdamStep(params), &ins, Some(3))?, 0)
+                },
                 false,
                 TOL,
             );
