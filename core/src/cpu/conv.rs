@@ -93,8 +93,12 @@ impl Geom {
                     let r = overlap(self.ow, self.w, dx);
                     d[..r.start].fill(T::ZERO);
                     d[r.end..].fill(T::ZERO);
-                    let s0 = (r.start as isize + dx) as usize;
-                    d[r.clone()].copy_from_slice(&src[s0..s0 + r.len()]);
+                    // an empty overlap (a tap entirely in the padding) copies nothing; its
+                    // source start may lie outside the row
+                    if !r.is_empty() {
+                        let s0 = (r.start as isize + dx) as usize;
+                        d[r.clone()].copy_from_slice(&src[s0..s0 + r.len()]);
+                    }
                 } else {
                     for (ox, v) in d.iter_mut().enumerate() {
                         let ix = (ox * self.p.stride[1]) as isize + dx;

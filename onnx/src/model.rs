@@ -1,0 +1,375 @@
+//! Running an ONNX graph on a kiln device: [`OnnxModel`].
+
+use crate::ops::{self, Ctx};
+use crate::value::{Ints, Value};
+use crate::{
+    DataType, ModelProto, NodeProto, TensorElems, TensorProto, decode_model, opset_version,
+    tensor_value,
+};
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use kiln_core::{DType, Device, Error, Result, Shape, Tensor, TensorData};
+
+/// One dimension of a declared graph input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(usize),
+    /// A named size that any run may choose (`"N"`, `"seq_len"`).
+    Symbolic(String),
+    /// Not declared.
+    Unknown,
+}
+
+/// A graph input as the file declares it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInput {
+    /// The ONNX name.
+    pub name: String,
+    /// The ONNX element type.
+    pub elem_type: DataType,
+    /// The declared dimensions, when the file gives a shape.
+    pub dims: Option<Vec<Dim>>,
+}
+
+/// An ONNX model ready to run on a kiln device. Weights are uploaded once, at load; integer
+/// constants stay on the host (see [`crate::value`]). Shapes are computed per run, so
+/// symbolic dimensions (batch, sequence length) take any size.
+///
+/// ```
+/// use kiln_onnx::OnnxModel;
+/// // A graph of one node, y = Relu(x), built with the generated messages.
+/// use kiln_onnx::proto::*;
+/// let vi = |n: &str| ValueInfoProto { name: Some(n.into()), ..Default::default() };
+/// let graph = GraphProto {
+///     node: vec![NodeProto { op_type: Some("Relu".into()), input: vec!["x".into()],
+///                            output: vec!["y".into()], ..Default::default() }],
+///     input: vec![vi("x")], output: vec![vi("y")], ..Default::default()
+/// };
+/// let model = ModelProto { graph: Some(graph), opset_import: vec![OperatorSetIdProto {
+///     domain: Some(String::new()), version: Some(17) }], ..Default::default() };
+/// let dev = kiln_core::Device::cpu();
+/// let m = OnnxModel::from_proto(model, &dev)?;
+/// let x = kiln_core::Tensor::from_slice(&[-1.0f32, 2.0], [2], &dev)?;
+/// assert_eq!(m.run(&[x])?[0].to_vec::<f32>()?, [0.0, 2.0]);
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct OnnxModel {
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ModelInput>,
+    outputs: Vec<String>,
+    constants: BTreeMap<String, Value>,
+    /// For each node, the values whose last use it is (dropped after it runs).
+    last_uses: Vec<Vec<String>>,
+    opset: i64,
+    device: Device,
+}
+
+impl OnnxModel {
+    /// Decodes an `.onnx` file's bytes and prepares it on `device`.
+    pub fn load(bytes: &[u8], device: &Device) -> Result<Self> {
+        let model = decode_model(bytes).map_err(onnx_err)?;
+        Self::from_proto(model, device)
+    }
+
+    /// Prepares a decoded model on `device`: checks that every node's op is supported (an
+    /// error names each unsupported one with its node), and uploads the initializers.
+    pub fn from_proto(model: ModelProto, device: &Device) -> Result<Self> {
+        let opset = opset_version(&model, "").unwrap_or(1);
+        let graph = model.graph.unwrap_or_default();
+        let mut unsupported = Vec::new();
+        for n in &graph.node {
+            let domain = n.domain();
+            let known =
+                (domain.is_empty() || domain == "ai.onnx") && ops::find(n.op_type()).is_some();
+            if !known {
+                let d = if domain.is_empty() {
+                    String::new()
+                } else {
+                    format!("{domain}.")
+                };
+                unsupported.push(format!("{d}{} (node '{}')", n.op_type(), n.name()));
+            }
+        }
+        if !unsupported.is_empty() {
+            return Err(Error::unsupported(
+                "onnx",
+                format!(
+                    "{} node(s) use ops kiln does not import: {}",
+                    unsupported.len(),
+                    unsupported.join(", ")
+                ),
+            ));
+        }
+        let mut constants = BTreeMap::new();
+        for t in &graph.initializer {
+            constants.insert(t.name().to_string(), constant(t, device)?);
+        }
+        let inputs = graph
+            .input
+            .iter()
+            .filter(|v| !constants.contains_key(v.name()))
+            .map(model_input)
+            .collect();
+        let outputs: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
+        let nodes = graph.node;
+        let last_uses = last_uses(&nodes, &outputs);
+        Ok(OnnxModel {
+            nodes,
+            inputs,
+            outputs,
+            constants,
+            last_uses,
+            opset,
+            device: device.clone(),
+        })
+    }
+
+    /// The graph inputs to feed, in order (initializers excluded).
+    pub fn inputs(&self) -> &[ModelInput] {
+        &self.inputs
+    }
+
+    /// The names of the graph outputs, in order.
+    pub fn output_names(&self) -> &[String] {
+        &self.outputs
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The default-domain opset the model imports.
+    pub fn opset(&self) -> i64 {
+        self.opset
+    }
+
+    /// Runs the graph on `inputs` (one tensor per [`OnnxModel::inputs`], in order) and returns
+    /// the outputs as tensors (int64 outputs as i32).
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let values = inputs.iter().cloned().map(Value::Tensor).collect();
+        self.run_values(values)?
+            .iter()
+            .zip(&self.outputs)
+            .map(|(v, name)| v.tensor(&self.device, name))
+            .collect()
+    }
+
+    /// [`OnnxModel::run`] on [`Value`]s, so int64 inputs may stay on the host.
+    pub fn run_values(&self, inputs: Vec<Value>) -> Result<Vec<Value>> {
+        if inputs.len() != self.inputs.len() {
+            let names: Vec<&str> = self.inputs.iter().map(|i| i.name.as_str()).collect();
+            return Err(Error::invalid(
+                "onnx",
+                format!(
+                    "the model takes {} inputs ({}), got {}",
+                    self.inputs.len(),
+                    names.join(", "),
+                    inputs.len()
+                ),
+            ));
+        }
+        let mut env: BTreeMap<&str, Value> = BTreeMap::new();
+        for (decl, v) in self.inputs.iter().zip(inputs) {
+            check_input(decl, &v)?;
+            env.insert(decl.name.as_str(), v);
+        }
+        for (node, dead) in self.nodes.iter().zip(&self.last_uses) {
+            let args = node
+                .input
+                .iter()
+                .map(|name| self.lookup(&env, name, node))
+                .collect::<Result<Vec<Value>>>()?;
+            let ctx = Ctx {
+                device: &self.device,
+                opset: self.opset,
+                node,
+            };
+            let run = ops::find(node.op_type()).ok_or_else(|| {
+                Error::unsupported("onnx", format!("no import for {}", node.op_type()))
+            })?;
+            let outs = run(&ctx, &args).map_err(|e| e.context(node_label(node)))?;
+            for (name, v) in node.output.iter().zip(outs) {
+                if !name.is_empty() {
+                    env.insert(name.as_str(), v);
+                }
+            }
+            for name in dead {
+                env.remove(name.as_str());
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|name| {
+                env.get(name.as_str())
+                    .or_else(|| self.constants.get(name))
+                    .cloned()
+                    .ok_or_else(|| {
+                        Error::invalid("onnx", format!("graph output '{name}' is never computed"))
+                    })
+            })
+            .collect()
+    }
+
+    fn lookup(&self, env: &BTreeMap<&str, Value>, name: &str, node: &NodeProto) -> Result<Value> {
+        if name.is_empty() {
+            return Ok(Value::Absent);
+        }
+        env.get(name)
+            .or_else(|| self.constants.get(name))
+            .cloned()
+            .ok_or_else(|| {
+                Error::invalid(
+                    "onnx",
+                    format!(
+                        "{}: input '{name}' is not produced before it",
+                        node_label(node)
+                    ),
+                )
+            })
+    }
+}
+
+/// `node 'conv1' (Conv)`, for messages.
+pub(crate) fn node_label(node: &NodeProto) -> String {
+    format!("onnx node '{}' ({})", node.name(), node.op_type())
+}
+
+/// A parser error as a kiln error.
+pub(crate) fn onnx_err(e: crate::OnnxError) -> Error {
+    Error::new(kiln_core::ErrorKind::Format, "onnx", e.to_string())
+}
+
+/// An initializer (or a `Constant`'s tensor) as a value: floats on the device, integers and
+/// bools on the host.
+pub(crate) fn constant(t: &TensorProto, device: &Device) -> Result<Value> {
+    let v = tensor_value(t).map_err(onnx_err)?;
+    let shape = Shape::from(v.dims.clone());
+    let ints = |data: Vec<i64>, bool: bool| {
+        Ok(Value::Ints(Ints {
+            dims: v.dims.clone(),
+            data,
+            bool,
+        }))
+    };
+    let floats = |data: TensorData| {
+        // f64 and f16 stay themselves where the device holds them, else f32
+        let data = if device.backend().supports(data.dtype()) {
+            data
+        } else {
+            data.convert(DType::F32)
+        };
+        Ok(Value::Tensor(Tensor::from_data(&data, device)?))
+    };
+    match v.data {
+        TensorElems::F32(d) => floats(TensorData::new(d, shape)?),
+        TensorElems::F64(d) => floats(TensorData::new(d, shape)?),
+        TensorElems::F16(bits) => {
+            let h: Vec<half::f16> = bits.into_iter().map(half::f16::from_bits).collect();
+            floats(TensorData::new(h, shape)?)
+        }
+        TensorElems::I64(d) => ints(d, false),
+        TensorElems::I32(d) => ints(d.into_iter().map(i64::from).collect(), false),
+        TensorElems::I16(d) => ints(d.into_iter().map(i64::from).collect(), false),
+        TensorElems::I8(d) => ints(d.into_iter().map(i64::from).collect(), false),
+        TensorElems::U8(d) => ints(d.into_iter().map(i64::from).collect(), false),
+        TensorElems::U16(d) => ints(d.into_iter().map(i64::from).collect(), false),
+        TensorElems::U32(d) => ints(d.into_iter().map(i64::from).collect(), false),
+        TensorElems::U64(d) => ints(
+            d.into_iter()
+                .map(|x| i64::try_from(x).unwrap_or(i64::MAX))
+                .collect(),
+            false,
+        ),
+        TensorElems::Bool(d) => ints(d.into_iter().map(i64::from).collect(), true),
+        other => Err(Error::unsupported(
+            "onnx",
+            format!(
+                "tensor '{}': element type {:?} is not supported",
+                v.name,
+                other.dtype()
+            ),
+        )),
+    }
+}
+
+fn model_input(v: &crate::ValueInfoProto) -> ModelInput {
+    use crate::proto::tensor_shape_proto::dimension::Value as D;
+    use crate::proto::type_proto::Value as T;
+    let tensor = v.r#type.as_ref().and_then(|t| match &t.value {
+        Some(T::TensorType(tt)) => Some(tt),
+        _ => None,
+    });
+    let elem_type = tensor
+        .and_then(|t| DataType::try_from(t.elem_type()).ok())
+        .unwrap_or(DataType::Undefined);
+    let dims = tensor.and_then(|t| t.shape.as_ref()).map(|s| {
+        s.dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(D::DimValue(n)) if *n >= 0 => Dim::Fixed(*n as usize),
+                Some(D::DimParam(p)) => Dim::Symbolic(p.clone()),
+                _ => Dim::Unknown,
+            })
+            .collect()
+    });
+    ModelInput {
+        name: v.name().to_string(),
+        elem_type,
+        dims,
+    }
+}
+
+/// An input against its declaration: the rank and every fixed dimension must match.
+fn check_input(decl: &ModelInput, v: &Value) -> Result<()> {
+    let Some(want) = &decl.dims else {
+        return Ok(());
+    };
+    let got = v.dims();
+    let fits = got.len() == want.len()
+        && want
+            .iter()
+            .zip(&got)
+            .all(|(w, g)| !matches!(w, Dim::Fixed(n) if n != g));
+    if fits {
+        return Ok(());
+    }
+    let want: Vec<String> = want
+        .iter()
+        .map(|d| match d {
+            Dim::Fixed(n) => n.to_string(),
+            Dim::Symbolic(s) => s.clone(),
+            Dim::Unknown => "?".into(),
+        })
+        .collect();
+    Err(Error::shape(
+        "onnx",
+        format!(
+            "input '{}' must have shape [{}], got {}",
+            decl.name,
+            want.join(", "),
+            v.describe()
+        ),
+    ))
+}
+
+/// For each node, the names whose last reader it is (graph outputs are never dropped).
+fn last_uses(nodes: &[NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
+    let mut last: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for name in n.input.iter().filter(|n| !n.is_empty()) {
+            last.insert(name, i);
+        }
+    }
+    let mut dead = alloc::vec![Vec::new(); nodes.len()];
+    for (name, i) in last {
+        if !outputs.iter().any(|o| o == name) {
+            dead[i].push(name.to_string());
+        }
+    }
+    dead
+}

@@ -1,0 +1,162 @@
+//! ONNX operators as kiln ops: one function per ONNX op type, grouped by family. Composite ONNX
+//! ops (HardSigmoid, Softplus, LayerNormalization, ...) are compositions of kiln's primitives,
+//! written here and nowhere else.
+//!
+//! Every function gets the node's context ([`Ctx`]: device, opset, attributes) and its input
+//! [`Value`]s (absent optional inputs are [`Value::Absent`]) and returns its outputs in order.
+//! Integer values known on the host ([`Value::Ints`]) are computed on the host where an op
+//! supports it (shape arithmetic), and lowered to i32 tensors otherwise.
+
+mod elementwise;
+mod nn;
+mod shape;
+
+use crate::NodeAttrs;
+use crate::model::onnx_err;
+use crate::value::{Ints, Value};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use kiln_core::{Device, Error, Result, Tensor};
+
+/// What an op import returns: its outputs in order.
+pub(crate) type Outputs = Result<Vec<Value>>;
+
+/// An op import.
+pub(crate) type OpFn = fn(&Ctx<'_>, &[Value]) -> Outputs;
+
+/// Every family's table of (ONNX op type, import).
+const FAMILIES: &[&[(&str, OpFn)]] = &[elementwise::OPS, shape::OPS, nn::OPS];
+
+/// The import of ONNX op type `op_type` (default domain), if kiln has one.
+pub(crate) fn find(op_type: &str) -> Option<OpFn> {
+    FAMILIES
+        .iter()
+        .flat_map(|f| f.iter())
+        .find(|(name, _)| *name == op_type)
+        .map(|(_, f)| *f)
+}
+
+/// Every ONNX op type kiln imports, sorted.
+pub fn supported_ops() -> Vec<&'static str> {
+    let mut v: Vec<&str> = FAMILIES
+        .iter()
+        .flat_map(|f| f.iter().map(|(n, _)| *n))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// What an op import sees of its node.
+pub(crate) struct Ctx<'a> {
+    pub device: &'a Device,
+    pub opset: i64,
+    pub node: &'a crate::NodeProto,
+}
+
+impl Ctx<'_> {
+    /// Integer attribute `name`, or `default` when the node does not set it.
+    pub fn int(&self, name: &str, default: i64) -> Result<i64> {
+        Ok(self
+            .node
+            .attr_int(name)
+            .map_err(onnx_err)?
+            .unwrap_or(default))
+    }
+
+    /// Float attribute `name`, or `default`.
+    pub fn float(&self, name: &str, default: f32) -> Result<f32> {
+        Ok(self
+            .node
+            .attr_float(name)
+            .map_err(onnx_err)?
+            .unwrap_or(default))
+    }
+
+    /// Integer-list attribute `name`, if set.
+    pub fn ints_attr(&self, name: &str) -> Result<Option<Vec<i64>>> {
+        Ok(self
+            .node
+            .attr_ints(name)
+            .map_err(onnx_err)?
+            .map(<[i64]>::to_vec))
+    }
+
+    /// Float-list attribute `name`, if set.
+    #[allow(dead_code)] // for the ops that take float lists (e.g. Resize scales)
+    pub fn floats_attr(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        Ok(self
+            .node
+            .attr_floats(name)
+            .map_err(onnx_err)?
+            .map(<[f32]>::to_vec))
+    }
+
+    /// String attribute `name`, or `default`.
+    pub fn string(&self, name: &str, default: &str) -> Result<String> {
+        Ok(self
+            .node
+            .attr_string(name)
+            .map_err(onnx_err)?
+            .unwrap_or(default)
+            .into())
+    }
+
+    /// Input `i` as a device tensor (an error names the input when it is absent).
+    pub fn tensor(&self, args: &[Value], i: usize) -> Result<Tensor> {
+        self.arg(args, i)?
+            .tensor(self.device, &format!("input {i}"))
+    }
+
+    /// Input `i` as host integers (an error for a computed device tensor).
+    pub fn ints<'v>(&self, args: &'v [Value], i: usize) -> Result<&'v Ints> {
+        self.arg(args, i)?.ints(&format!("input {i}"))
+    }
+
+    /// Input `i`, which must exist (it may still be [`Value::Absent`]).
+    pub fn arg<'v>(&self, args: &'v [Value], i: usize) -> Result<&'v Value> {
+        args.get(i).ok_or_else(|| {
+            Error::invalid(
+                "onnx",
+                format!("expects input {i}, has {} inputs", args.len()),
+            )
+        })
+    }
+
+    /// Optional input `i`: `None` when missing or absent.
+    pub fn optional<'v>(&self, args: &'v [Value], i: usize) -> Option<&'v Value> {
+        args.get(i).filter(|v| v.is_present())
+    }
+
+    /// An unsupported attribute value, as an error naming it.
+    pub fn unsupported(&self, what: impl core::fmt::Display) -> Error {
+        Error::unsupported("onnx", format!("{what}"))
+    }
+}
+
+/// One tensor output.
+pub(crate) fn one(t: Tensor) -> Outputs {
+    Ok(vec![Value::Tensor(t)])
+}
+
+/// One host-integer output.
+pub(crate) fn one_ints(i: Ints) -> Outputs {
+    Ok(vec![Value::Ints(i)])
+}
+
+/// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.
+pub(crate) fn axis(axis: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    if axis < -r.max(1) || axis >= r.max(1) {
+        return Err(Error::invalid(
+            "onnx",
+            format!("axis {axis} is out of range for rank {rank}"),
+        ));
+    }
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
+}

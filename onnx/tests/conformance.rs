@@ -1,0 +1,290 @@
+//! The ONNX backend test suites on kiln's CPU backend: every case of the node, simple,
+//! pytorch-converted and pytorch-operator suites is imported, run on its stored inputs and
+//! compared with its stored outputs (floats within 1e-3 relative + 1e-5 absolute, the ONNX
+//! runner's default relative tolerance; integers and bools exactly).
+//!
+//! Prints a table (per suite: passed, failed, unsupported; per ONNX op: cases passed) and fails
+//! when a case listed in `onnx/conformance/passing.txt` does not pass, or when any case panics.
+//! `KILN_ONNX_WRITE=1` rewrites that list and `SUPPORTED-ONNX-OPS.md` from the run; do it when
+//! more cases pass. `KILN_ONNX_CASES=substring` runs only the matching cases (and prints why
+//! each failed).
+
+mod common;
+
+use kiln_core::{Device, ErrorKind, Shape, Tensor, TensorData};
+use kiln_onnx::{Ints, OnnxModel, TensorElems, Value, read_model, read_tensor, tensor_value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+
+const SUITES: &[&str] = &[
+    "onnx-node",
+    "onnx-simple",
+    "onnx-pytorch-converted",
+    "onnx-pytorch-operator",
+];
+const RTOL: f64 = 1e-3;
+const ATOL: f64 = 1e-5;
+
+#[derive(Debug)]
+enum Outcome {
+    Pass,
+    Fail(String),
+    Unsupported(String),
+}
+
+/// A stored tensor as a run-time value: floats as CPU tensors, integers and bools on the host.
+fn value(elems: TensorElems, dims: Vec<usize>, dev: &Device) -> Result<Value, String> {
+    let shape = Shape::from(dims.clone());
+    let ints = |data: Vec<i64>, bool| {
+        Value::Ints(Ints {
+            dims: dims.clone(),
+            data,
+            bool,
+        })
+    };
+    let tensor = |d: kiln_core::Result<TensorData>| {
+        d.and_then(|d| Tensor::from_data(&d, dev))
+            .map(Value::Tensor)
+            .map_err(|e| e.to_string())
+    };
+    Ok(match elems {
+        TensorElems::F32(v) => tensor(TensorData::new(v, shape))?,
+        TensorElems::F64(v) => tensor(TensorData::new(v, shape))?,
+        TensorElems::F16(v) => tensor(TensorData::new(
+            v.into_iter().map(half::f16::from_bits).collect::<Vec<_>>(),
+            shape,
+        ))?,
+        TensorElems::I64(v) => ints(v, false),
+        TensorElems::I32(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::I8(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::U8(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::Bool(v) => ints(v.into_iter().map(i64::from).collect(), true),
+        other => return Err(format!("stored {:?} data is not supported", other.dtype())),
+    })
+}
+
+/// The values of `v` as f64, with its dims, for comparison.
+fn values(v: &Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> {
+    match v {
+        Value::Ints(i) => Ok((
+            i.dims.clone(),
+            i.data.iter().map(|&x| x as f64).collect(),
+            true,
+        )),
+        Value::Tensor(t) => {
+            let d = t.to_data().map_err(|e| e.to_string())?;
+            let exact = !t.dtype().is_float();
+            Ok((t.dims().to_vec(), d.to_f64_vec(), exact))
+        }
+        Value::Absent => Err("output is absent".into()),
+    }
+}
+
+fn compare(name: &str, want: &Value, got: &Value) -> Result<(), String> {
+    let (wd, w, exact) = values(want)?;
+    let (gd, g, _) = values(got)?;
+    if wd != gd {
+        return Err(format!("output {name}: shape {gd:?}, expected {wd:?}"));
+    }
+    for (i, (a, b)) in w.iter().zip(&g).enumerate() {
+        let ok = if exact || a.is_infinite() {
+            a == b
+        } else if a.is_nan() {
+            b.is_nan()
+        } else {
+            (a - b).abs() <= ATOL + RTOL * a.abs()
+        };
+        if !ok {
+            return Err(format!("output {name}: element {i} is {b}, expected {a}"));
+        }
+    }
+    Ok(())
+}
+
+fn run_case(dir: &Path, dev: &Device) -> Outcome {
+    let model = match read_model(dir.join("model.onnx")) {
+        Ok(m) => m,
+        Err(e) => return Outcome::Fail(e.to_string()),
+    };
+    let graph = model.graph.clone().unwrap_or_default();
+    let model = match OnnxModel::from_proto(model, dev) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::Unsupported => return Outcome::Unsupported(e.to_string()),
+        Err(e) => return Outcome::Fail(e.to_string()),
+    };
+    let data = dir.join("test_data_set_0");
+    let read = |prefix: &str, n: usize| -> Result<Vec<Value>, String> {
+        (0..n)
+            .map(|i| {
+                let t = read_tensor(data.join(format!("{prefix}_{i}.pb")))
+                    .map_err(|e| e.to_string())?;
+                let v = tensor_value(&t).map_err(|e| e.to_string())?;
+                value(v.data, v.dims, dev)
+            })
+            .collect()
+    };
+    let initializers: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let n_in = graph
+        .input
+        .iter()
+        .filter(|i| !initializers.contains(i.name()))
+        .count();
+    let inputs = match read("input", n_in) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Unsupported(format!("inputs: {e}")),
+    };
+    let want = match read("output", graph.output.len()) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Unsupported(format!("outputs: {e}")),
+    };
+    let got = match model.run_values(inputs) {
+        Ok(v) => v,
+        Err(e) if e.kind() == ErrorKind::Unsupported => return Outcome::Unsupported(e.to_string()),
+        Err(e) => return Outcome::Fail(e.to_string()),
+    };
+    for ((w, g), out) in want.iter().zip(&got).zip(&graph.output) {
+        if let Err(e) = compare(out.name(), w, g) {
+            return Outcome::Fail(e);
+        }
+    }
+    Outcome::Pass
+}
+
+#[test]
+fn onnx_backend_suites_on_the_cpu() {
+    let Some(root) = common::suites() else { return };
+    let filter = std::env::var("KILN_ONNX_CASES").ok();
+    let dev = Device::cpu();
+    let mut results: BTreeMap<String, (String, Outcome, Vec<String>)> = BTreeMap::new();
+    let mut panics = Vec::new();
+    for suite in SUITES {
+        for dir in common::list(&root.join(suite), |n| n.starts_with("test_")) {
+            let case = dir.file_name().unwrap().to_string_lossy().to_string();
+            if filter.as_ref().is_some_and(|f| !case.contains(f.as_str())) {
+                continue;
+            }
+            let ops: Vec<String> = read_model(dir.join("model.onnx"))
+                .map(|m| {
+                    let mut o: Vec<String> = m
+                        .graph
+                        .unwrap_or_default()
+                        .node
+                        .iter()
+                        .map(|n| n.op_type().to_string())
+                        .collect();
+                    o.sort();
+                    o.dedup();
+                    o
+                })
+                .unwrap_or_default();
+            let outcome =
+                catch_unwind(AssertUnwindSafe(|| run_case(&dir, &dev))).unwrap_or_else(|p| {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    panics.push(format!("{case}: {msg}"));
+                    Outcome::Fail(format!("panicked: {msg}"))
+                });
+            results.insert(format!("{suite}/{case}"), (suite.to_string(), outcome, ops));
+        }
+    }
+    report(&results, filter.is_some());
+    let passing: BTreeSet<&str> = results
+        .iter()
+        .filter(|(_, (_, o, _))| matches!(o, Outcome::Pass))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let baseline_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/passing.txt");
+    if std::env::var_os("KILN_ONNX_WRITE").is_some() && filter.is_none() {
+        let text: String = passing.iter().map(|c| format!("{c}\n")).collect();
+        std::fs::create_dir_all(baseline_path.parent().unwrap()).unwrap();
+        std::fs::write(&baseline_path, text).unwrap();
+        write_supported_ops(&results);
+    }
+    assert!(
+        panics.is_empty(),
+        "{} cases panicked:\n{}",
+        panics.len(),
+        panics.join("\n")
+    );
+    let baseline = std::fs::read_to_string(&baseline_path).unwrap_or_default();
+    let regressed: Vec<String> = baseline
+        .lines()
+        .filter(|c| results.contains_key(*c) && !passing.contains(c))
+        .map(|c| format!("{c}: {:?}", results[c].1))
+        .collect();
+    assert!(
+        regressed.is_empty(),
+        "{} previously passing cases fail:\n{}",
+        regressed.len(),
+        regressed.join("\n")
+    );
+}
+
+fn report(results: &BTreeMap<String, (String, Outcome, Vec<String>)>, verbose: bool) {
+    let supported: BTreeSet<&str> = kiln_onnx::supported_ops().into_iter().collect();
+    println!(
+        "\n| suite | cases | passed | failed | unsupported | passed of cases with supported ops |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for suite in SUITES {
+        let rows: Vec<_> = results.values().filter(|(s, _, _)| s == suite).collect();
+        let count = |f: fn(&Outcome) -> bool| rows.iter().filter(|(_, o, _)| f(o)).count();
+        let pass = count(|o| matches!(o, Outcome::Pass));
+        let fail = count(|o| matches!(o, Outcome::Fail(_)));
+        let unsup = count(|o| matches!(o, Outcome::Unsupported(_)));
+        let declared: Vec<_> = rows
+            .iter()
+            .filter(|(_, _, ops)| {
+                !ops.is_empty() && ops.iter().all(|o| supported.contains(o.as_str()))
+            })
+            .collect();
+        let declared_pass = declared
+            .iter()
+            .filter(|(_, o, _)| matches!(o, Outcome::Pass))
+            .count();
+        println!(
+            "| {suite} | {} | {pass} | {fail} | {unsup} | {declared_pass} of {} |",
+            rows.len(),
+            declared.len()
+        );
+    }
+    println!("{} ONNX ops supported", supported.len());
+    if verbose {
+        for (case, (_, o, _)) in results {
+            if !matches!(o, Outcome::Pass) {
+                println!("{case}: {o:?}");
+            }
+        }
+    }
+}
+
+/// SUPPORTED-ONNX-OPS.md: every op kiln imports with the node-suite cases it passes.
+fn write_supported_ops(results: &BTreeMap<String, (String, Outcome, Vec<String>)>) {
+    let mut per_op: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for (_, o, ops) in results.values() {
+        for op in ops {
+            let e = per_op.entry(op.as_str()).or_default();
+            e.1 += 1;
+            if matches!(o, Outcome::Pass) {
+                e.0 += 1;
+            }
+        }
+    }
+    let mut text = String::from(
+        "# ONNX operators kiln imports\n\nGenerated by `KILN_ONNX_WRITE=1 cargo test -p kiln-onnx --test conformance`\n\
+         from a run of the ONNX backend suites (node, simple, pytorch-converted, pytorch-operator)\n\
+         on the CPU backend. \"Cases\" counts the suite cases that use the op; a case passes when\n\
+         all its outputs match (floats within 1e-3 relative + 1e-5 absolute).\n\n\
+         | op | cases passed |\n| --- | ---: |\n",
+    );
+    for op in kiln_onnx::supported_ops() {
+        let (p, n) = per_op.get(op).copied().unwrap_or_default();
+        text.push_str(&format!("| {op} | {p} of {n} |\n"));
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../SUPPORTED-ONNX-OPS.md");
+    std::fs::write(path, text).unwrap();
+}
