@@ -13,6 +13,7 @@
 //! ```
 
 pub use kiln_core as core;
+pub use kiln_onnx as onnx;
 
 pub mod bench;
 pub mod checkpoint;
@@ -21,5 +22,6 @@ pub mod cuda;
 pub mod data;
 pub mod device;
 pub mod models;
+pub mod npy;
 pub mod serve;
 pub mod train;

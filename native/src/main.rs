@@ -59,6 +59,33 @@ enum Command {
         #[command(subcommand)]
         task: BenchTask,
     },
+    /// Convert an ONNX model to a kiln model file (one input, batch axis first), then check the
+    /// file against the ONNX model on a random input.
+    Import {
+        /// The `.onnx` file.
+        onnx: PathBuf,
+        /// The kiln model file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The input shape to trace with, e.g. `1,3,224,224` (default: the declared shape,
+        /// symbolic dimensions as 1).
+        #[arg(long, value_delimiter = ',')]
+        shape: Option<Vec<usize>>,
+    },
+    /// Run a model (`.onnx` or a kiln model file) on `.npy` inputs and write `.npy` outputs.
+    Run {
+        /// The model file.
+        file: PathBuf,
+        /// An input `.npy` file, once per model input, in order.
+        #[arg(long = "input", required = true)]
+        inputs: Vec<PathBuf>,
+        /// An output `.npy` file, once per model output, in order.
+        #[arg(long = "output", required = true)]
+        outputs: Vec<PathBuf>,
+        /// Device: cpu, wgpu or cuda.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+    },
     /// Serve a directory over HTTP (for the demo page), printing its URL.
     Serve {
         /// Directory to serve.
@@ -230,6 +257,17 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::Import {
+            onnx,
+            output,
+            shape,
+        } => import_onnx(&onnx, &output, shape),
+        Command::Run {
+            file,
+            inputs,
+            outputs,
+            device,
+        } => run_model(&file, &inputs, &outputs, &kiln::device::select(&device)?),
         Command::Serve { dir, port, host } => {
             let server = kiln::serve::Server::bind(&dir, (host, port).into())?;
             println!("serving {} at {}", dir.display(), server.url()?);
@@ -315,6 +353,76 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::io("read", format!("{}: {e}", path.display())))
+}
+
+fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+fn import_onnx(onnx: &Path, output: &Path, shape: Option<Vec<usize>>) -> Result<()> {
+    use kiln::onnx::OnnxModel;
+    let dev = kiln::core::Device::cpu();
+    let model = OnnxModel::load(&read(onnx)?, &dev).map_err(|e| e.context(onnx.display()))?;
+    let x = model.sample_input(shape.as_deref())?;
+    let bytes = model.to_kiln(&x)?;
+    kiln::checkpoint::write_atomic(output, &bytes)?;
+    // the written file against the ONNX model on the traced input
+    let kiln_model = kiln::core::model::Model::load(&bytes, &dev)?;
+    let (want, got) = (model.run(std::slice::from_ref(&x))?, kiln_model.run(&[x])?);
+    let diff = want[0]
+        .to_data()?
+        .to_f64_vec()
+        .iter()
+        .zip(got[0].to_data()?.to_f64_vec())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f64, f64::max);
+    println!(
+        "{} -> {} ({} bytes): {} graph nodes; output {} matches the ONNX model within {diff:.2e}",
+        onnx.display(),
+        output.display(),
+        bytes.len(),
+        kiln_model.graph().nodes.len(),
+        got[0].shape()
+    );
+    Ok(())
+}
+
+fn run_model(
+    file: &Path,
+    inputs: &[PathBuf],
+    outputs: &[PathBuf],
+    dev: &kiln::core::Device,
+) -> Result<()> {
+    let xs = inputs
+        .iter()
+        .map(|p| kiln::npy::decode(&read(p)?, &p.display().to_string(), dev))
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = read(file)?;
+    let ys = if is_onnx(file) {
+        kiln::onnx::OnnxModel::load(&bytes, dev)?.run(&xs)?
+    } else {
+        kiln::core::model::Model::load(&bytes, dev)?.run(&xs)?
+    };
+    if ys.len() != outputs.len() {
+        return Err(Error::invalid(
+            "run",
+            format!(
+                "the model has {} outputs, {} --output files given",
+                ys.len(),
+                outputs.len()
+            ),
+        ));
+    }
+    for (y, path) in ys.iter().zip(outputs) {
+        kiln::checkpoint::write_atomic(path, &kiln::npy::encode(y)?)?;
+        println!("{}: {} {}", path.display(), y.dtype(), y.shape());
+    }
+    Ok(())
 }
 
 fn remove_if_exists(path: &Path) -> Result<()> {

@@ -215,6 +215,87 @@ impl OnnxModel {
             .collect()
     }
 
+    /// A random input for the model's single input, to trace it with: `shape`, or else the
+    /// declared shape with symbolic dimensions as 1. Float inputs are f32, integer ones i32.
+    pub fn sample_input(&self, shape: Option<&[usize]>) -> Result<Tensor> {
+        let [input] = self.inputs.as_slice() else {
+            return Err(Error::unsupported(
+                "onnx to kiln",
+                format!(
+                    "models of one input convert; this one has {}",
+                    self.inputs.len()
+                ),
+            ));
+        };
+        let dims: Vec<usize> = match (shape, &input.dims) {
+            (Some(s), _) => s.to_vec(),
+            (None, Some(d)) => d
+                .iter()
+                .map(|d| if let Dim::Fixed(n) = d { *n } else { 1 })
+                .collect(),
+            (None, None) => {
+                return Err(Error::invalid(
+                    "onnx to kiln",
+                    format!("input '{}' declares no shape: give one", input.name),
+                ));
+            }
+        };
+        let x = Tensor::rand_normal(dims, 0.0, 1.0, 7, DType::F32, &self.device)?;
+        match input.elem_type {
+            DataType::Float | DataType::Undefined => Ok(x),
+            DataType::Int64 | DataType::Int32 => x.cast(DType::I32),
+            other => Err(Error::unsupported(
+                "onnx to kiln",
+                format!(
+                    "input '{}' of type {other:?} (float and integer inputs convert)",
+                    input.name
+                ),
+            )),
+        }
+    }
+
+    /// The model as a kiln model file (safetensors with kiln's graph), traced on `sample` (the
+    /// single input, batch axis first; its values do not matter, its shape does). Initializers
+    /// keep their ONNX names; host integer computations fold into the traced ops' parameters.
+    /// The batch axis stays dynamic when the file declares the input's first dimension
+    /// symbolic, and is fixed at the sample's otherwise. Only models of one input and one
+    /// output convert.
+    ///
+    /// ```
+    /// # use kiln_onnx::{OnnxModel, proto::*};
+    /// # let vi = |n: &str| ValueInfoProto { name: Some(n.into()), ..Default::default() };
+    /// # let graph = GraphProto { node: vec![NodeProto { op_type: Some("Sigmoid".into()),
+    /// #     input: vec!["x".into()], output: vec!["y".into()], ..Default::default() }],
+    /// #     input: vec![vi("x")], output: vec![vi("y")], ..Default::default() };
+    /// # let proto = ModelProto { graph: Some(graph), ..Default::default() };
+    /// let dev = kiln_core::Device::cpu();
+    /// let onnx = OnnxModel::from_proto(proto, &dev)?; // y = Sigmoid(x)
+    /// let x = kiln_core::Tensor::from_slice(&[0.0f32, 1.0, -1.0], [1, 3], &dev)?;
+    /// let file = onnx.to_kiln(&x)?;
+    /// let kiln = kiln_core::model::Model::load(&file, &dev)?;
+    /// assert_eq!(kiln.run(&[x.clone()])?[0].to_vec::<f32>()?, onnx.run(&[x])?[0].to_vec::<f32>()?);
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    #[cfg(feature = "std")]
+    pub fn to_kiln(&self, sample: &Tensor) -> Result<Vec<u8>> {
+        if self.inputs.len() != 1 || self.outputs.len() != 1 {
+            return Err(Error::unsupported(
+                "onnx to kiln",
+                format!(
+                    "models of one input and one output convert; this one has {} inputs and {} outputs",
+                    self.inputs.len(),
+                    self.outputs.len()
+                ),
+            ));
+        }
+        let mut metadata = BTreeMap::new();
+        metadata.insert("source".to_string(), "onnx".to_string());
+        metadata.insert("onnx_opset".to_string(), self.opset.to_string());
+        // the batch stays dynamic when the file leaves the input's first dimension free
+        let free_batch = !matches!(self.inputs[0].dims.as_deref(), Some([Dim::Fixed(_), ..]));
+        kiln_core::model::save_model_batch(&mut Traceable(self), sample, &metadata, free_batch)
+    }
+
     fn lookup(&self, env: &BTreeMap<&str, Value>, name: &str, node: &NodeProto) -> Result<Value> {
         if name.is_empty() {
             return Ok(Value::Absent);
@@ -372,4 +453,33 @@ fn last_uses(nodes: &[NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
         }
     }
     dead
+}
+
+/// An [`OnnxModel`] as a kiln module, for tracing: its float initializers are the module's
+/// tensors (so the model file keeps their ONNX names) and its forward pass is [`OnnxModel::run`].
+#[cfg(feature = "std")]
+struct Traceable<'a>(&'a OnnxModel);
+
+#[cfg(feature = "std")]
+impl kiln_core::nn::Module for Traceable<'_> {
+    fn visit(&self, _: &mut dyn FnMut(&str, &kiln_core::nn::Param)) {}
+    fn visit_mut(&mut self, _: &mut dyn FnMut(&str, &mut kiln_core::nn::Param)) {}
+    fn named_tensors(&self) -> Vec<(String, Tensor)> {
+        self.0
+            .constants
+            .iter()
+            .filter_map(|(name, v)| match v {
+                Value::Tensor(t) => Some((name.clone(), t.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(feature = "std")]
+impl kiln_core::nn::Forward for Traceable<'_> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut outs = self.0.run(core::slice::from_ref(x))?;
+        Ok(outs.remove(0))
+    }
 }

@@ -68,6 +68,13 @@ fn value(elems: TensorElems, dims: Vec<usize>, dev: &Device) -> Result<Value, St
         TensorElems::I32(v) => ints(v.into_iter().map(i64::from).collect(), false),
         TensorElems::I8(v) => ints(v.into_iter().map(i64::from).collect(), false),
         TensorElems::U8(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::I16(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::U16(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::U32(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::U64(v) => match v.into_iter().map(i64::try_from).collect() {
+            Ok(v) => ints(v, false),
+            Err(_) => return Err("uint64 values above i64's range are not supported".into()),
+        },
         TensorElems::Bool(v) => ints(v.into_iter().map(i64::from).collect(), true),
         other => return Err(format!("stored {:?} data is not supported", other.dtype())),
     })

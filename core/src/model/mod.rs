@@ -212,4 +212,4 @@ pub fn load_safetensors(bytes: &[u8]) -> Result<SafeTensors> {
 mod save;
 pub use save::{load_checkpoint, trace};
 #[cfg(feature = "std")]
-pub use save::{save_checkpoint, save_model, save_safetensors};
+pub use save::{save_checkpoint, save_model, save_model_batch, save_safetensors};

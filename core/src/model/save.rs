@@ -38,6 +38,16 @@ pub fn trace<M: Module + Forward + ?Sized>(
     module: &M,
     sample: &Tensor,
 ) -> Result<(Graph, Vec<(String, Tensor)>)> {
+    trace_batch(module, sample, true)
+}
+
+/// [`trace`], with the batch axis dynamic or, for a model that only runs at one batch size,
+/// fixed at the sample's.
+fn trace_batch<M: Module + Forward + ?Sized>(
+    module: &M,
+    sample: &Tensor,
+    dynamic_batch: bool,
+) -> Result<(Graph, Vec<(String, Tensor)>)> {
     let op = "trace";
     let batch = match sample.dims().first() {
         Some(&b) if b > 0 => b,
@@ -62,11 +72,18 @@ pub fn trace<M: Module + Forward + ?Sized>(
         collect(&[y], &[x], &params)
     };
     let mut first = run(sample)?;
-    let bigger = no_grad(|| Tensor::concat(&[sample.clone(), sample.narrow(0, 0, 1)?], 0))?;
-    let second = run(&bigger)?;
-    mark_batch(&mut first, &second, batch)?;
+    let second = if dynamic_batch {
+        let bigger = no_grad(|| Tensor::concat(&[sample.clone(), sample.narrow(0, 0, 1)?], 0))?;
+        let second = run(&bigger)?;
+        mark_batch(&mut first, &second, batch)?;
+        second
+    } else {
+        run(sample)?
+    };
     let mut input_shape: Vec<Option<usize>> = sample.dims().iter().map(|&d| Some(d)).collect();
-    input_shape[0] = None;
+    if dynamic_batch {
+        input_shape[0] = None;
+    }
     let outputs = first
         .outputs
         .iter()
@@ -110,8 +127,21 @@ pub fn save_model<M: Module + Forward + ?Sized>(
     sample: &Tensor,
     extra_metadata: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>> {
+    save_model_batch(module, sample, extra_metadata, true)
+}
+
+#[cfg(feature = "std")]
+/// [`save_model`] for a model that runs at one batch size only (e.g. an imported model whose
+/// shapes are fixed): the file's input shape is exactly the sample's when `dynamic_batch` is
+/// false.
+pub fn save_model_batch<M: Module + Forward + ?Sized>(
+    module: &mut M,
+    sample: &Tensor,
+    extra_metadata: &BTreeMap<String, String>,
+    dynamic_batch: bool,
+) -> Result<Vec<u8>> {
     module.set_training(false);
-    let (graph, consts) = trace(&*module, sample)?;
+    let (graph, consts) = trace_batch(&*module, sample, dynamic_batch)?;
     let mut metadata = extra_metadata.clone();
     for key in [KEY_FORMAT, KEY_VERSION, KEY_GRAPH] {
         if metadata.contains_key(key) {

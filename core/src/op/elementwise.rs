@@ -236,7 +236,9 @@ macro_rules! define_unary {
         #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
         pub enum UnaryOp {
-            $($(#[$doc])* $var $(($($ty),*))? $({$($(#[$fdoc])* $field: $fty),*})?,)*
+            // every field is an f64, which may be infinite (`clamp(x, 0, inf)`)
+            $($(#[$doc])* $var $(($(#[serde(with = "super::any_f64")] $ty),*))?
+                $({$($(#[$fdoc])* #[serde(with = "super::any_f64")] $field: $fty),*})?,)*
         }
 
         #[allow(unused_variables)]

@@ -8,6 +8,46 @@ use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
 mod elementwise;
+
+/// serde for op fields of type f64 that may be infinite or NaN (a max pool's `-inf` padding, an
+/// attention mask's fill), which JSON numbers cannot hold: those are written as the strings
+/// `"inf"`, `"-inf"` and `"nan"`, finite values as numbers.
+pub(crate) mod any_f64 {
+    use alloc::format;
+    use alloc::string::String;
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        match *v {
+            v if v.is_finite() => s.serialize_f64(v),
+            v if v.is_nan() => s.serialize_str("nan"),
+            v if v > 0.0 => s.serialize_str("inf"),
+            _ => s.serialize_str("-inf"),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Number {
+        Plain(f64),
+        Named(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Number::deserialize(d)? {
+            Number::Plain(v) => Ok(v),
+            Number::Named(s) => match s.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "nan" => Ok(f64::NAN),
+                other => Err(D::Error::custom(format!(
+                    "expected a number, \"inf\", \"-inf\" or \"nan\", found {other:?}"
+                ))),
+            },
+        }
+    }
+}
 pub use elementwise::{BinaryOp, CmpOp, TestRange, UnaryOp};
 
 /// Reductions over a set of axes.
@@ -202,6 +242,7 @@ pub enum Op {
     /// every element `value`
     Full {
         shape: Shape,
+        #[serde(with = "any_f64")]
         value: f64,
         dtype: DType,
     },
@@ -286,6 +327,7 @@ pub enum Op {
     /// inputs: `[x]`; constant padding, `(before, after)` per axis (fewer pairs pad the leading axes)
     Pad {
         pads: Vec<(usize, usize)>,
+        #[serde(with = "any_f64")]
         value: f64,
     },
     /// inputs: `[index (i32/u32)]`; appends an axis of `classes`
@@ -384,4 +426,42 @@ impl Op {
 /// An error for a wrong number of inputs.
 pub(crate) fn arity(op: &Op, want: usize, got: usize) -> Error {
     Error::invalid(op.name(), format!("expects {want} inputs, got {got}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Infinite and NaN fields survive the model file's JSON, which has no such numbers.
+    #[test]
+    fn non_finite_fields_round_trip_through_json() {
+        let ops = [
+            Op::Pad {
+                pads: alloc::vec![(1, 2)],
+                value: f64::NEG_INFINITY,
+            },
+            Op::Full {
+                shape: Shape::from([2]),
+                value: f64::INFINITY,
+                dtype: DType::F32,
+            },
+            Op::Unary(UnaryOp::Clamp {
+                min: 0.0,
+                max: f64::INFINITY,
+            }),
+            Op::Unary(UnaryOp::Powf(-1.5)),
+        ];
+        for op in ops {
+            let json = serde_json::to_string(&op).unwrap();
+            let back: Op = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, op, "{json}");
+        }
+        let nan = serde_json::to_string(&Op::Unary(UnaryOp::Powf(f64::NAN))).unwrap();
+        assert!(
+            matches!(serde_json::from_str(&nan), Ok(Op::Unary(UnaryOp::Powf(p))) if p.is_nan())
+        );
+        let bad = r#"{"pad":{"pads":[[0,1]],"value":"lots"}}"#;
+        let err = serde_json::from_str::<Op>(bad).unwrap_err().to_string();
+        assert!(err.contains("\"lots\""), "{err}");
+    }
 }
