@@ -55,6 +55,8 @@ struct Outcomes {
     rejected: usize,
     values: usize,
     value_errors: usize,
+    imported: usize,
+    import_errors: usize,
 }
 
 impl Outcomes {
@@ -70,6 +72,15 @@ impl Outcomes {
             return self.rejected += 1;
         };
         self.decoded += 1;
+        // the import (op lookup, initializer upload, input declarations) on the CPU; running a
+        // mutated model is left out: a mutated size may ask for any amount of memory
+        match kiln_onnx::OnnxModel::from_proto(model.clone(), &kiln_core::Device::cpu()) {
+            Ok(m) => {
+                self.imported += 1;
+                let _ = m.sample_input(None);
+            }
+            Err(_) => self.import_errors += 1,
+        }
         let graph = model.graph.as_ref().unwrap();
         for t in common::graph_tensors(graph) {
             self.value(tensor_value(t));
@@ -142,4 +153,5 @@ fn mutated_files_never_panic() {
     // Both outcomes occur, so the mutations neither always break nor never touch the files.
     assert!(out.decoded > 1000 && out.rejected > 1000, "{out:?}");
     assert!(out.values > 1000 && out.value_errors > 100, "{out:?}");
+    assert!(out.imported > 1000 && out.import_errors > 20, "{out:?}");
 }
