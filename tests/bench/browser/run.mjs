@@ -1,0 +1,369 @@
+#!/usr/bin/env node
+// Side-by-side in-page benchmark (issue 18, deliverable 1): the kiln MNIST CNN in kiln,
+// onnxruntime-web and TensorFlow.js, in headless Chromium, same weights, same MNIST test images.
+// Not a test and not run in CI: a script whose figures go in notes. See README.md.
+//
+//   node run.mjs [--runs 200] [--warmup 10] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
+//                [--gpu-b64-warmup 1] [--cold 3] [--batches 1,64] [--only kiln-cpu,ort-wasm-2t,...] [--no-webgpu]
+//                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
+
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir, cpus, loadavg } from "node:os";
+import { dirname, extname, join, normalize, resolve, sep } from "node:path";
+import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
+import { chromium } from "playwright-core";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ROOT = resolve(HERE, "../../..");
+
+// ---- flags -------------------------------------------------------------------------------------
+const DEFAULTS = {
+  runs: 200, warmup: 10, "gpu-runs": null, "gpu-b64-runs": 5, "gpu-warmup": 3, "gpu-b64-warmup": 1, cold: 3,
+  batches: "1,64", only: "", "no-webgpu": false, "max-seconds": 300, json: "",
+  kiln: join(ROOT, "npm"), model: join(ROOT, "demos/mnist/models/mnist.safetensors"),
+  chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
+  data: process.env.KILN_MNIST_DATA || "/work/shared/data/mnist", help: false,
+};
+const opt = { ...DEFAULTS };
+for (let i = 2; i < process.argv.length; i++) {
+  const a = process.argv[i];
+  const m = /^--([^=]+)(?:=(.*))?$/.exec(a);
+  if (!m || !(m[1] in DEFAULTS)) {
+    console.error(`unknown argument ${a}; see the head of run.mjs or README.md`);
+    process.exit(2);
+  }
+  const key = m[1];
+  if (typeof DEFAULTS[key] === "boolean") opt[key] = true;
+  else opt[key] = m[2] ?? process.argv[++i];
+}
+if (opt.help) {
+  console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 8).join("\n"));
+  process.exit(0);
+}
+for (const k of ["runs", "warmup", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds"]) opt[k] = Number(opt[k]);
+opt["gpu-runs"] = opt["gpu-runs"] == null ? opt.runs : Number(opt["gpu-runs"]);
+const BATCHES = String(opt.batches).split(",").map(Number);
+const JSON_OUT = opt.json || join(tmpdir(), `kiln-browser-bench-${Date.now()}.json`);
+
+// ---- what is measured ---------------------------------------------------------------------------
+const CONFIGS = [
+  { id: "kiln-cpu", label: "kiln CPU (wasm, 1 thread)", lib: "kiln", backend: "cpu", threads: 1, group: "cpu" },
+  { id: "ort-wasm-1t", label: "onnxruntime-web wasm, 1 thread", lib: "ort", backend: "wasm", threads: 1, group: "cpu" },
+  { id: "ort-wasm-2t", label: "onnxruntime-web wasm, 2 threads", lib: "ort", backend: "wasm", threads: 2, group: "cpu" },
+  { id: "tfjs-wasm-1t", label: "tfjs wasm, 1 thread", lib: "tfjs", backend: "wasm", threads: 1, group: "cpu" },
+  { id: "tfjs-wasm-2t", label: "tfjs wasm, 2 threads", lib: "tfjs", backend: "wasm", threads: 2, group: "cpu" },
+  { id: "kiln-webgpu", label: "kiln WebGPU", lib: "kiln", backend: "webgpu", threads: 1, group: "webgpu" },
+  { id: "ort-webgpu", label: "onnxruntime-web WebGPU", lib: "ort", backend: "webgpu", threads: 1, group: "webgpu" },
+  { id: "tfjs-webgpu", label: "tfjs WebGPU", lib: "tfjs", backend: "webgpu", threads: 1, group: "webgpu" },
+];
+const only = String(opt.only).split(",").filter(Boolean);
+const configs = CONFIGS.filter((c) => (!only.length || only.includes(c.id)) && !(opt["no-webgpu"] && c.group === "webgpu"));
+
+const pkgVersion = (p) => {
+  try { return JSON.parse(readFileSync(join(HERE, "node_modules", p, "package.json"), "utf8")).version; }
+  catch { return "?"; }
+};
+
+// ---- inputs and the ONNX model (temp folder, nothing committed) ---------------------------------
+const work = mkdtempSync(join(tmpdir(), "kiln-browser-bench-"));
+const t0 = Date.now();
+const upBefore = spawnSync("uptime", { encoding: "utf8" }).stdout.trim();
+console.log(`machine: ${cpus().length} cores (${cpus()[0]?.model}); uptime before: ${upBefore}`);
+const images = Math.max(64, ...BATCHES);
+const py = spawnSync(opt.python, [join(HERE, "export_onnx.py"), "--out", work, "--images", String(images),
+  "--weights", opt.model, "--data", opt.data], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+process.stdout.write(py.stdout || "");
+if (py.status !== 0) {
+  console.error("export_onnx.py failed (pip install onnx numpy safetensors onnxruntime)");
+  process.exit(1);
+}
+const pyMeta = JSON.parse(readFileSync(join(work, "meta.json"), "utf8"));
+const f32 = (name) => new Float32Array(new Uint8Array(readFileSync(join(work, name))).buffer);
+const refOrt = f32("ref_onnxruntime.f32");
+const refNumpy = f32("ref_numpy.f32");
+const labels = [...readFileSync(join(work, "labels.u8"))];
+
+// ---- http server: cross-origin isolated (COOP/COEP), so SharedArrayBuffer and threads work -----
+const MOUNTS = [
+  ["/kiln/", opt.kiln],
+  ["/ort/", join(HERE, "node_modules/onnxruntime-web/dist")],
+  ["/tfjs/", join(HERE, "node_modules/@tensorflow")],
+  ["/data/", work],
+];
+const FILES = {
+  "/bench.html": join(HERE, "bench.html"),
+  "/harness.mjs": join(HERE, "harness.mjs"),
+  "/data/mnist.safetensors": opt.model,
+};
+const TYPES = { ".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript",
+  ".wasm": "application/wasm", ".json": "application/json" };
+const served = [];
+function resolvePath(url) {
+  const p = decodeURIComponent(new URL(url, "http://x").pathname);
+  if (FILES[p]) return FILES[p];
+  for (const [prefix, dir] of MOUNTS) {
+    if (!p.startsWith(prefix)) continue;
+    const f = normalize(join(dir, p.slice(prefix.length)));
+    if (f.startsWith(normalize(dir) + sep) && existsSync(f) && statSync(f).isFile()) return f;
+  }
+  return null;
+}
+const server = createServer((req, res) => {
+  const f = resolvePath(req.url);
+  res.setHeader("Cross-Origin-Opener-Policy", "same-origin");
+  res.setHeader("Cross-Origin-Embedder-Policy", "require-corp");
+  res.setHeader("Cross-Origin-Resource-Policy", "same-origin");
+  res.setHeader("Cache-Control", "no-cache");
+  if (!f) { res.statusCode = 404; res.end("not found"); return; }
+  served.push(new URL(req.url, "http://x").pathname);
+  res.setHeader("Content-Type", TYPES[extname(f)] || "application/octet-stream");
+  res.end(readFileSync(f));
+});
+await new Promise((r) => server.listen(0, "127.0.0.1", r));
+const BASE = `http://127.0.0.1:${server.address().port}`;
+
+// ---- browser --------------------------------------------------------------------------------------
+const driverCfg = JSON.parse(readFileSync(join(ROOT, "web/webdriver.json"), "utf8"))["goog:chromeOptions"];
+const executablePath = opt.chromium || driverCfg.binary || "/usr/lib/chromium/chromium";
+const args = driverCfg.args.filter((a) => !a.startsWith("--headless"));
+if (!args.includes("--enable-unsafe-webgpu")) args.push("--enable-unsafe-webgpu");
+const launch = () => chromium.launch({ executablePath, headless: true, args });
+const browserVersion = await (async () => { const b = await launch(); const v = b.version(); await b.close(); return v; })();
+
+const libFile = (pathname) => /^\/(kiln|ort|tfjs)\//.test(pathname) && /\.(m?js|wasm)$/.test(pathname);
+
+/** Opens the page for `c` in a new context of `browser`; resolves when its first result is in. */
+async function openPage(browser, c, requests) {
+  const context = await browser.newContext();
+  if (requests) context.on("request", (r) => requests.add(new URL(r.url()).pathname));
+  const page = await context.newPage();
+  const consoleErrors = [];
+  page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  await page.goto(`${BASE}/bench.html?lib=${c.lib}&backend=${c.backend}&threads=${c.threads}`);
+  const limit = c.group === "webgpu" ? 300e3 : 120e3;
+  await page.waitForFunction(() => window.__bench && (window.__bench.ready || window.__bench.error),
+    null, { timeout: limit, polling: 50 });
+  const st = await page.evaluate(() => {
+    const { logits, time, ...rest } = window.__bench;
+    return rest;
+  });
+  if (st.error) {
+    await context.close();
+    const e = new Error(st.error.message + (consoleErrors.length ? ` [console: ${consoleErrors.slice(0, 3).join(" | ")}]` : ""));
+    e.unavailable = st.error.unavailable;
+    throw e;
+  }
+  return { context, page, st };
+}
+
+const median = (a) => { const s = [...a].sort((x, y) => x - y); const n = s.length; return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
+const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]; };
+const maxAbs = (a, b) => { let m = 0; for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i])); return m; };
+const argmaxRows = (a) => { const r = []; for (let i = 0; i < a.length / 10; i++) { let k = 0; for (let j = 1; j < 10; j++) if (a[i * 10 + j] > a[i * 10 + k]) k = j; r.push(k); } return r; };
+const agree = (a, b) => a.filter((v, i) => v === b[i]).length / a.length;
+
+const results = [];
+if (!existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm")))
+  console.log(`note: ${opt.kiln}/dist/kiln_web_bg.wasm is missing: build it with 'bash scripts/build-web.sh'; kiln rows are skipped`);
+
+const browser = await launch();
+for (const c of configs) {
+  const r = { ...c, batches: {}, cold: null, bytes: null };
+  results.push(r);
+  const tc = Date.now();
+  if (c.lib === "kiln" && !existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm"))) {
+    r.skipped = "kiln package not built (bash scripts/build-web.sh)";
+    continue;
+  }
+  // Warm figures and logits: one page (new context) for this library/backend/thread count.
+  let p;
+  try {
+    p = await openPage(browser, c, null);
+  } catch (e) {
+    r.skipped = e.message;
+    console.log(`[${c.id}] skipped: ${e.message}`);
+    continue;
+  }
+  Object.assign(r, { version: p.st.version, actualBackend: p.st.actualBackend, actualThreads: p.st.actualThreads,
+    adapter: p.st.adapter, crossOriginIsolated: p.st.crossOriginIsolated,
+    hardwareConcurrencyOverride: p.st.hardwareConcurrencyOverride });
+  try {
+    const logits = Float32Array.from(await p.page.evaluate((n) => window.__bench.logits(n), images));
+    r.logits = Array.from(logits);
+    r.first = p.st.first;
+    for (const b of BATCHES) {
+      const gpu = c.group === "webgpu";
+      const runs = gpu ? (b > 1 ? opt["gpu-b64-runs"] : opt["gpu-runs"]) : opt.runs;
+      const warmup = gpu ? (b > 1 ? opt["gpu-b64-warmup"] : opt["gpu-warmup"]) : opt.warmup;
+      const times = await p.page.evaluate(([n, w, k, ms]) => window.__bench.time(n, w, k, ms),
+        [b, warmup, runs, opt["max-seconds"] * 1000]);
+      r.batches[b] = { median: median(times), p90: pct(times, 90), min: Math.min(...times), runs: times.length,
+        requestedRuns: runs, warmup, times };
+      console.log(`[${c.id}] batch ${b}: median ${median(times).toFixed(2)} ms, p90 ${pct(times, 90).toFixed(2)} ms over ${times.length} runs (${warmup} warm-up)`);
+    }
+  } catch (e) {
+    r.error = String(e.message || e);
+    console.log(`[${c.id}] failed: ${r.error}`);
+  }
+  await p.context.close();
+  // Cold start: a fresh browser (so a fresh context, page and caches) per sample.
+  const colds = [];
+  let bytes = null;
+  for (let s = 0; s < opt.cold; s++) {
+    const b = await launch();
+    const requests = new Set();
+    served.length = 0;
+    try {
+      const q = await openPage(b, c, requests);
+      colds.push(q.st.cold);
+      const seenByServer = served.filter(libFile);
+      const files = [...new Set([...requests].filter(libFile))];
+      const missed = [...new Set(seenByServer)].filter((f) => !files.includes(f));
+      const list = files.map((f) => {
+        const buf = readFileSync(resolvePath(f));
+        return { path: f, raw: buf.length, gzip9: gzipSync(buf, { level: 9 }).length };
+      });
+      bytes = { files: list, gzip9: list.reduce((a, x) => a + x.gzip9, 0), raw: list.reduce((a, x) => a + x.raw, 0),
+        servedButNotSeenByPage: missed };
+      await q.context.close();
+    } catch (e) {
+      console.log(`[${c.id}] cold sample ${s + 1} failed: ${e.message}`);
+    }
+    await b.close();
+  }
+  if (colds.length) r.cold = { median: median(colds), samples: colds };
+  r.bytes = bytes;
+  r.seconds = (Date.now() - tc) / 1000;
+  console.log(`[${c.id}] cold start ${colds.map((x) => x.toFixed(0)).join(", ")} ms; library ${bytes ? (bytes.gzip9 / 1024).toFixed(0) : "?"} KiB gzip -9; ${r.seconds.toFixed(0)} s`);
+}
+await browser.close();
+server.close();
+const upAfter = spawnSync("uptime", { encoding: "utf8" }).stdout.trim();
+
+// ---- report ---------------------------------------------------------------------------------------
+const ms = (x) => (x == null ? "-" : x >= 1000 ? `${(x / 1000).toFixed(2)} s` : `${x.toFixed(x < 10 ? 2 : 1)} ms`);
+const ratio = (k, p) => (k == null || p == null ? "-" : `${(k / p).toFixed(2)}x`);
+const pad = (s, n, left) => (left ? String(s).padEnd(n) : String(s).padStart(n));
+const ok = results.filter((r) => !r.skipped && !r.error);
+const kilnOf = (g) => ok.find((r) => r.lib === "kiln" && r.group === g);
+
+console.log(`\nChromium ${browserVersion} (headless), ${cpus().length} cores; kiln ${ok.find((r) => r.lib === "kiln")?.version ?? "?"}, ` +
+  `onnxruntime-web ${pkgVersion("onnxruntime-web")}, @tensorflow/tfjs-core ${pkgVersion("@tensorflow/tfjs-core")} ` +
+  `(+ backend-wasm ${pkgVersion("@tensorflow/tfjs-backend-wasm")}, backend-webgpu ${pkgVersion("@tensorflow/tfjs-backend-webgpu")})`);
+const adapters = [...new Set(ok.filter((r) => r.adapter).map((r) => r.adapter))];
+if (adapters.length) console.log(`WebGPU adapter: ${adapters.join("; ")}`);
+console.log(`Per run: input upload to logits read back in JS. CPU rows: ${opt.warmup} warm-up + ${opt.runs} timed runs. ` +
+  `WebGPU rows: ${opt["gpu-warmup"]} warm-up + ${opt["gpu-runs"]} runs at batch 1, ${opt["gpu-b64-warmup"]} + ${opt["gpu-b64-runs"]} at batch > 1 ` +
+  `(fewer: SwiftShader is slow; --gpu-runs / --gpu-b64-runs). Runs stop early after ${opt["max-seconds"]} s per cell (n shows the count).`);
+console.log(`Cold start: navigation to first batch-1 result, fresh browser per sample, median of ${opt.cold}. ` +
+  `Bytes: gzip -9 of the .js/.mjs/.wasm files the page requested from the library.\n`);
+
+const hdr = ["library / backend", ...BATCHES.flatMap((b) => [`b${b} median`, "p90", "p90/med", "n"]), "cold start", "lib KiB gz", ...BATCHES.map((b) => `kiln/this b${b}`), "kiln/this cold", "kiln/this bytes"];
+const W = [34, ...BATCHES.flatMap(() => [11, 10, 8, 5]), 11, 11, ...BATCHES.map(() => 14), 15, 16];
+const line = (cells) => cells.map((c, i) => pad(c, W[i], i === 0)).join(" ");
+console.log(line(hdr));
+console.log("-".repeat(W.reduce((a, b) => a + b + 1, 0)));
+for (const r of results) {
+  if (r.skipped || r.error) {
+    console.log(`${pad(r.label, W[0], true)} skipped: ${r.skipped || r.error}`);
+    continue;
+  }
+  const k = kilnOf(r.group);
+  const cells = [r.label + (r.actualThreads !== r.threads ? ` [threads=${r.actualThreads}]` : "") +
+    (r.hardwareConcurrencyOverride ? " +" : "")];
+  for (const b of BATCHES) {
+    const x = r.batches[b];
+    cells.push(ms(x?.median), ms(x?.p90), x ? (x.p90 / x.median).toFixed(2) : "-", x ? (x.runs < x.requestedRuns ? `${x.runs}*` : x.runs) : "-");
+  }
+  cells.push(ms(r.cold?.median), r.bytes ? (r.bytes.gzip9 / 1024).toFixed(0) : "-");
+  const self = r.lib === "kiln";
+  for (const b of BATCHES) cells.push(self || !k ? "" : ratio(k.batches[b]?.median, r.batches[b]?.median));
+  cells.push(self || !k ? "" : ratio(k.cold?.median, r.cold?.median), self || !k ? "" : ratio(k.bytes?.gzip9, r.bytes?.gzip9));
+  console.log(line(cells));
+}
+for (const r of ok.filter((r) => r.hardwareConcurrencyOverride))
+  console.log(`+ ${r.id}: tfjs-backend-wasm caps threads at navigator.hardwareConcurrency / 2 (1 here), so this page reports ` +
+    `hardwareConcurrency = ${r.hardwareConcurrencyOverride}; tf.wasm.getThreadsCount() = ${r.actualThreads}`);
+for (const r of ok.filter((r) => !r.crossOriginIsolated)) console.log(`! ${r.id}: the page was not cross-origin isolated`);
+if (ok.some((r) => Object.values(r.batches).some((x) => x.runs < x.requestedRuns)))
+  console.log("* fewer runs than asked: the --max-seconds cap was reached");
+
+// kiln / best peer
+console.log("\nkiln / best peer (median; < 1 means kiln is faster or smaller):");
+const summary = [];
+for (const [g, name, filter] of [
+  ["cpu", "CPU, any thread count", () => true],
+  ["cpu", "CPU, 1-thread peers", (r) => r.threads === 1],
+  ["webgpu", "WebGPU, same adapter", () => true],
+]) {
+  const k = kilnOf(g);
+  const peers = ok.filter((r) => r.group === g && r.lib !== "kiln" && filter(r));
+  if (!k || !peers.length) { console.log(`  ${name}: not available`); continue; }
+  const parts = [];
+  const best = (f) => peers.filter((r) => f(r) != null).sort((a, b) => f(a) - f(b))[0];
+  const entry = { group: name };
+  for (const b of BATCHES) {
+    const p = best((r) => r.batches[b]?.median);
+    if (!p || !k.batches[b]) continue;
+    const v = k.batches[b].median / p.batches[b].median;
+    entry[`batch${b}`] = { ratio: v, peer: p.id };
+    parts.push(`batch ${b} ${v.toFixed(2)}x (vs ${p.id} ${ms(p.batches[b].median)})`);
+  }
+  const pc = best((r) => r.cold?.median);
+  if (pc && k.cold) { entry.cold = { ratio: k.cold.median / pc.cold.median, peer: pc.id }; parts.push(`cold ${entry.cold.ratio.toFixed(2)}x (vs ${pc.id})`); }
+  const pb = best((r) => r.bytes?.gzip9);
+  if (pb && k.bytes) { entry.bytes = { ratio: k.bytes.gzip9 / pb.bytes.gzip9, peer: pb.id }; parts.push(`bytes ${entry.bytes.ratio.toFixed(2)}x (vs ${pb.id})`); }
+  summary.push(entry);
+  console.log(`  ${name}: ${parts.join("; ")}`);
+}
+
+// Agreement of the logits
+console.log(`\nLogits on the first ${images} MNIST test images (batch ${images}; one call per library):`);
+console.log(`  onnxruntime ${pyMeta.onnxruntime} (native, Python) vs numpy float64 forward: max abs diff ${pyMeta.max_abs_diff_onnxruntime_vs_numpy.toExponential(2)}`);
+const kc = ok.find((r) => r.id === "kiln-cpu" && r.logits) || ok.find((r) => r.logits);
+const top1Labels = (a) => agree(argmaxRows(a), labels.slice(0, a.length / 10));
+console.log(`  ${pad("library / backend", 34, true)} ${pad(`vs ${kc ? kc.id : "kiln"}`, 16)} ${pad("vs ORT native", 14)} ${pad("vs numpy f64", 13)} ${pad(`top-1 = ${kc ? kc.id : "kiln"}`, 18)} ${pad("accuracy", 9)} ${pad("b1 vs b64 row 0", 16)}`);
+const accuracy = [];
+for (const r of ok.filter((r) => r.logits)) {
+  const a = Float32Array.from(r.logits);
+  const e = {
+    id: r.id,
+    maxAbsDiffVsKiln: kc ? maxAbs(a, Float32Array.from(kc.logits)) : null,
+    maxAbsDiffVsOnnxruntimeNative: maxAbs(a, refOrt),
+    maxAbsDiffVsNumpy: maxAbs(a, refNumpy),
+    top1AgreementWithKiln: kc ? agree(argmaxRows(a), argmaxRows(Float32Array.from(kc.logits))) : null,
+    accuracyVsLabels: top1Labels(a),
+    batch1VsBatchRow0: maxAbs(Float32Array.from(r.first), a.subarray(0, 10)),
+  };
+  accuracy.push(e);
+  const ex = (v) => (v == null ? "-" : v.toExponential(2));
+  console.log(`  ${pad(r.label, 34, true)} ${pad(ex(e.maxAbsDiffVsKiln), 16)} ${pad(ex(e.maxAbsDiffVsOnnxruntimeNative), 14)} ${pad(ex(e.maxAbsDiffVsNumpy), 13)} ${pad(e.top1AgreementWithKiln == null ? "-" : e.top1AgreementWithKiln.toFixed(3), 18)} ${pad(e.accuracyVsLabels.toFixed(3), 9)} ${pad(ex(e.batch1VsBatchRow0), 16)}`);
+}
+
+{
+  const tops = ok.filter((r) => r.logits).map((r) => argmaxRows(Float32Array.from(r.logits)));
+  if (tops.length > 1) {
+    const all = tops[0].filter((v, i) => tops.every((t) => t[i] === v)).length;
+    console.log(`  top-1: all ${tops.length} library/backend rows agree on ${all} of ${tops[0].length} images`);
+  }
+}
+for (const r of ok) {
+  if (r.bytes) console.log(`  bytes ${r.id}: ${r.bytes.files.map((f) => `${f.path} ${(f.gzip9 / 1024).toFixed(0)} KiB`).join(", ")}` +
+    (r.bytes.servedButNotSeenByPage.length ? ` (served but not seen as page requests: ${r.bytes.servedButNotSeenByPage.join(", ")})` : ""));
+}
+const total = (Date.now() - t0) / 1000;
+console.log(`\nuptime before: ${upBefore}\nuptime after:  ${upAfter}\n(load from other processes on this machine makes the figures noisier; compare within one run)`);
+console.log(`total ${total.toFixed(0)} s; JSON: ${JSON_OUT}; ONNX model and inputs: ${work}`);
+
+writeFileSync(JSON_OUT, JSON.stringify({
+  date: new Date().toISOString(), chromium: browserVersion, cores: cpus().length, cpu: cpus()[0]?.model,
+  loadavgAfter: loadavg(), uptimeBefore: upBefore, uptimeAfter: upAfter, options: opt, totalSeconds: total,
+  versions: { onnxruntimeWeb: pkgVersion("onnxruntime-web"), tfjsCore: pkgVersion("@tensorflow/tfjs-core"),
+    tfjsBackendWasm: pkgVersion("@tensorflow/tfjs-backend-wasm"), tfjsBackendWebgpu: pkgVersion("@tensorflow/tfjs-backend-webgpu"),
+    playwrightCore: pkgVersion("playwright-core"), python: pyMeta },
+  results: results.map(({ logits, first, ...r }) => r), summary, accuracy,
+}, null, 1));
