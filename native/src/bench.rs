@@ -59,3 +59,40 @@ pub fn train_mnist(
         images_per_sec: (steps * batch_size) as f64 / secs.max(1e-9),
     })
 }
+
+/// Timings of [`onnx`], in milliseconds per run.
+#[derive(Clone, Copy, Debug)]
+pub struct Latency {
+    /// Median of the timed runs.
+    pub median_ms: f64,
+    /// Fastest run.
+    pub min_ms: f64,
+    /// Slowest run.
+    pub max_ms: f64,
+}
+
+/// Runs `model` on `x` 3 times to warm up, then `runs` times, each until its outputs are read
+/// back to the host (so a GPU's queue is drained).
+pub fn onnx(
+    model: &crate::onnx::OnnxModel,
+    x: &crate::core::Tensor,
+    runs: usize,
+) -> Result<Latency> {
+    let once = || -> Result<f64> {
+        let start = Instant::now();
+        for y in model.run(std::slice::from_ref(x))? {
+            y.to_data()?;
+        }
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    };
+    for _ in 0..3 {
+        once()?;
+    }
+    let mut ms = (0..runs).map(|_| once()).collect::<Result<Vec<f64>>>()?;
+    ms.sort_by(f64::total_cmp);
+    Ok(Latency {
+        median_ms: ms[ms.len() / 2],
+        min_ms: ms[0],
+        max_ms: ms[ms.len() - 1],
+    })
+}

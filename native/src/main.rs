@@ -186,6 +186,21 @@ enum BenchTask {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// Inference time of an ONNX model on a random input of its declared shape (symbolic
+    /// dimensions as 1): median and spread of the timed runs, in ms.
+    Onnx {
+        /// The `.onnx` file.
+        file: PathBuf,
+        /// Device: cpu, wgpu or cuda.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Timed runs (after 3 warm-up runs).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// The input shape, e.g. `1,3,224,224` (default: the declared one).
+        #[arg(long, value_delimiter = ',')]
+        shape: Option<Vec<usize>>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -254,6 +269,30 @@ fn run(cli: Cli) -> Result<()> {
                 device.name(),
                 r.seconds_per_step,
                 r.images_per_sec
+            );
+            Ok(())
+        }
+        Command::Bench {
+            task:
+                BenchTask::Onnx {
+                    file,
+                    device,
+                    runs,
+                    shape,
+                },
+        } => {
+            let device = kiln::device::select(&device)?;
+            let model = kiln::onnx::OnnxModel::load(&read(&file)?, &device)?;
+            let x = model.sample_input(shape.as_deref())?;
+            let r = kiln::bench::onnx(&model, &x, runs.max(1))?;
+            println!(
+                "kiln onnx {} on {}: input {}, {runs} runs, median {:.3} ms, min {:.3} ms, max {:.3} ms",
+                file.display(),
+                device.name(),
+                x.shape(),
+                r.median_ms,
+                r.min_ms,
+                r.max_ms
             );
             Ok(())
         }

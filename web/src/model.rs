@@ -1,6 +1,5 @@
-//! `Model`: a kiln model file (safetensors weights + the traced graph in its metadata), or an
-//! ONNX file converted to one at load, loaded from a URL or bytes onto a device and run on
-//! tensors.
+//! `Model`: a kiln model file (safetensors weights + the traced graph in its metadata), loaded
+//! from a URL or bytes onto a device and run on tensors.
 
 use crate::device::{self, Device, Wanted, kind_of};
 use crate::error::{IntoJs, JsResult, invalid, to_js};
@@ -95,17 +94,6 @@ async fn source_bytes(source: &JsValue) -> JsResult<Vec<u8>> {
     Ok(Uint8Array::new(&buf).to_vec())
 }
 
-/// A kiln model file as it is; an ONNX file (anything that is not safetensors, whose JSON
-/// header starts at byte 8) converted to one: traced on the CPU on its declared input shape,
-/// symbolic dimensions as 1. The batch axis stays free; models of one input convert.
-fn kiln_file(bytes: Vec<u8>) -> JsResult<Vec<u8>> {
-    if bytes.get(8) == Some(&b'{') {
-        return Ok(bytes);
-    }
-    let onnx = kiln_onnx::OnnxModel::load(&bytes, &kiln_core::Device::cpu()).js()?;
-    onnx.to_kiln(&onnx.sample_input(None).js()?).js()
-}
-
 /// `[{name, shape, dtype}]` for a model's inputs or outputs.
 fn describe<'a>(specs: impl IntoIterator<Item = &'a ValueInfo>) -> Array {
     specs
@@ -131,12 +119,11 @@ fn describe<'a>(specs: impl IntoIterator<Item = &'a ValueInfo>) -> Array {
 
 #[wasm_bindgen]
 impl Model {
-    /// Loads a kiln model file or an ONNX file (one input) from a URL or bytes onto
-    /// `options.device` (default: the CPU; `"auto"`: the faster of WebGPU and the CPU for this
-    /// model, see `Device` for how).
+    /// Loads a kiln model file from a URL or bytes onto `options.device` (default: the CPU;
+    /// `"auto"`: the faster of WebGPU and the CPU for this model, see `Device` for how).
     pub async fn load(source: JsValue, options: JsValue) -> JsResult<Model> {
         let wanted = Device::wanted(&options, "Model.load")?;
-        let bytes = kiln_file(source_bytes(&source).await?)?;
+        let bytes = source_bytes(&source).await?;
         let (model, device) = match wanted {
             Wanted::Given(d) => (KModel::load(&bytes, d.inner()).js()?, d),
             Wanted::Auto => device::load_on_fastest(&bytes).await?,

@@ -10,7 +10,7 @@ use crate::value::{Ints, Value};
 use crate::{DataType, NodeAttrs};
 use alloc::format;
 use alloc::vec::Vec;
-use core::f64::consts::{FRAC_PI_2, PI};
+use core::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, FRAC_PI_2};
 use kiln_core::{
     BinaryOp, CmpOp, DType, Device, Error, Result, Shape, Tensor, TensorData, UnaryOp,
 };
@@ -853,7 +853,7 @@ fn gelu(c: &Ctx<'_>, a: &[Value]) -> Outputs {
                 .mul(x)?
                 .mul_scalar(0.044715)?
                 .add(x)?
-                .mul_scalar((2.0 / PI).sqrt())?;
+                .mul_scalar(FRAC_2_SQRT_PI * FRAC_1_SQRT_2)?;
             x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)
         }),
         other => Err(c.unsupported(format!("Gelu approximate '{other}'"))),
