@@ -44,9 +44,10 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p kiln --features cuda --all-targets -- -D warnings
 
-stage "kiln-core without std: wasm32 and bare metal"
+stage "kiln-core and kiln-onnx without std: wasm32 and bare metal"
 cargo build -p kiln-core --no-default-features --target wasm32-unknown-unknown
 cargo build -p kiln-core --no-default-features --target thumbv7em-none-eabihf
+cargo build -p kiln-onnx --no-default-features --target wasm32-unknown-unknown
 
 stage "Rust tests: CPU oracle, autodiff, nn, model file, CLI, wgpu on lavapipe, translator"
 cargo test --workspace
