@@ -146,6 +146,30 @@ pub(crate) fn one_ints(i: Ints) -> Outputs {
     Ok(vec![Value::Ints(i)])
 }
 
+/// The values of a small input that decides an output's shape (Resize scales, Range bounds,
+/// OneHot depth): host integers as they are, a device tensor read back. The read blocks until
+/// the device is done (free on the CPU); without `std` it is an error naming `what`.
+pub(crate) fn host_values(v: &Value, what: &str) -> Result<Vec<f64>> {
+    match v {
+        Value::Ints(i) => Ok(i.data.iter().map(|&x| x as f64).collect()),
+        Value::Tensor(t) => read_back(t, what),
+        Value::Absent => Ok(Vec::new()),
+    }
+}
+
+#[cfg(feature = "std")]
+fn read_back(t: &Tensor, _: &str) -> Result<Vec<f64>> {
+    Ok(t.to_data()?.to_f64_vec())
+}
+
+#[cfg(not(feature = "std"))]
+fn read_back(_: &Tensor, what: &str) -> Result<Vec<f64>> {
+    Err(Error::unsupported(
+        "onnx",
+        format!("{what}: a computed tensor whose value decides the output shape"),
+    ))
+}
+
 /// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.
 pub(crate) fn axis(axis: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;

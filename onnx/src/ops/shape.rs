@@ -586,17 +586,11 @@ fn scalar_f64(c: &Ctx<'_>, v: &Value, what: &str) -> Result<f64> {
 
 /// Reads a one-element device tensor back: the op's output shape depends on its value
 /// (Range bounds, OneHot depth), so it must be known on the host.
-#[cfg(feature = "std")]
-fn read_scalar(_: &Ctx<'_>, t: &Tensor, _: &str) -> Result<f64> {
-    t.to_scalar()
-}
-
-/// Without `std` a device tensor cannot be read back synchronously.
-#[cfg(not(feature = "std"))]
-fn read_scalar(c: &Ctx<'_>, _: &Tensor, what: &str) -> Result<f64> {
-    Err(c.unsupported(format!(
-        "{what}: a computed tensor whose value decides the output shape"
-    )))
+fn read_scalar(_: &Ctx<'_>, t: &Tensor, what: &str) -> Result<f64> {
+    let v = super::host_values(&Value::Tensor(t.clone()), what)?;
+    v.first()
+        .copied()
+        .ok_or_else(|| Error::shape("onnx", format!("{what}: expects one element, got none")))
 }
 
 // ------------------------------------------------------------------ Size, ConstantOfShape, Range

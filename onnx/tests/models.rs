@@ -1,0 +1,307 @@
+//! Whole models on kiln's CPU backend: the two pretrained MNIST classifiers of the ONNX Model
+//! Zoo (`shared/conformance/models/mnist/{mnist-7,mnist-8}`, each with its `test_data_set_N`
+//! folders of stored inputs and outputs) and the nine "light" zoo architectures of onnx's
+//! backend tests (`shared/conformance/onnx-light`: alexnet, densenet121, inception v1 and v2,
+//! resnet50, shufflenet, squeezenet, vgg19, zfnet512), whose float initializers were replaced by
+//! `ConstantOfShape` nodes.
+//!
+//! The light models come without stored inputs, and their `light_<name>_output_0.pb` (from
+//! onnx's C reference evaluator, per the folder's README) do not depend on the input: every
+//! weight of a light model is one constant, and every expected output is a constant vector
+//! (0.001 everywhere, the softmax of equal logits, for eight of them; 0.46095502 everywhere for
+//! densenet121). Any input of the declared shape gives these outputs (zeros and 0.7 were both
+//! tried), so an all-zero input of the declared shape is fed (see `light_input`). These models
+//! therefore check that every op of the architecture imports and runs, shapes included, and
+//! little about the numbers; the MNIST models check the numbers.
+//!
+//! Outputs are compared as in `tests/conformance.rs` (floats within 1e-3 relative + 1e-5
+//! absolute). Prints per model: passed, failed or unsupported (naming the missing ops), and the
+//! time the run took. Fails when a model of `EXPECTED_PASS` does not pass, or when any panics.
+
+use kiln_core::{DType, Device, ErrorKind, Shape, Tensor, TensorData};
+use kiln_onnx::{Dim, Ints, OnnxModel, TensorElems, Value, read_model, read_tensor, tensor_value};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const RTOL: f64 = 1e-3;
+const ATOL: f64 = 1e-5;
+
+/// The models that pass today; each must keep passing.
+const EXPECTED_PASS: &[&str] = &[
+    "mnist-7",
+    "mnist-8",
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+];
+
+enum Outcome {
+    Pass,
+    Fail(String),
+    Unsupported(String),
+}
+
+/// The conformance data: `$KILN_ONNX_SUITES`, or the first `shared/conformance` found walking up
+/// from this crate.
+fn suites() -> Option<PathBuf> {
+    match std::env::var_os("KILN_ONNX_SUITES") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|a| a.join("shared/conformance"))
+            .find(|d| d.is_dir()),
+    }
+}
+
+/// The entries of `dir` whose file name satisfies `keep`, sorted.
+fn list(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&keep))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    paths.sort();
+    paths
+}
+
+/// A stored tensor as a run-time value: floats as CPU tensors, integers and bools on the host.
+fn value(elems: TensorElems, dims: Vec<usize>, dev: &Device) -> Result<Value, String> {
+    let shape = Shape::from(dims.clone());
+    let ints = |data: Vec<i64>, bool| {
+        Value::Ints(Ints {
+            dims: dims.clone(),
+            data,
+            bool,
+        })
+    };
+    let tensor = |d: kiln_core::Result<TensorData>| {
+        d.and_then(|d| Tensor::from_data(&d, dev))
+            .map(Value::Tensor)
+            .map_err(|e| e.to_string())
+    };
+    Ok(match elems {
+        TensorElems::F32(v) => tensor(TensorData::new(v, shape))?,
+        TensorElems::F64(v) => tensor(TensorData::new(v, shape))?,
+        TensorElems::I64(v) => ints(v, false),
+        TensorElems::I32(v) => ints(v.into_iter().map(i64::from).collect(), false),
+        TensorElems::Bool(v) => ints(v.into_iter().map(i64::from).collect(), true),
+        other => return Err(format!("stored {:?} data is not supported", other.dtype())),
+    })
+}
+
+fn read_value(path: &Path, dev: &Device) -> Result<Value, String> {
+    let t = read_tensor(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v = tensor_value(&t).map_err(|e| e.to_string())?;
+    value(v.data, v.dims, dev)
+}
+
+/// The values of `v` as f64, with its dims and whether they compare exactly.
+fn values(v: &Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> {
+    match v {
+        Value::Ints(i) => Ok((
+            i.dims.clone(),
+            i.data.iter().map(|&x| x as f64).collect(),
+            true,
+        )),
+        Value::Tensor(t) => {
+            let d = t.to_data().map_err(|e| e.to_string())?;
+            Ok((t.dims().to_vec(), d.to_f64_vec(), !t.dtype().is_float()))
+        }
+        Value::Absent => Err("output is absent".into()),
+    }
+}
+
+fn compare(i: usize, want: &Value, got: &Value) -> Result<(), String> {
+    let (wd, w, exact) = values(want)?;
+    let (gd, g, _) = values(got)?;
+    if wd != gd {
+        return Err(format!("output {i}: shape {gd:?}, expected {wd:?}"));
+    }
+    for (j, (a, b)) in w.iter().zip(&g).enumerate() {
+        let ok = if exact || a.is_infinite() {
+            a == b
+        } else if a.is_nan() {
+            b.is_nan()
+        } else {
+            (a - b).abs() <= ATOL + RTOL * a.abs()
+        };
+        if !ok {
+            return Err(format!("output {i}: element {j} is {b}, expected {a}"));
+        }
+    }
+    Ok(())
+}
+
+/// Loads a model; unsupported ops make it `Unsupported` (the error names them).
+fn load(path: &Path, dev: &Device) -> Result<OnnxModel, Outcome> {
+    let proto = read_model(path).map_err(|e| Outcome::Fail(e.to_string()))?;
+    OnnxModel::from_proto(proto, dev).map_err(|e| {
+        if e.kind() == ErrorKind::Unsupported {
+            Outcome::Unsupported(e.to_string())
+        } else {
+            Outcome::Fail(e.to_string())
+        }
+    })
+}
+
+/// Runs `model` on `inputs` and compares with `want`.
+fn check(model: &OnnxModel, inputs: Vec<Value>, want: &[Value]) -> Outcome {
+    let got = match model.run_values(inputs) {
+        Ok(v) => v,
+        Err(e) if e.kind() == ErrorKind::Unsupported => return Outcome::Unsupported(e.to_string()),
+        Err(e) => return Outcome::Fail(e.to_string()),
+    };
+    if got.len() < want.len() {
+        return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
+    }
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        if let Err(e) = compare(i, w, g) {
+            return Outcome::Fail(e);
+        }
+    }
+    Outcome::Pass
+}
+
+/// An MNIST model folder: every `test_data_set_N` (inputs and outputs bound by position).
+fn run_mnist(dir: &Path, dev: &Device) -> Outcome {
+    let model = match load(&dir.join("model.onnx"), dev) {
+        Ok(m) => m,
+        Err(o) => return o,
+    };
+    let sets = list(dir, |n| n.starts_with("test_data_set_"));
+    if sets.is_empty() {
+        return Outcome::Fail("no test_data_set_N folders".into());
+    }
+    for set in sets {
+        let read = |prefix: &str| -> Result<Vec<Value>, String> {
+            list(&set, |n| n.starts_with(prefix) && n.ends_with(".pb"))
+                .iter()
+                .map(|p| read_value(p, dev))
+                .collect()
+        };
+        let (inputs, want) = match (read("input_"), read("output_")) {
+            (Ok(i), Ok(o)) => (i, o),
+            (Err(e), _) | (_, Err(e)) => return Outcome::Fail(e),
+        };
+        match check(&model, inputs, &want) {
+            Outcome::Pass => {}
+            Outcome::Fail(e) => {
+                let name = set.file_name().unwrap_or_default().to_string_lossy();
+                return Outcome::Fail(format!("{name}: {e}"));
+            }
+            other => return other,
+        }
+    }
+    Outcome::Pass
+}
+
+/// An input for a light model: zeros of the declared shape (f32); its outputs do not depend on
+/// it (see the module docs).
+fn light_input(model: &OnnxModel, dev: &Device) -> Result<Vec<Value>, String> {
+    model
+        .inputs()
+        .iter()
+        .map(|i| {
+            let dims: Vec<usize> = i
+                .dims
+                .as_ref()
+                .ok_or_else(|| format!("input {} has no declared shape", i.name))?
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => Ok(*n),
+                    other => Err(format!("input {} has dimension {other:?}", i.name)),
+                })
+                .collect::<Result<_, String>>()?;
+            Tensor::zeros(dims, DType::F32, dev)
+                .map(Value::Tensor)
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// A light model: `light_<name>.onnx` with `light_<name>_output_0.pb`.
+fn run_light(path: &Path, dev: &Device) -> Outcome {
+    let model = match load(path, dev) {
+        Ok(m) => m,
+        Err(o) => return o,
+    };
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let want = match read_value(&path.with_file_name(format!("{stem}_output_0.pb")), dev) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Fail(e),
+    };
+    match light_input(&model, dev) {
+        Ok(inputs) => check(&model, inputs, &[want]),
+        Err(e) => Outcome::Fail(e),
+    }
+}
+
+#[test]
+fn zoo_models_on_the_cpu() {
+    let Some(root) = suites() else {
+        eprintln!("notice: no shared/conformance found (set KILN_ONNX_SUITES); skipping");
+        return;
+    };
+    let dev = Device::cpu();
+    let mut cases: Vec<(String, PathBuf, bool)> = Vec::new();
+    for name in ["mnist-7", "mnist-8"] {
+        cases.push((name.into(), root.join("models/mnist").join(name), true));
+    }
+    for p in list(&root.join("onnx-light"), |n| {
+        n.starts_with("light_") && n.ends_with(".onnx")
+    }) {
+        let name = p.file_stem().unwrap_or_default().to_string_lossy();
+        let name = name.trim_start_matches("light_").to_string();
+        cases.push((name, p, false));
+    }
+    let mut passed = Vec::new();
+    let mut panics = Vec::new();
+    println!("\n| model | outcome | time |\n| --- | --- | ---: |");
+    for (name, path, mnist) in &cases {
+        let start = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if *mnist {
+                run_mnist(path, &dev)
+            } else {
+                run_light(path, &dev)
+            }
+        }))
+        .unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panics.push(format!("{name}: {msg}"));
+            Outcome::Fail(format!("panicked: {msg}"))
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let text = match &outcome {
+            Outcome::Pass => {
+                passed.push(name.clone());
+                "passed".to_string()
+            }
+            Outcome::Fail(why) => format!("FAILED: {why}"),
+            Outcome::Unsupported(why) => format!("unsupported: {why}"),
+        };
+        println!("| {name} | {text} | {secs:.2} s |");
+    }
+    assert!(panics.is_empty(), "models panicked:\n{}", panics.join("\n"));
+    let missing: Vec<&&str> = EXPECTED_PASS
+        .iter()
+        .filter(|m| !passed.iter().any(|p| p == *m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "models expected to pass do not: {missing:?}"
+    );
+}
