@@ -1,16 +1,15 @@
 //! Running an ONNX graph on a kiln device: [`OnnxModel`].
 
 use crate::ops::{self, Ctx};
-use crate::value::{Ints, Value};
+use crate::value::Value;
 use crate::{
-    DataType, ModelProto, NodeProto, TensorElems, TensorProto, decode_model, opset_version,
-    tensor_value,
+    DataType, ModelProto, NodeProto, TensorProto, decode_model, opset_version, tensor_value,
 };
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use kiln_core::{DType, Device, Error, Result, Shape, Tensor, TensorData};
+use kiln_core::{DType, Device, Error, Result, Tensor};
 
 /// One dimension of a declared graph input.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -328,54 +327,7 @@ pub(crate) fn onnx_err(e: crate::OnnxError) -> Error {
 /// An initializer (or a `Constant`'s tensor) as a value: floats on the device, integers and
 /// bools on the host.
 pub(crate) fn constant(t: &TensorProto, device: &Device) -> Result<Value> {
-    let v = tensor_value(t).map_err(onnx_err)?;
-    let shape = Shape::from(v.dims.clone());
-    let ints = |data: Vec<i64>, bool: bool| {
-        Ok(Value::Ints(Ints {
-            dims: v.dims.clone(),
-            data,
-            bool,
-        }))
-    };
-    let floats = |data: TensorData| {
-        // f64 and f16 stay themselves where the device holds them, else f32
-        let data = if device.backend().supports(data.dtype()) {
-            data
-        } else {
-            data.convert(DType::F32)
-        };
-        Ok(Value::Tensor(Tensor::from_data(&data, device)?))
-    };
-    match v.data {
-        TensorElems::F32(d) => floats(TensorData::new(d, shape)?),
-        TensorElems::F64(d) => floats(TensorData::new(d, shape)?),
-        TensorElems::F16(bits) => {
-            let h: Vec<half::f16> = bits.into_iter().map(half::f16::from_bits).collect();
-            floats(TensorData::new(h, shape)?)
-        }
-        TensorElems::I64(d) => ints(d, false),
-        TensorElems::I32(d) => ints(d.into_iter().map(i64::from).collect(), false),
-        TensorElems::I16(d) => ints(d.into_iter().map(i64::from).collect(), false),
-        TensorElems::I8(d) => ints(d.into_iter().map(i64::from).collect(), false),
-        TensorElems::U8(d) => ints(d.into_iter().map(i64::from).collect(), false),
-        TensorElems::U16(d) => ints(d.into_iter().map(i64::from).collect(), false),
-        TensorElems::U32(d) => ints(d.into_iter().map(i64::from).collect(), false),
-        TensorElems::U64(d) => ints(
-            d.into_iter()
-                .map(|x| i64::try_from(x).unwrap_or(i64::MAX))
-                .collect(),
-            false,
-        ),
-        TensorElems::Bool(d) => ints(d.into_iter().map(i64::from).collect(), true),
-        other => Err(Error::unsupported(
-            "onnx",
-            format!(
-                "tensor '{}': element type {:?} is not supported",
-                v.name,
-                other.dtype()
-            ),
-        )),
-    }
+    Value::from_tensor(tensor_value(t).map_err(onnx_err)?, device)
 }
 
 fn model_input(v: &crate::ValueInfoProto) -> ModelInput {

@@ -8,6 +8,7 @@
 //! lowered to an i32 tensor, and a value outside i32's range is an error naming the node.
 //! Int64 results of device ops are i32 tensors.
 
+use crate::{TensorElems, TensorValue};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -83,6 +84,59 @@ pub enum Value {
 }
 
 impl Value {
+    /// A stored tensor (an initializer, a `Constant`, test data) as a value: floats as tensors on
+    /// `device` (f64 and f16 as f32 where the device lacks them), integers and bools on the host.
+    pub fn from_tensor(v: TensorValue, device: &Device) -> Result<Value> {
+        let shape = Shape::from(v.dims.clone());
+        let ints = |data: Vec<i64>, bool: bool| {
+            Ok(Value::Ints(Ints {
+                dims: v.dims.clone(),
+                data,
+                bool,
+            }))
+        };
+        let floats = |data: TensorData| {
+            // f64 and f16 stay themselves where the device holds them, else f32
+            let data = if device.backend().supports(data.dtype()) {
+                data
+            } else {
+                data.convert(DType::F32)
+            };
+            Ok(Value::Tensor(Tensor::from_data(&data, device)?))
+        };
+        match v.data {
+            TensorElems::F32(d) => floats(TensorData::new(d, shape)?),
+            TensorElems::F64(d) => floats(TensorData::new(d, shape)?),
+            TensorElems::F16(bits) => {
+                let h: Vec<half::f16> = bits.into_iter().map(half::f16::from_bits).collect();
+                floats(TensorData::new(h, shape)?)
+            }
+            TensorElems::I64(d) => ints(d, false),
+            TensorElems::I32(d) => ints(d.into_iter().map(i64::from).collect(), false),
+            TensorElems::I16(d) => ints(d.into_iter().map(i64::from).collect(), false),
+            TensorElems::I8(d) => ints(d.into_iter().map(i64::from).collect(), false),
+            TensorElems::U8(d) => ints(d.into_iter().map(i64::from).collect(), false),
+            TensorElems::U16(d) => ints(d.into_iter().map(i64::from).collect(), false),
+            TensorElems::U32(d) => ints(d.into_iter().map(i64::from).collect(), false),
+            TensorElems::U64(d) => match d.into_iter().map(i64::try_from).collect() {
+                Ok(d) => ints(d, false),
+                Err(_) => Err(Error::unsupported(
+                    "onnx",
+                    format!("tensor '{}': uint64 values above i64's range", v.name),
+                )),
+            },
+            TensorElems::Bool(d) => ints(d.into_iter().map(i64::from).collect(), true),
+            other => Err(Error::unsupported(
+                "onnx",
+                format!(
+                    "tensor '{}': element type {:?} is not supported",
+                    v.name,
+                    other.dtype()
+                ),
+            )),
+        }
+    }
+
     /// The dimensions.
     pub fn dims(&self) -> Vec<usize> {
         match self {

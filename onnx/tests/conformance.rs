@@ -11,8 +11,9 @@
 
 mod common;
 
-use kiln_core::{Device, ErrorKind, Shape, Tensor, TensorData};
-use kiln_onnx::{Ints, OnnxModel, TensorElems, Value, read_model, read_tensor, tensor_value};
+use common::Outcome;
+use kiln_core::Device;
+use kiln_onnx::{Value, read_model};
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -23,100 +24,6 @@ const SUITES: &[&str] = &[
     "onnx-pytorch-converted",
     "onnx-pytorch-operator",
 ];
-const RTOL: f64 = 1e-3;
-const ATOL: f64 = 1e-5;
-
-enum Outcome {
-    Pass,
-    Fail(String),
-    Unsupported(String),
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Outcome::Pass => f.write_str("passed"),
-            Outcome::Fail(why) => write!(f, "FAILED: {why}"),
-            Outcome::Unsupported(why) => write!(f, "unsupported: {why}"),
-        }
-    }
-}
-
-/// A stored tensor as a run-time value: floats as CPU tensors, integers and bools on the host.
-fn value(elems: TensorElems, dims: Vec<usize>, dev: &Device) -> Result<Value, String> {
-    let shape = Shape::from(dims.clone());
-    let ints = |data: Vec<i64>, bool| {
-        Value::Ints(Ints {
-            dims: dims.clone(),
-            data,
-            bool,
-        })
-    };
-    let tensor = |d: kiln_core::Result<TensorData>| {
-        d.and_then(|d| Tensor::from_data(&d, dev))
-            .map(Value::Tensor)
-            .map_err(|e| e.to_string())
-    };
-    Ok(match elems {
-        TensorElems::F32(v) => tensor(TensorData::new(v, shape))?,
-        TensorElems::F64(v) => tensor(TensorData::new(v, shape))?,
-        TensorElems::F16(v) => tensor(TensorData::new(
-            v.into_iter().map(half::f16::from_bits).collect::<Vec<_>>(),
-            shape,
-        ))?,
-        TensorElems::I64(v) => ints(v, false),
-        TensorElems::I32(v) => ints(v.into_iter().map(i64::from).collect(), false),
-        TensorElems::I8(v) => ints(v.into_iter().map(i64::from).collect(), false),
-        TensorElems::U8(v) => ints(v.into_iter().map(i64::from).collect(), false),
-        TensorElems::I16(v) => ints(v.into_iter().map(i64::from).collect(), false),
-        TensorElems::U16(v) => ints(v.into_iter().map(i64::from).collect(), false),
-        TensorElems::U32(v) => ints(v.into_iter().map(i64::from).collect(), false),
-        TensorElems::U64(v) => match v.into_iter().map(i64::try_from).collect() {
-            Ok(v) => ints(v, false),
-            Err(_) => return Err("uint64 values above i64's range are not supported".into()),
-        },
-        TensorElems::Bool(v) => ints(v.into_iter().map(i64::from).collect(), true),
-        other => return Err(format!("stored {:?} data is not supported", other.dtype())),
-    })
-}
-
-/// The values of `v` as f64, with its dims, for comparison.
-fn values(v: &Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> {
-    match v {
-        Value::Ints(i) => Ok((
-            i.dims.clone(),
-            i.data.iter().map(|&x| x as f64).collect(),
-            true,
-        )),
-        Value::Tensor(t) => {
-            let d = t.to_data().map_err(|e| e.to_string())?;
-            let exact = !t.dtype().is_float();
-            Ok((t.dims().to_vec(), d.to_f64_vec(), exact))
-        }
-        Value::Absent => Err("output is absent".into()),
-    }
-}
-
-fn compare(name: &str, want: &Value, got: &Value) -> Result<(), String> {
-    let (wd, w, exact) = values(want)?;
-    let (gd, g, _) = values(got)?;
-    if wd != gd {
-        return Err(format!("output {name}: shape {gd:?}, expected {wd:?}"));
-    }
-    for (i, (a, b)) in w.iter().zip(&g).enumerate() {
-        let ok = if exact || a.is_infinite() {
-            a == b
-        } else if a.is_nan() {
-            b.is_nan()
-        } else {
-            (a - b).abs() <= ATOL + RTOL * a.abs()
-        };
-        if !ok {
-            return Err(format!("output {name}: element {i} is {b}, expected {a}"));
-        }
-    }
-    Ok(())
-}
 
 fn run_case(dir: &Path, dev: &Device) -> Outcome {
     let model = match read_model(dir.join("model.onnx")) {
@@ -124,20 +31,14 @@ fn run_case(dir: &Path, dev: &Device) -> Outcome {
         Err(e) => return Outcome::Fail(e.to_string()),
     };
     let graph = model.graph.clone().unwrap_or_default();
-    let model = match OnnxModel::from_proto(model, dev) {
+    let model = match common::load(model, dev) {
         Ok(m) => m,
-        Err(e) if e.kind() == ErrorKind::Unsupported => return Outcome::Unsupported(e.to_string()),
-        Err(e) => return Outcome::Fail(e.to_string()),
+        Err(o) => return o,
     };
     let data = dir.join("test_data_set_0");
     let read = |prefix: &str, n: usize| -> Result<Vec<Value>, String> {
         (0..n)
-            .map(|i| {
-                let t = read_tensor(data.join(format!("{prefix}_{i}.pb")))
-                    .map_err(|e| e.to_string())?;
-                let v = tensor_value(&t).map_err(|e| e.to_string())?;
-                value(v.data, v.dims, dev)
-            })
+            .map(|i| common::read_value(&data.join(format!("{prefix}_{i}.pb")), dev))
             .collect()
     };
     let initializers: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
@@ -146,6 +47,7 @@ fn run_case(dir: &Path, dev: &Device) -> Outcome {
         .iter()
         .filter(|i| !initializers.contains(i.name()))
         .count();
+    // stored data of a type kiln has no dtype for (float8, strings, ...) makes a case unsupported
     let inputs = match read("input", n_in) {
         Ok(v) => v,
         Err(e) => return Outcome::Unsupported(format!("inputs: {e}")),
@@ -154,17 +56,7 @@ fn run_case(dir: &Path, dev: &Device) -> Outcome {
         Ok(v) => v,
         Err(e) => return Outcome::Unsupported(format!("outputs: {e}")),
     };
-    let got = match model.run_values(inputs) {
-        Ok(v) => v,
-        Err(e) if e.kind() == ErrorKind::Unsupported => return Outcome::Unsupported(e.to_string()),
-        Err(e) => return Outcome::Fail(e.to_string()),
-    };
-    for ((w, g), out) in want.iter().zip(&got).zip(&graph.output) {
-        if let Err(e) = compare(out.name(), w, g) {
-            return Outcome::Fail(e);
-        }
-    }
-    Outcome::Pass
+    common::check(&model, inputs, &want)
 }
 
 #[test]

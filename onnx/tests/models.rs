@@ -18,14 +18,14 @@
 //! absolute). Prints per model: passed, failed or unsupported (naming the missing ops), and the
 //! time the run took. Fails when a model of `EXPECTED_PASS` does not pass, or when any panics.
 
-use kiln_core::{DType, Device, ErrorKind, Shape, Tensor, TensorData};
-use kiln_onnx::{Dim, Ints, OnnxModel, TensorElems, Value, read_model, read_tensor, tensor_value};
+mod common;
+
+use common::{Outcome, check, list, read_value};
+use kiln_core::{DType, Device, Tensor};
+use kiln_onnx::{Dim, OnnxModel, Value, read_model};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-const RTOL: f64 = 1e-3;
-const ATOL: f64 = 1e-5;
 
 /// The models that pass today; each must keep passing.
 const EXPECTED_PASS: &[&str] = &[
@@ -42,133 +42,10 @@ const EXPECTED_PASS: &[&str] = &[
     "zfnet512",
 ];
 
-enum Outcome {
-    Pass,
-    Fail(String),
-    Unsupported(String),
-}
-
-/// The conformance data: `$KILN_ONNX_SUITES`, or the first `shared/conformance` found walking up
-/// from this crate.
-fn suites() -> Option<PathBuf> {
-    match std::env::var_os("KILN_ONNX_SUITES") {
-        Some(dir) => Some(PathBuf::from(dir)),
-        None => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|a| a.join("shared/conformance"))
-            .find(|d| d.is_dir()),
-    }
-}
-
-/// The entries of `dir` whose file name satisfies `keep`, sorted.
-fn list(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&keep))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    paths.sort();
-    paths
-}
-
-/// A stored tensor as a run-time value: floats as CPU tensors, integers and bools on the host.
-fn value(elems: TensorElems, dims: Vec<usize>, dev: &Device) -> Result<Value, String> {
-    let shape = Shape::from(dims.clone());
-    let ints = |data: Vec<i64>, bool| {
-        Value::Ints(Ints {
-            dims: dims.clone(),
-            data,
-            bool,
-        })
-    };
-    let tensor = |d: kiln_core::Result<TensorData>| {
-        d.and_then(|d| Tensor::from_data(&d, dev))
-            .map(Value::Tensor)
-            .map_err(|e| e.to_string())
-    };
-    Ok(match elems {
-        TensorElems::F32(v) => tensor(TensorData::new(v, shape))?,
-        TensorElems::F64(v) => tensor(TensorData::new(v, shape))?,
-        TensorElems::I64(v) => ints(v, false),
-        TensorElems::I32(v) => ints(v.into_iter().map(i64::from).collect(), false),
-        TensorElems::Bool(v) => ints(v.into_iter().map(i64::from).collect(), true),
-        other => return Err(format!("stored {:?} data is not supported", other.dtype())),
-    })
-}
-
-fn read_value(path: &Path, dev: &Device) -> Result<Value, String> {
-    let t = read_tensor(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v = tensor_value(&t).map_err(|e| e.to_string())?;
-    value(v.data, v.dims, dev)
-}
-
-/// The values of `v` as f64, with its dims and whether they compare exactly.
-fn values(v: &Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> {
-    match v {
-        Value::Ints(i) => Ok((
-            i.dims.clone(),
-            i.data.iter().map(|&x| x as f64).collect(),
-            true,
-        )),
-        Value::Tensor(t) => {
-            let d = t.to_data().map_err(|e| e.to_string())?;
-            Ok((t.dims().to_vec(), d.to_f64_vec(), !t.dtype().is_float()))
-        }
-        Value::Absent => Err("output is absent".into()),
-    }
-}
-
-fn compare(i: usize, want: &Value, got: &Value) -> Result<(), String> {
-    let (wd, w, exact) = values(want)?;
-    let (gd, g, _) = values(got)?;
-    if wd != gd {
-        return Err(format!("output {i}: shape {gd:?}, expected {wd:?}"));
-    }
-    for (j, (a, b)) in w.iter().zip(&g).enumerate() {
-        let ok = if exact || a.is_infinite() {
-            a == b
-        } else if a.is_nan() {
-            b.is_nan()
-        } else {
-            (a - b).abs() <= ATOL + RTOL * a.abs()
-        };
-        if !ok {
-            return Err(format!("output {i}: element {j} is {b}, expected {a}"));
-        }
-    }
-    Ok(())
-}
-
-/// Loads a model; unsupported ops make it `Unsupported` (the error names them).
+/// Loads a model file (ops kiln does not import make it `Unsupported`).
 fn load(path: &Path, dev: &Device) -> Result<OnnxModel, Outcome> {
     let proto = read_model(path).map_err(|e| Outcome::Fail(e.to_string()))?;
-    OnnxModel::from_proto(proto, dev).map_err(|e| {
-        if e.kind() == ErrorKind::Unsupported {
-            Outcome::Unsupported(e.to_string())
-        } else {
-            Outcome::Fail(e.to_string())
-        }
-    })
-}
-
-/// Runs `model` on `inputs` and compares with `want`.
-fn check(model: &OnnxModel, inputs: Vec<Value>, want: &[Value]) -> Outcome {
-    let got = match model.run_values(inputs) {
-        Ok(v) => v,
-        Err(e) if e.kind() == ErrorKind::Unsupported => return Outcome::Unsupported(e.to_string()),
-        Err(e) => return Outcome::Fail(e.to_string()),
-    };
-    if got.len() < want.len() {
-        return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
-    }
-    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-        if let Err(e) = compare(i, w, g) {
-            return Outcome::Fail(e);
-        }
-    }
-    Outcome::Pass
+    common::load(proto, dev)
 }
 
 /// An MNIST model folder: every `test_data_set_N` (inputs and outputs bound by position).
@@ -247,10 +124,7 @@ fn run_light(path: &Path, dev: &Device) -> Outcome {
 
 #[test]
 fn zoo_models_on_the_cpu() {
-    let Some(root) = suites() else {
-        eprintln!("notice: no shared/conformance found (set KILN_ONNX_SUITES); skipping");
-        return;
-    };
+    let Some(root) = common::suites() else { return };
     let dev = Device::cpu();
     let mut cases: Vec<(String, PathBuf, bool)> = Vec::new();
     for name in ["mnist-7", "mnist-8"] {
@@ -285,15 +159,10 @@ fn zoo_models_on_the_cpu() {
             Outcome::Fail(format!("panicked: {msg}"))
         });
         let secs = start.elapsed().as_secs_f64();
-        let text = match &outcome {
-            Outcome::Pass => {
-                passed.push(name.clone());
-                "passed".to_string()
-            }
-            Outcome::Fail(why) => format!("FAILED: {why}"),
-            Outcome::Unsupported(why) => format!("unsupported: {why}"),
-        };
-        println!("| {name} | {text} | {secs:.2} s |");
+        if matches!(outcome, Outcome::Pass) {
+            passed.push(name.clone());
+        }
+        println!("| {name} | {outcome} | {secs:.2} s |");
     }
     assert!(panics.is_empty(), "models panicked:\n{}", panics.join("\n"));
     let missing: Vec<&&str> = EXPECTED_PASS

@@ -1306,30 +1306,7 @@ fn gather_elements(c: &Ctx<'_>, a: &[Value]) -> Outputs {
                     format!("GatherElements indices {:?} for data {dims:?}", ii.dims),
                 ));
             }
-            let st = strides(&dims);
-            let mut src = Vec::with_capacity(ii.data.len());
-            let mut values = ii.data.iter();
-            each_index(&ii.dims, |p| {
-                let v = *values
-                    .next()
-                    .ok_or_else(|| Error::shape("onnx", "indices too short"))?;
-                let mut at = 0;
-                for (k, &pk) in p.iter().enumerate() {
-                    let i = if k == ax {
-                        fix_index(v, dims[k], "GatherElements")?
-                    } else if pk < dims[k] {
-                        pk
-                    } else {
-                        return Err(Error::shape(
-                            "onnx",
-                            format!("GatherElements indices {:?} exceed data {dims:?}", ii.dims),
-                        ));
-                    };
-                    at += i * st[k];
-                }
-                src.push(at);
-                Ok(())
-            })?;
+            let src = element_positions(&dims, ii, ax, "GatherElements")?;
             Ok(vec![take(c, x, &src, ii.dims.clone())?])
         }
         idx => {
@@ -1337,6 +1314,36 @@ fn gather_elements(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             one(c.tensor(a, 0)?.gather(ax as isize, &idx)?)
         }
     }
+}
+
+/// The flat positions in data of shape `dims` that GatherElements reads (ScatterElements
+/// writes): each index of `ii` replaces its own coordinate along `ax`.
+fn element_positions(dims: &[usize], ii: &Ints, ax: usize, op: &str) -> Result<Vec<usize>> {
+    let st = strides(dims);
+    let mut out = Vec::with_capacity(ii.data.len());
+    let mut values = ii.data.iter();
+    each_index(&ii.dims, |p| {
+        let v = *values
+            .next()
+            .ok_or_else(|| Error::shape("onnx", "indices too short"))?;
+        let mut at = 0;
+        for (k, &pk) in p.iter().enumerate() {
+            let i = if k == ax {
+                fix_index(v, dims[k], op)?
+            } else if pk < dims[k] {
+                pk
+            } else {
+                return Err(Error::shape(
+                    "onnx",
+                    format!("{op} indices {:?} exceed data {dims:?}", ii.dims),
+                ));
+            };
+            at += i * st[k];
+        }
+        out.push(at);
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// GatherND: slices of `x` picked by the index tuples in the last axis of `indices`, after
@@ -1548,27 +1555,7 @@ fn scatter_elements(c: &Ctx<'_>, a: &[Value]) -> Outputs {
                     ),
                 ));
             }
-            let st = strides(&dims);
-            let mut targets = Vec::with_capacity(ii.data.len());
-            let mut values = ii.data.iter();
-            each_index(&ii.dims, |p| {
-                let v = *values
-                    .next()
-                    .ok_or_else(|| Error::shape("onnx", "indices too short"))?;
-                let mut at = 0;
-                for (k, &pk) in p.iter().enumerate() {
-                    let i = if k == ax {
-                        fix_index(v, dims[k], "ScatterElements")?
-                    } else if pk < dims[k] {
-                        pk
-                    } else {
-                        return Err(Error::shape("onnx", "ScatterElements indices exceed data"));
-                    };
-                    at += i * st[k];
-                }
-                targets.push(at);
-                Ok(())
-            })?;
+            let targets = element_positions(&dims, ii, ax, "ScatterElements")?;
             scatter(c, x, upd, &targets, red)
         }
         idx => {

@@ -46,3 +46,112 @@ pub fn graph_tensors(graph: &GraphProto) -> Vec<&TensorProto> {
     }
     out
 }
+
+/// What running one suite case or model gave.
+pub enum Outcome {
+    Pass,
+    Fail(String),
+    Unsupported(String),
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Pass => f.write_str("passed"),
+            Outcome::Fail(why) => write!(f, "FAILED: {why}"),
+            Outcome::Unsupported(why) => write!(f, "unsupported: {why}"),
+        }
+    }
+}
+
+/// Float outputs match within this relative tolerance (the ONNX runner's default) plus
+/// [`ATOL`]; integers and bools exactly.
+pub const RTOL: f64 = 1e-3;
+/// See [`RTOL`].
+pub const ATOL: f64 = 1e-5;
+
+/// A stored TensorProto file as a run-time value.
+pub fn read_value(path: &Path, dev: &kiln_core::Device) -> Result<kiln_onnx::Value, String> {
+    let t = kiln_onnx::read_tensor(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v = kiln_onnx::tensor_value(&t).map_err(|e| e.to_string())?;
+    kiln_onnx::Value::from_tensor(v, dev).map_err(|e| e.to_string())
+}
+
+/// The dims and values of `v` as f64, and whether they compare exactly.
+fn values(v: &kiln_onnx::Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> {
+    match v {
+        kiln_onnx::Value::Ints(i) => Ok((
+            i.dims.clone(),
+            i.data.iter().map(|&x| x as f64).collect(),
+            true,
+        )),
+        kiln_onnx::Value::Tensor(t) => {
+            let d = t.to_data().map_err(|e| e.to_string())?;
+            Ok((t.dims().to_vec(), d.to_f64_vec(), !t.dtype().is_float()))
+        }
+        kiln_onnx::Value::Absent => Err("output is absent".into()),
+    }
+}
+
+/// `got` against the stored `want` for output `name`: the first differing element, if any.
+pub fn compare(name: &str, want: &kiln_onnx::Value, got: &kiln_onnx::Value) -> Result<(), String> {
+    let (wd, w, exact) = values(want)?;
+    let (gd, g, _) = values(got)?;
+    if wd != gd {
+        return Err(format!("output {name}: shape {gd:?}, expected {wd:?}"));
+    }
+    for (i, (a, b)) in w.iter().zip(&g).enumerate() {
+        let ok = if exact || a.is_infinite() {
+            a == b
+        } else if a.is_nan() {
+            b.is_nan()
+        } else {
+            (a - b).abs() <= ATOL + RTOL * a.abs()
+        };
+        if !ok {
+            return Err(format!("output {name}: element {i} is {b}, expected {a}"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `model` on `inputs` and compares every output with `want` (unsupported ops or
+/// attributes met while running make it `Unsupported`).
+pub fn check(
+    model: &kiln_onnx::OnnxModel,
+    inputs: Vec<kiln_onnx::Value>,
+    want: &[kiln_onnx::Value],
+) -> Outcome {
+    let got = match model.run_values(inputs) {
+        Ok(v) => v,
+        Err(e) if e.kind() == kiln_core::ErrorKind::Unsupported => {
+            return Outcome::Unsupported(e.to_string());
+        }
+        Err(e) => return Outcome::Fail(e.to_string()),
+    };
+    if got.len() < want.len() {
+        return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
+    }
+    let names = model.output_names();
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        let name = names.get(i).map_or_else(|| i.to_string(), Clone::clone);
+        if let Err(e) = compare(&name, w, g) {
+            return Outcome::Fail(e);
+        }
+    }
+    Outcome::Pass
+}
+
+/// Loads a model: ops kiln does not import make it `Unsupported` (the error names them).
+pub fn load(
+    model: kiln_onnx::ModelProto,
+    dev: &kiln_core::Device,
+) -> Result<kiln_onnx::OnnxModel, Outcome> {
+    kiln_onnx::OnnxModel::from_proto(model, dev).map_err(|e| {
+        if e.kind() == kiln_core::ErrorKind::Unsupported {
+            Outcome::Unsupported(e.to_string())
+        } else {
+            Outcome::Fail(e.to_string())
+        }
+    })
+}
