@@ -14,9 +14,8 @@ mod elementwise;
 /// `"inf"`, `"-inf"` and `"nan"`, finite values as numbers.
 pub(crate) mod any_f64 {
     use alloc::format;
-    use alloc::string::String;
     use serde::de::Error;
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
         match *v {
@@ -27,25 +26,38 @@ pub(crate) mod any_f64 {
         }
     }
 
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Number {
-        Plain(f64),
-        Named(String),
-    }
+    /// Accepts a JSON number or one of the three names (a visitor rather than an untagged enum,
+    /// which would buffer each value first and pull serde's buffering code into the wasm).
+    struct AnyF64;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        match Number::deserialize(d)? {
-            Number::Plain(v) => Ok(v),
-            Number::Named(s) => match s.as_str() {
+    impl serde::de::Visitor<'_> for AnyF64 {
+        type Value = f64;
+        fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.write_str("a number, \"inf\", \"-inf\" or \"nan\"")
+        }
+        fn visit_f64<E: Error>(self, v: f64) -> Result<f64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: Error>(self, v: i64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_u64<E: Error>(self, v: u64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_str<E: Error>(self, v: &str) -> Result<f64, E> {
+            match v {
                 "inf" => Ok(f64::INFINITY),
                 "-inf" => Ok(f64::NEG_INFINITY),
                 "nan" => Ok(f64::NAN),
-                other => Err(D::Error::custom(format!(
+                other => Err(E::custom(format!(
                     "expected a number, \"inf\", \"-inf\" or \"nan\", found {other:?}"
                 ))),
-            },
+            }
         }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        d.deserialize_any(AnyF64)
     }
 }
 pub use elementwise::{BinaryOp, CmpOp, TestRange, UnaryOp};
