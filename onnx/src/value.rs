@@ -8,11 +8,36 @@
 //! lowered to an i32 tensor, and a value outside i32's range is an error naming the node.
 //! Int64 results of device ops are i32 tensors.
 
-use crate::{TensorElems, TensorValue};
+use crate::{DataType, TensorElems, TensorValue};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use kiln_core::{DType, Device, Error, Result, Shape, Tensor, TensorData};
+
+/// `dtype`, or f32 where `device` cannot hold it (f64 and f16 on GPUs).
+pub(crate) fn held(device: &Device, dtype: DType) -> DType {
+    if device.backend().supports(dtype) {
+        dtype
+    } else {
+        DType::F32
+    }
+}
+
+/// The kiln dtype that carries ONNX element type `t` on `device`: floats as themselves where
+/// the device holds them (else f32), the signed and narrow integer types and uint64 in i32
+/// (see the module doc), uint32 in u32, bool as bool. `None` for a type kiln has no dtype for.
+pub(crate) fn kiln_dtype(device: &Device, t: DataType) -> Option<DType> {
+    use DataType as D;
+    Some(match t {
+        D::Float => DType::F32,
+        D::Double => held(device, DType::F64),
+        D::Float16 => held(device, DType::F16),
+        D::Int8 | D::Uint8 | D::Int16 | D::Uint16 | D::Int32 | D::Int64 | D::Uint64 => DType::I32,
+        D::Uint32 => DType::U32,
+        D::Bool => DType::Bool,
+        _ => return None,
+    })
+}
 
 /// An i64 tensor held on the host (shape arithmetic, indices, constants).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,11 +121,12 @@ impl Value {
             }))
         };
         let floats = |data: TensorData| {
-            // f64 and f16 stay themselves where the device holds them, else f32
-            let data = if device.backend().supports(data.dtype()) {
+            // converted (through f64) only where the device lacks the dtype
+            let dt = held(device, data.dtype());
+            let data = if dt == data.dtype() {
                 data
             } else {
-                data.convert(DType::F32)
+                data.convert(dt)
             };
             Ok(Value::Tensor(Tensor::from_data(&data, device)?))
         };

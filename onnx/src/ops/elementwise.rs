@@ -6,7 +6,7 @@
 //! bool tensor next to an int one): [`unify`] brings them to one device dtype first.
 
 use super::{Ctx, OpFn, Outputs, one, one_ints};
-use crate::value::{Ints, Value};
+use crate::value::{Ints, Value, kiln_dtype};
 use crate::{DataType, NodeAttrs};
 use alloc::format;
 use alloc::vec::Vec;
@@ -664,22 +664,8 @@ fn cast_like(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 /// integers truncate toward zero). int64 and the narrow integers live in i32 on devices.
 fn cast_to(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
     use DataType as D;
-    let supported = |d: DType| {
-        if c.device.backend().supports(d) {
-            d
-        } else {
-            DType::F32
-        }
-    };
-    let dtype = match to {
-        D::Float => DType::F32,
-        D::Double => supported(DType::F64),
-        D::Float16 => supported(DType::F16),
-        D::Int8 | D::Uint8 | D::Int16 | D::Uint16 | D::Int32 | D::Int64 | D::Uint64 => DType::I32,
-        D::Uint32 => DType::U32,
-        D::Bool => DType::Bool,
-        other => return Err(c.unsupported(format!("Cast to {}", other.as_str_name()))),
-    };
+    let dtype = kiln_dtype(c.device, to)
+        .ok_or_else(|| c.unsupported(format!("Cast to {}", to.as_str_name())))?;
     let wrap: Option<fn(i64) -> i64> = match to {
         D::Int8 => Some(|v| i64::from(v as i8)),
         D::Uint8 => Some(|v| i64::from(v as u8)),

@@ -1368,10 +1368,22 @@ fn gather_nd(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             ),
         ));
     }
-    // rows of `inner` elements, counted in data reshaped [prod(dims[..b + m]), inner]
     let inner: usize = dims[b + m..].iter().product();
-    let st = strides(&dims[..b + m]);
     let pos = &ii.dims[..r - 1];
+    let rows = tuple_rows(&dims, ii, b, "GatherND")?;
+    let mut out = pos.to_vec();
+    out.extend_from_slice(&dims[b + m..]);
+    Ok(vec![take_rows(c, x, &rows, inner, out)?])
+}
+
+/// The rows that the index tuples of `ii` (its last axis, `m` long, after `b` batch axes shared
+/// with the data) pick in data of shape `dims` viewed as `[prod(dims[..b + m]), inner]`:
+/// GatherND reads them, ScatterND writes them. The caller has checked the shapes.
+fn tuple_rows(dims: &[usize], ii: &Ints, b: usize, op: &str) -> Result<Vec<usize>> {
+    let r = ii.dims.len();
+    let m = ii.dims.last().copied().unwrap_or(0);
+    let st = strides(&dims[..b + m]);
+    let pos = &ii.dims[..r.saturating_sub(1)];
     let mut rows = Vec::with_capacity(pos.iter().product());
     let mut tuples = ii.data.chunks(m.max(1));
     each_index(pos, |p| {
@@ -1381,18 +1393,16 @@ fn gather_nd(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             tuples.next().unwrap_or(&[])
         };
         if tuple.len() != m {
-            return Err(Error::shape("onnx", "GatherND indices too short"));
+            return Err(Error::shape("onnx", format!("{op} indices too short")));
         }
         let mut row: usize = p[..b].iter().zip(&st).map(|(i, s)| i * s).sum();
         for (j, &v) in tuple.iter().enumerate() {
-            row += fix_index(v, dims[b + j], "GatherND")? * st[b + j];
+            row += fix_index(v, dims[b + j], op)? * st[b + j];
         }
         rows.push(row);
         Ok(())
     })?;
-    let mut out = pos.to_vec();
-    out.extend_from_slice(&dims[b + m..]);
-    Ok(vec![take_rows(c, x, &rows, inner, out)?])
+    Ok(rows)
 }
 
 /// GatherND with indices computed on the device: the row of each index tuple (in data reshaped
@@ -1605,25 +1615,10 @@ fn scatter_nd(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         ));
     }
     let inner: usize = dims[m..].iter().product();
-    let st = strides(&dims);
-    let mut targets = Vec::with_capacity(pos.iter().product::<usize>() * inner);
-    let mut tuples = ii.data.chunks(m.max(1));
-    each_index(pos, |_| {
-        let tuple = if m == 0 {
-            &[][..]
-        } else {
-            tuples.next().unwrap_or(&[])
-        };
-        if tuple.len() != m {
-            return Err(Error::shape("onnx", "ScatterND indices too short"));
-        }
-        let mut base = 0;
-        for (j, &v) in tuple.iter().enumerate() {
-            base += fix_index(v, dims[j], "ScatterND")? * st[j];
-        }
-        targets.extend(base..base + inner);
-        Ok(())
-    })?;
+    let targets: Vec<usize> = tuple_rows(&dims, ii, 0, "ScatterND")?
+        .into_iter()
+        .flat_map(|row| row * inner..(row + 1) * inner)
+        .collect();
     scatter(c, x, upd, &targets, red)
 }
 
@@ -1718,19 +1713,15 @@ fn trilu(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 /// The kiln dtype of an ONNX element type code for a device result (`Ok`), or `Err(is_bool)` for
 /// an integer or bool type, whose constant result stays on the host.
 fn onnx_dtype(c: &Ctx<'_>, code: i64) -> Result<core::result::Result<DType, bool>> {
-    let dt = match code {
-        1 => DType::F32,
-        10 => DType::F16,
-        11 => DType::F64,
-        2..=7 | 12 | 13 => return Ok(Err(false)),
-        9 => return Ok(Err(true)),
-        other => return Err(c.unsupported(format!("ONNX element type {other}"))),
-    };
-    Ok(Ok(if c.device.backend().supports(dt) {
-        dt
-    } else {
-        DType::F32
-    }))
+    let t = i32::try_from(code)
+        .ok()
+        .and_then(|t| crate::DataType::try_from(t).ok());
+    match t.and_then(|t| crate::value::kiln_dtype(c.device, t)) {
+        Some(DType::Bool) => Ok(Err(true)),
+        Some(DType::I32 | DType::U32) => Ok(Err(false)),
+        Some(dt) => Ok(Ok(dt)),
+        None => Err(c.unsupported(format!("ONNX element type {code}"))),
+    }
 }
 
 /// EyeLike: ones on diagonal `k` of a 2-D tensor shaped like the input, of type `dtype`
