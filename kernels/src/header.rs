@@ -1,4 +1,4 @@
-//! Typed kernel headers: binding 0 of a typed kernel is a WGSL struct whose members are, in
+//! Typed kernel headers: binding 0 of every kernel is a WGSL struct whose members are, in
 //! order, the fields of one of the Rust structs here (every field a `u32` or another header,
 //! nested in WGSL as in Rust), optionally followed by a runtime-sized `tail: array<u32>` for
 //! the variable-length part (shapes, strides, tables). The test `typed_headers_match_rust`
@@ -126,4 +126,63 @@ headers! {
 
     /// pool.wgsl: `numel` invocations over `pool`; x and dy start at their offsets. No tail.
     PoolParams { numel: u32, pool: PoolGeometry, x_offset: u32, dy_offset: u32 }
+
+    /// map.wgsl (unary, cast, copy): `numel` elements of a `rank`-D shape; `c0`, `c1` are a unary
+    /// op's constants as bits of its input type (0 for cast and copy). The tail is the shape
+    /// (`rank` words), then the out view and the x view (an offset and `rank` strides each).
+    MapParams { numel: u32, rank: u32, c0: u32, c1: u32 }
+
+    /// binary.wgsl (binary ops, comparisons, where): as [`MapParams`], with the views of a, b
+    /// (and, for where, cond before them) after out's in the tail. `period` and `inner` describe
+    /// a BCAST launch's repeating input (element e reads its element (e / inner) % period);
+    /// 0 otherwise.
+    BinaryParams { numel: u32, rank: u32, period: u32, inner: u32 }
+
+    /// reduce.wgsl: `n_out` outputs, each reducing `len` elements; `correction` is var's. The
+    /// tail is the kept shape (`rank_keep` words), the reduced shape (`rank_red`), the kept view
+    /// (x's offset and `rank_keep` strides) and the reduced view (0 and `rank_red` strides).
+    ReduceParams { n_out: u32, rank_keep: u32, rank_red: u32, len: u32, correction: u32 }
+
+    /// rows.wgsl: `n_rows` rows of `len` elements; `reverse` (0/1) is cumsum's. The tail is the
+    /// kept shape (`rank_keep` words), then x's and out's views, each an offset, `rank_keep`
+    /// strides and the stride along the op's axis.
+    RowsParams { n_rows: u32, rank_keep: u32, len: u32, reverse: u32 }
+
+    /// index.wgsl in mode `gather` (gather, index_select): `numel` outputs; `axis_len` is x's
+    /// length along `axis` (indices outside it read 0). The tail is the output shape (`rank`
+    /// words), then x's view and the index view (an offset and `rank` strides each).
+    GatherParams { numel: u32, rank: u32, axis: u32, axis_len: u32 }
+
+    /// index.wgsl in mode `scatter_add`: `numel` outputs. The tail is the output shape and the
+    /// index shape (`rank` words each), then the views of x, index and src (an offset and `rank`
+    /// strides each).
+    ScatterAddParams { numel: u32, rank: u32, axis: u32 }
+
+    /// index.wgsl in mode `one_hot`: `numel` outputs of `classes` each per index, the indices
+    /// contiguous from `index_offset`. No tail.
+    OneHotParams { numel: u32, classes: u32, index_offset: u32 }
+
+    /// fill.wgsl in mode `full`: `numel` copies of `value` (bits of the element type). No tail.
+    FullParams { numel: u32, value: u32 }
+
+    /// fill.wgsl in mode `arange`: element i is `start + i * step` (bits of the element type).
+    /// No tail.
+    ArangeParams { numel: u32, start: u32, step: u32 }
+
+    /// fill.wgsl in mode `eye`: `numel` elements of rows of `columns`. No tail.
+    EyeParams { numel: u32, columns: u32 }
+
+    /// random.wgsl: `numel` f32s from the 64-bit seed (`seed_lo`, `seed_hi`); `a` and `b` are
+    /// f32 bits of (low, high) for uniform and (mean, std) for normal. No tail.
+    RandomParams { numel: u32, seed_lo: u32, seed_hi: u32, a: u32, b: u32 }
+
+    /// adam.wgsl: `numel` elements of param, grad and the moments, each contiguous from its
+    /// offset; then f32 bits of the constants (`step_size` is lr / (1 - b1^t), `inv_sqrt_bc2`
+    /// 1 / sqrt(1 - b2^t), `shrink` 1 - lr * weight_decay) and `decoupled` (0/1: AdamW). No tail.
+    AdamStepParams {
+        numel: u32,
+        w_offset: u32, g_offset: u32, m_offset: u32, v_offset: u32,
+        beta1: u32, beta2: u32, eps: u32, weight_decay: u32,
+        step_size: u32, inv_sqrt_bc2: u32, shrink: u32, decoupled: u32,
+    }
 }

@@ -12,7 +12,6 @@ macro_rules! kernel {
 /// Every kernel file by name, including the `#include`-only helpers.
 pub const FILES: &[(&str, &str)] = &[
     kernel!("common.wgsl"),
-    kernel!("params.wgsl"),
     kernel!("strided.wgsl"),
     kernel!("math.wgsl"),
     kernel!("vec.wgsl"),

@@ -6,7 +6,7 @@
 //! - Every element is 4 bytes on the device ([`ELEM_BYTES`]): f32, i32, u32, and bool stored as a
 //!   u32 0/1. Offsets, shapes and strides in params are in elements.
 //! - Binding 0 of every kernel is `params`, filled from [`Dispatch::params`]: u32 words, read as
-//!   a typed header ([`crate::header`]) or as `array<u32>`; bindings 1.. are
+//!   a typed header ([`crate::header`]); bindings 1.. are
 //!   [`Dispatch::buffers`] in order. A kernel's last bindings are its only `read_write` ones
 //!   (the outputs it writes; one, except Adam's three).
 //! - Dispatches of one plan run in order; each sees the writes of the previous ones.
@@ -23,7 +23,9 @@
 //! ```
 
 use crate::header::{
-    ConvGeometry, ConvParams, Gemm, Header, MatmulParams, PoolGeometry, PoolParams,
+    AdamStepParams, ArangeParams, BinaryParams, ConvGeometry, ConvParams, EyeParams, FullParams,
+    GatherParams, Gemm, Header, MapParams, MatmulParams, OneHotParams, PoolGeometry, PoolParams,
+    RandomParams, ReduceParams, RowsParams, ScatterAddParams,
 };
 use crate::preprocess::{Defines, preprocess};
 use alloc::format;
@@ -179,14 +181,26 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
         return Ok(p.plan);
     }
     match op {
-        Op::Full { value, .. } => p.fill("full", ty, n, &[bits(*value, out_dtype)]),
-        Op::Arange { start, step, .. } => p.fill(
-            "arange",
-            ty,
-            n,
-            &[bits(*start, out_dtype), bits(*step, out_dtype)],
-        ),
-        Op::Eye { m, .. } => p.fill("eye", ty, n, &[*m as u32]),
+        Op::Full { value, .. } => {
+            let value = bits(*value, out_dtype);
+            p.fill("full", ty, n, FullParams { numel: n, value }.to_words())
+        }
+        Op::Arange { start, step, .. } => {
+            let (start, step) = (bits(*start, out_dtype), bits(*step, out_dtype));
+            let h = ArangeParams {
+                numel: n,
+                start,
+                step,
+            };
+            p.fill("arange", ty, n, h.to_words())
+        }
+        Op::Eye { m, .. } => {
+            let h = EyeParams {
+                numel: n,
+                columns: *m as u32,
+            };
+            p.fill("eye", ty, n, h.to_words())
+        }
         Op::RandUniform { .. } | Op::RandNormal { .. } => p.random(op, n),
         Op::Unary(u) => {
             let [c0, c1] = u.consts().map(|c| bits(c, out_dtype));
@@ -204,7 +218,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                 key,
                 &out,
                 &[(Buffer::Input(0), &inputs[0].layout)],
-                [c0, c1],
+                Elementwise::Map([c0, c1]),
             )
         }
         Op::Cast { dtype } => {
@@ -224,7 +238,8 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                     ("WG", "256"),
                 ],
             );
-            p.elementwise(key, &out, &[(Buffer::Input(0), &inputs[0].layout)], [0, 0])
+            let x = [(Buffer::Input(0), &inputs[0].layout)];
+            p.elementwise(key, &out, &x, Elementwise::Map([0, 0]))
         }
         Op::Contiguous => p.copy(ty, &out, Buffer::Input(0), &inputs[0].layout),
         Op::Binary(b) => p.binary(b.name(), b.wgsl(out_dtype), inputs, ty, ty, &out),
@@ -241,7 +256,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             let views: Vec<_> = (0..3)
                 .map(|i| (Buffer::Input(i), &inputs[i].layout))
                 .collect();
-            p.elementwise(key, &out, &views, [0, 0])
+            p.elementwise(key, &out, &views, Elementwise::Binary)
         }
         Op::Reduce {
             op: r,
@@ -290,7 +305,8 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             Ok(())
         }
         Op::Pad { pads, value } => {
-            p.fill("full", ty, n, &[bits(*value, out_dtype)])?;
+            let value = bits(*value, out_dtype);
+            p.fill("full", ty, n, FullParams { numel: n, value }.to_words())?;
             let x = &inputs[0].layout;
             let ranges: Vec<_> = out_shape
                 .dims()
@@ -319,10 +335,15 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                 s[*axis] = strides_u32(idx.strides(), name)?[0];
                 (idx.offset(), s)
             };
-            let mut params = vec![n, rank as u32, *axis as u32, x.shape().dims()[*axis] as u32];
-            params.extend(out_shape.dims().iter().map(|&d| d as u32));
-            push_view(&mut params, x.offset(), &strides_u32(x.strides(), name)?);
-            push_view(&mut params, index_offset, &index_strides);
+            let mut tail: Vec<u32> = out_shape.dims().iter().map(|&d| d as u32).collect();
+            push_view(&mut tail, x.offset(), &strides_u32(x.strides(), name)?);
+            push_view(&mut tail, index_offset, &index_strides);
+            let h = GatherParams {
+                numel: n,
+                rank: rank as u32,
+                axis: *axis as u32,
+                axis_len: x.shape().dims()[*axis] as u32,
+            };
             let key = KernelKey::new(
                 "index.wgsl",
                 &[
@@ -334,20 +355,29 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             );
             p.launch(
                 key,
-                params,
+                h.with_tail(tail),
                 vec![Buffer::Input(0), Buffer::Input(1), Buffer::Output(0)],
                 n,
             )
         }
         Op::ScatterAdd { axis } => {
             let rank = out_shape.rank();
-            let mut params = vec![n, rank as u32, *axis as u32, 0];
-            params.extend(out_shape.dims().iter().map(|&d| d as u32));
-            params.extend(inputs[1].layout.shape().dims().iter().map(|&d| d as u32));
+            let index_dims = inputs[1].layout.shape().dims();
+            let mut tail: Vec<u32> = out_shape
+                .dims()
+                .iter()
+                .chain(index_dims)
+                .map(|&d| d as u32)
+                .collect();
             for input in inputs {
                 let l = &input.layout;
-                push_view(&mut params, l.offset(), &strides_u32(l.strides(), name)?);
+                push_view(&mut tail, l.offset(), &strides_u32(l.strides(), name)?);
             }
+            let h = ScatterAddParams {
+                numel: n,
+                rank: rank as u32,
+                axis: *axis as u32,
+            };
             let key = KernelKey::new(
                 "index.wgsl",
                 &[
@@ -363,7 +393,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                 Buffer::Input(2),
                 Buffer::Output(0),
             ];
-            p.launch(key, params, bufs, n)
+            p.launch(key, h.with_tail(tail), bufs, n)
         }
         Op::AdamStep(a) => {
             if ty != "f32" {
@@ -372,29 +402,35 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                     format!("expects f32 tensors on the GPU, got {}", inputs[0].dtype),
                 ));
             }
-            let mut params = vec![n];
+            // param, grad and the two moments, each contiguous from its offset
+            let mut offsets = [0; 4];
             let mut bufs = Vec::with_capacity(7);
             for (i, input) in inputs.iter().enumerate() {
                 let (buf, offset) = p.contiguous(i, input, ty)?;
                 bufs.push(buf);
-                params.push(offset);
+                offsets[i] = offset;
             }
             bufs.extend((0..3).map(Buffer::Output));
+            let [w_offset, g_offset, m_offset, v_offset] = offsets;
             let (step_size, inv_sqrt_bc2) = a.corrections();
-            let shrink = 1.0 - a.lr * a.weight_decay;
-            let constants = [
-                a.beta1,
-                a.beta2,
-                a.eps,
-                a.weight_decay,
-                step_size,
-                inv_sqrt_bc2,
-                shrink,
-            ];
-            params.extend(constants.map(|c| (c as f32).to_bits()));
-            params.push(u32::from(a.decoupled));
+            let f = |c: f64| (c as f32).to_bits();
+            let h = AdamStepParams {
+                numel: n,
+                w_offset,
+                g_offset,
+                m_offset,
+                v_offset,
+                beta1: f(a.beta1),
+                beta2: f(a.beta2),
+                eps: f(a.eps),
+                weight_decay: f(a.weight_decay),
+                step_size: f(step_size),
+                inv_sqrt_bc2: f(inv_sqrt_bc2),
+                shrink: f(1.0 - a.lr * a.weight_decay),
+                decoupled: u32::from(a.decoupled),
+            };
             let key = KernelKey::new("adam.wgsl", &[("WG", "256")]);
-            p.launch(key, params, bufs, n)
+            p.launch(key, h.to_words(), bufs, n)
         }
         Op::OneHot { classes, .. } => {
             let idt = wgsl_type(inputs[0].dtype, name)?;
@@ -403,12 +439,12 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                 "index.wgsl",
                 &[("MODE", "one_hot"), ("T", ty), ("IDX", idt), ("WG", "256")],
             );
-            p.launch(
-                key,
-                vec![n, *classes as u32, offset],
-                vec![buf, Buffer::Output(0)],
-                n,
-            )
+            let h = OneHotParams {
+                numel: n,
+                classes: *classes as u32,
+                index_offset: offset,
+            };
+            p.launch(key, h.to_words(), vec![buf, Buffer::Output(0)], n)
         }
         Op::Conv2d(c) => {
             // conv2d terms: x (N, C, H, W), weight (O, C/g, KH, KW), y (N, O, OH, OW)
@@ -578,6 +614,15 @@ impl Fast {
         }
         key
     }
+}
+
+/// The header of an elementwise launch, by kernel file.
+#[derive(Clone, Copy, Debug)]
+enum Elementwise {
+    /// map.wgsl (unary, cast, copy) with the op's two constants.
+    Map([u32; 2]),
+    /// binary.wgsl (binary ops, comparisons, where).
+    Binary,
 }
 
 /// The modes of gemm.wgsl: a batched matmul, or a convolution as an implicit GEMM.
@@ -780,10 +825,9 @@ impl Planner {
         Ok((buf, 0))
     }
 
-    fn fill(&mut self, mode: &str, ty: &'static str, n: u32, values: &[u32]) -> Result<()> {
+    /// fill.wgsl in `mode` over `n` elements; `params` is the mode's header.
+    fn fill(&mut self, mode: &str, ty: &'static str, n: u32, params: Vec<u32>) -> Result<()> {
         let key = KernelKey::new("fill.wgsl", &[("MODE", mode), ("T", ty), ("WG", "256")]);
-        let mut params = vec![n];
-        params.extend_from_slice(values);
         self.launch(key, params, vec![Buffer::Output(0)], n)
     }
 
@@ -798,14 +842,14 @@ impl Planner {
             _ => unreachable_op(self.name)?,
         };
         let key = KernelKey::new("random.wgsl", &[("MODE", mode), ("WG", "256")]);
-        let params = vec![
-            n,
-            seed as u32,
-            (seed >> 32) as u32,
-            (a as f32).to_bits(),
-            (b as f32).to_bits(),
-        ];
-        self.launch(key, params, vec![Buffer::Output(0)], n)
+        let h = RandomParams {
+            numel: n,
+            seed_lo: seed as u32,
+            seed_hi: (seed >> 32) as u32,
+            a: (a as f32).to_bits(),
+            b: (b as f32).to_bits(),
+        };
+        self.launch(key, h.to_words(), vec![Buffer::Output(0)], n)
     }
 
     /// Copies the view `src` of `from` into the view `dst` of the output.
@@ -825,7 +869,7 @@ impl Planner {
             "map.wgsl",
             &[("OP", "copy"), ("TI", ty), ("TO", ty), ("WG", "256")],
         );
-        self.elementwise_to(key, dst, to, &[(from, src)], [0, 0], false)
+        self.elementwise_to(key, dst, to, &[(from, src)], Elementwise::Map([0, 0]))
     }
 
     /// A binary op or comparison: `expr` is its WGSL of `x` and `y`.
@@ -852,7 +896,7 @@ impl Planner {
             (Buffer::Input(0), &inputs[0].layout),
             (Buffer::Input(1), &inputs[1].layout),
         ];
-        self.elementwise_to(key, out, Buffer::Output(0), &views, [0, 0], true)
+        self.elementwise_to(key, out, Buffer::Output(0), &views, Elementwise::Binary)
     }
 
     fn elementwise(
@@ -860,22 +904,20 @@ impl Planner {
         key: KernelKey,
         out: &Layout,
         inputs: &[(Buffer, &Layout)],
-        consts: [u32; 2],
+        kind: Elementwise,
     ) -> Result<()> {
-        self.elementwise_to(key, out, Buffer::Output(0), inputs, consts, false)
+        self.elementwise_to(key, out, Buffer::Output(0), inputs, kind)
     }
 
     /// An elementwise launch over the shape of `out`: inputs are broadcast to it, and adjacent
     /// axes that every view walks contiguously are merged so that index math stays short.
-    /// `bcast`: the kernel can read one of two inputs as a repeating run (binary.wgsl's BCAST).
     fn elementwise_to(
         &mut self,
         key: KernelKey,
         out: &Layout,
         to: Buffer,
         inputs: &[(Buffer, &Layout)],
-        consts: [u32; 2],
-        bcast: bool,
+        kind: Elementwise,
     ) -> Result<()> {
         let shape = out.shape();
         let n = u32_len(shape.numel(), self.name)?;
@@ -885,17 +927,38 @@ impl Planner {
             views.push((b.offset(), strides_u32(b.strides(), self.name)?));
         }
         let (dims, strides) = coalesce(shape.dims(), views.iter().map(|v| v.1.clone()).collect());
-        let mut params = vec![n, dims.len() as u32, consts[0], consts[1]];
-        params.extend(dims.iter().map(|&d| d as u32));
+        let mut tail: Vec<u32> = dims.iter().map(|&d| d as u32).collect();
         for ((offset, _), s) in views.iter().zip(&strides) {
-            push_view(&mut params, *offset, s);
+            push_view(&mut tail, *offset, s);
         }
         let offsets: Vec<usize> = views.iter().map(|v| v.0).collect();
-        let fast = Fast::of(&dims, &strides, &offsets, bcast && inputs.len() == 2);
-        if let Fast::Bcast(_, period, inner) = fast {
-            params[2] = period;
-            params[3] = inner;
-        }
+        // binary.wgsl can read one of two inputs as a repeating run (BCAST); where has three
+        let bcast = matches!(kind, Elementwise::Binary) && inputs.len() == 2;
+        let fast = Fast::of(&dims, &strides, &offsets, bcast);
+        let (numel, rank) = (n, dims.len() as u32);
+        let params = match kind {
+            Elementwise::Map([c0, c1]) => MapParams {
+                numel,
+                rank,
+                c0,
+                c1,
+            }
+            .with_tail(tail),
+            Elementwise::Binary => {
+                // only a BCAST launch reads them
+                let (period, inner) = match fast {
+                    Fast::Bcast(_, period, inner) => (period, inner),
+                    _ => (0, 0),
+                };
+                let h = BinaryParams {
+                    numel,
+                    rank,
+                    period,
+                    inner,
+                };
+                h.with_tail(tail)
+            }
+        };
         let threads = if fast == Fast::None { n } else { n / 4 };
         let mut buffers: Vec<Buffer> = inputs.iter().map(|(b, _)| *b).collect();
         buffers.push(to);
@@ -934,10 +997,17 @@ impl Planner {
             ReduceOp::Var { correction } => correction as u32,
             _ => 0,
         };
-        let mut params = vec![n_out, kd.len() as u32, rd.len() as u32, len, correction];
-        params.extend(kd.iter().chain(&rd).map(|&d| d as u32));
-        push_view(&mut params, x.offset() as u32, &ks[0]);
-        push_view(&mut params, 0, &rs[0]);
+        let mut tail: Vec<u32> = kd.iter().chain(&rd).map(|&d| d as u32).collect();
+        push_view(&mut tail, x.offset() as u32, &ks[0]);
+        push_view(&mut tail, 0, &rs[0]);
+        let h = ReduceParams {
+            n_out,
+            rank_keep: kd.len() as u32,
+            rank_red: rd.len() as u32,
+            len,
+            correction,
+        };
+        let params = h.with_tail(tail);
         let per_thread = len <= 64;
         // each output's elements one contiguous, 4-aligned run: read as vec4
         let vec4 = rs[0] == [1] && x4(&[len as usize, x.offset()]) && x4(&ks[0]);
@@ -1026,12 +1096,18 @@ impl Planner {
         );
         let n_rows = u32_len(kd.iter().product(), self.name)?;
         let len = dims[axis] as u32;
-        let mut params = vec![n_rows, kd.len() as u32, len, reverse as u32];
-        params.extend(kd.iter().map(|&d| d as u32));
-        push_view(&mut params, x.layout.offset() as u32, &ks[0]);
-        params.push(xs[axis] as u32);
-        push_view(&mut params, 0, &ks[1]);
-        params.push(os[axis] as u32);
+        let mut tail: Vec<u32> = kd.iter().map(|&d| d as u32).collect();
+        push_view(&mut tail, x.layout.offset() as u32, &ks[0]);
+        tail.push(xs[axis] as u32);
+        push_view(&mut tail, 0, &ks[1]);
+        tail.push(os[axis] as u32);
+        let h = RowsParams {
+            n_rows,
+            rank_keep: kd.len() as u32,
+            len,
+            reverse: reverse as u32,
+        };
+        let params = h.with_tail(tail);
         let per_thread = op == "cumsum" || len <= 64;
         // softmax rows read and written as vec4 when both are contiguous and 4-aligned
         let vec4 = op != "cumsum"
@@ -1375,9 +1451,10 @@ fn out_dims4(s: &Shape) -> [usize; 4] {
     [0, 1, 2, 3].map(|i| d.get(i).copied().unwrap_or(1))
 }
 
-fn push_view(params: &mut Vec<u32>, offset: impl TryInto<u32>, strides: &[usize]) {
-    params.push(offset.try_into().unwrap_or(u32::MAX));
-    params.extend(strides.iter().map(|&s| s as u32));
+/// Appends a strided view to a header's tail: its offset, then its strides.
+fn push_view(tail: &mut Vec<u32>, offset: impl TryInto<u32>, strides: &[usize]) {
+    tail.push(offset.try_into().unwrap_or(u32::MAX));
+    tail.extend(strides.iter().map(|&s| s as u32));
 }
 
 /// The op's constant as the device bits of `dtype` (`as` semantics for integers).

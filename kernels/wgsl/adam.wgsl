@@ -3,10 +3,19 @@
 // arithmetic mirrors the CPU backend's, in the same order. With params that is 8 storage
 // buffers, WebGPU's guaranteed limit per shader stage.
 //
-// params: [n, w offset, g offset, m offset, v offset, then f32 bits of: b1, b2, eps, weight
-// decay, step size (lr / (1 - b1^t)), 1 / sqrt(1 - b2^t), shrink (1 - lr wd), decoupled (0/1)]
+// params: AdamStepParams (kernels/src/header.rs): numel, the four offsets, then f32 bits of b1,
+// b2, eps, weight decay, step size (lr / (1 - b1^t)), 1 / sqrt(1 - b2^t), shrink (1 - lr wd),
+// and decoupled (0/1); no tail.
 // defines: WG (workgroup size).
-#include "params.wgsl"
+#include "common.wgsl"
+
+struct AdamStepParams {
+    numel: u32,
+    w_offset: u32, g_offset: u32, m_offset: u32, v_offset: u32,
+    beta1: u32, beta2: u32, eps: u32, weight_decay: u32,
+    step_size: u32, inv_sqrt_bc2: u32, shrink: u32, decoupled: u32,
+}
+@group(0) @binding(0) var<storage, read> params: AdamStepParams;
 
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read> g: array<f32>;
@@ -16,31 +25,26 @@
 @group(0) @binding(6) var<storage, read_write> new_m: array<f32>;
 @group(0) @binding(7) var<storage, read_write> new_v: array<f32>;
 
-fn constant(k: u32) -> f32 {
-    return bitcast<f32>(params[5u + k]);
-}
-
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let i = group_index(wid, nwg) * {{WG}}u + lid;
-    let n = params[0];
-    if (i >= n) {
+    if (i >= params.numel) {
         return;
     }
-    let b1 = constant(0u);
-    let b2 = constant(1u);
-    var wi = w[params[1] + i];
-    var gi = g[params[2] + i];
-    if (params[12] != 0u) {
-        wi = wi * constant(6u);
+    let b1 = bitcast<f32>(params.beta1);
+    let b2 = bitcast<f32>(params.beta2);
+    var wi = w[params.w_offset + i];
+    var gi = g[params.g_offset + i];
+    if (params.decoupled != 0u) {
+        wi = wi * bitcast<f32>(params.shrink);
     } else {
-        gi = gi + constant(3u) * wi;
+        gi = gi + bitcast<f32>(params.weight_decay) * wi;
     }
-    let mi = b1 * m[params[3] + i] + (1.0 - b1) * gi;
-    let vi = b2 * v[params[4] + i] + (1.0 - b2) * (gi * gi);
-    let denom = sqrt(vi) * constant(5u) + constant(2u);
-    new_w[i] = wi - mi / denom * constant(4u);
+    let mi = b1 * m[params.m_offset + i] + (1.0 - b1) * gi;
+    let vi = b2 * v[params.v_offset + i] + (1.0 - b2) * (gi * gi);
+    let denom = sqrt(vi) * bitcast<f32>(params.inv_sqrt_bc2) + bitcast<f32>(params.eps);
+    new_w[i] = wi - mi / denom * bitcast<f32>(params.step_size);
     new_m[i] = mi;
     new_v[i] = vi;
 }

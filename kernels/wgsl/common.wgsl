@@ -1,8 +1,7 @@
 // Shared by every kernel (#include "common.wgsl"): helpers that need no parameters.
 //
-// Binding 0 of every kernel is `params`: either a typed header (a struct that mirrors a Rust
-// struct of `kernels/src/header.rs`, optionally ending in `tail: array<u32>`) or, in the kernels
-// that include "params.wgsl", plain u32 words laid out as the kernel's header comment says.
+// Binding 0 of every kernel is `params`, a typed header: a struct that mirrors a Rust struct of
+// `kernels/src/header.rs`, optionally ending in `tail: array<u32>`.
 
 // Index of this workgroup in a 1-D launch that the planner split into an x * y * z grid
 // (each grid dimension is capped at 65535).

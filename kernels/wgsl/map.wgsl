@@ -1,13 +1,28 @@
 // One-input elementwise map: unary math, cast, and strided copy (contiguous, concat, pad).
 // Output and input are both strided views of one logical shape.
 //
-// params: [numel, rank, c0, c1, shape[rank], out view, x view] (a view is offset, strides[rank]);
-// c0/c1 are the op's constants as bits of {{TI}} (powf exponent; clamp min/max).
+// params: MapParams (kernels/src/header.rs): numel, rank, c0/c1 (the op's constants as bits of
+// {{TI}}: powf exponent; clamp min/max); tail: shape[rank], out view, x view (a view is offset,
+// strides[rank]).
 // defines: OP (a UnaryOp name, "cast" or "copy"), EXPR (for a UnaryOp: its WGSL expression of
 // `v`, `T`, `c0`, `c1`, from kiln-core's unary table), TI/TO (input/output element types),
 // TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl).
-#include "params.wgsl"
+#include "common.wgsl"
 #include "math.wgsl"
+
+struct MapParams {
+    numel: u32,
+    rank: u32,
+    c0: u32,
+    c1: u32,
+    tail: array<u32>,
+}
+@group(0) @binding(0) var<storage, read> params: MapParams;
+
+fn word(i: u32) -> u32 {
+    return params.tail[i];
+}
+#include "strided.wgsl"
 
 #if VEC4
 @group(0) @binding(1) var<storage, read> x: array<vec4<{{TI}}>>;
@@ -18,10 +33,6 @@
 #endif
 
 alias T = {{TI}};
-
-fn constant(k: u32) -> {{TI}} {
-    return bitcast<{{TI}}>(params[2u + k]);
-}
 
 fn apply(v: {{TI}}) -> {{TO}} {
 #if OP == copy
@@ -45,8 +56,8 @@ fn apply(v: {{TI}}) -> {{TO}} {
 #elif OP == cast
     return {{TO}}(v);
 #else
-    let c0 = constant(0u);
-    let c1 = constant(1u);
+    let c0 = bitcast<{{TI}}>(params.c0);
+    let c1 = bitcast<{{TI}}>(params.c1);
     return {{EXPR}};
 #endif
 }
@@ -55,16 +66,16 @@ fn apply(v: {{TI}}) -> {{TO}} {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let i = group_index(wid, nwg) * {{WG}}u + lid;
-    let numel = params[0];
-    let rank = params[1];
-    let shape_at = 4u;
+    let numel = params.numel;
+    let rank = params.rank;
+    let shape_at = 0u;
     let out_at = shape_at + rank;
 #if VEC4
     if (i >= numel / 4u) {
         return;
     }
-    let v = x[params[out_at + 1u + rank] / 4u + i];
-    out[params[out_at] / 4u + i] = vec4<{{TO}}>(apply(v.x), apply(v.y), apply(v.z), apply(v.w));
+    let v = x[word(out_at + 1u + rank) / 4u + i];
+    out[word(out_at) / 4u + i] = vec4<{{TO}}>(apply(v.x), apply(v.y), apply(v.z), apply(v.w));
 #else
     if (i >= numel) {
         return;

@@ -1,10 +1,19 @@
 // Random tensors, bit for bit the generator of kiln-core's random.rs: element i of seed s is one
 // Philox-4x32-10 block with key (s lo, s hi) and counter (i, 0, 0, 0), in u32 arithmetic only.
 //
-// params: [numel, seed lo, seed hi, a bits, b bits] with (a, b) = (low, high) for uniform and
-//         (mean, std) for normal, as f32.
+// params: RandomParams (kernels/src/header.rs): numel, seed_lo, seed_hi, a and b (f32 bits of
+// (low, high) for uniform and (mean, std) for normal); no tail.
 // defines: MODE (uniform normal), WG.
-#include "params.wgsl"
+#include "common.wgsl"
+
+struct RandomParams {
+    numel: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    a: u32,
+    b: u32,
+}
+@group(0) @binding(0) var<storage, read> params: RandomParams;
 
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 
@@ -46,12 +55,12 @@ fn unit(x: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let i = group_index(wid, nwg) * {{WG}}u + lid;
-    if (i >= params[0]) {
+    if (i >= params.numel) {
         return;
     }
-    let x = philox(vec4<u32>(i, 0u, 0u, 0u), vec2<u32>(params[1], params[2]));
-    let a = bitcast<f32>(params[3]);
-    let b = bitcast<f32>(params[4]);
+    let x = philox(vec4<u32>(i, 0u, 0u, 0u), vec2<u32>(params.seed_lo, params.seed_hi));
+    let a = bitcast<f32>(params.a);
+    let b = bitcast<f32>(params.b);
 #if MODE == uniform
     out[i] = a + (b - a) * unit(x.x);
 #else

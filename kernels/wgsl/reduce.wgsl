@@ -3,13 +3,29 @@
 // either by a whole workgroup with a tree in workgroup memory (long rows) or by one invocation
 // (PER_THREAD, short rows).
 //
-// params: [n_out, rank_keep, rank_red, len, correction, shape_keep[rk], shape_red[rr],
-//          keep view (offset, strides[rk]), red view (0, strides[rr])]
+// params: ReduceParams (kernels/src/header.rs): n_out, rank_keep (rk), rank_red (rr), len,
+// correction; tail: shape_keep[rk], shape_red[rr], keep view (offset, strides[rk]), red view
+// (0, strides[rr]).
 // defines: OP (sum mean prod max min var argmax argmin), T, TO (output type), LOWEST/HIGHEST
 // (identity of max/min as WGSL expressions of T), PER_THREAD, WG (workgroup size), VEC4 (each
 // output's run contiguous from a multiple of 4, len a multiple of 4: x read as vec4).
-#include "params.wgsl"
+#include "common.wgsl"
 #include "vec.wgsl"
+
+struct ReduceParams {
+    n_out: u32,
+    rank_keep: u32,
+    rank_red: u32,
+    len: u32,
+    correction: u32,
+    tail: array<u32>,
+}
+@group(0) @binding(0) var<storage, read> params: ReduceParams;
+
+fn word(i: u32) -> u32 {
+    return params.tail[i];
+}
+#include "strided.wgsl"
 
 @group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read_write> out: array<{{TO}}>;
@@ -66,20 +82,20 @@ struct Red {
 }
 
 fn red_of(o: u32) -> Red {
-    let rk = params[1];
-    let rr = params[2];
-    let red_view_at = 5u + rk + rr + rk + 1u;
-    let base = strided_index(o, rk, 5u, 5u + rk + rr);
-    return Red(base / W, params[red_view_at + 1u], params[3] / W, rr == 1u);
+    let rk = params.rank_keep;
+    let rr = params.rank_red;
+    let red_view_at = rk + rr + rk + 1u;
+    let base = strided_index(o, rk, 0u, rk + rr);
+    return Red(base / W, word(red_view_at + 1u), params.len / W, rr == 1u);
 }
 
 fn load(red: Red, r: u32) -> V {
     if (red.flat) {
         return x[red.base + r * red.stride];
     }
-    let rk = params[1];
-    let rr = params[2];
-    let red_shape_at = 5u + rk;
+    let rk = params.rank_keep;
+    let rr = params.rank_red;
+    let red_shape_at = rk;
     return x[red.base + strided_index(r, rr, red_shape_at, red_shape_at + rr + 1u + rk)];
 }
 
@@ -128,11 +144,11 @@ fn squares(v: V, mean: {{T}}) -> {{T}} {
 #endif
 
 fn finish(a: Acc, sq: {{T}}) -> {{TO}} {
-    let len = params[3];
+    let len = params.len;
 #if OP == mean
     return a.v / f32(len);
 #elif OP == var
-    return sq / f32(i32(len) - i32(params[4]));
+    return sq / f32(i32(len) - i32(params.correction));
 #elif OP == argmax || OP == argmin
     return i32(a.i);
 #else
@@ -145,10 +161,10 @@ fn finish(a: Acc, sq: {{T}}) -> {{TO}} {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let o = group_index(wid, nwg) * WG + lid;
-    if (o >= params[0]) {
+    if (o >= params.n_out) {
         return;
     }
-    let len = params[3];
+    let len = params.len;
     let red = red_of(o);
     let acc = fold_run(identity(), red, 0u, 1u);
     var sq = {{T}}(0);
@@ -184,8 +200,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // Grids rounded up to 2-D hold a few spare workgroups; they compute a copy of the last row
     // (so every barrier is reached by the whole workgroup) and store nothing.
     let o = group_index(wid, nwg);
-    let len = params[3];
-    let red = red_of(min(o, params[0] - 1u));
+    let len = params.len;
+    let red = red_of(min(o, params.n_out - 1u));
     let acc = fold_run(identity(), red, lid, WG);
     let total = tree_reduce(lid, acc);
     var sq = {{T}}(0);
@@ -197,7 +213,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     sq = tree_reduce(lid, Acc(mine, 0u)).v;
 #endif
-    if (lid == 0u && o < params[0]) {
+    if (lid == 0u && o < params.n_out) {
         out[o] = finish(total, sq);
     }
 }

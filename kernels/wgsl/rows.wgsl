@@ -2,13 +2,27 @@
 // max and rescaled sum, then the write), and inclusive cumulative sums. The planner describes the
 // input and the output as rows (kept axes) times the op's axis, so no transpose is copied.
 //
-// params: [n_rows, rank_keep, len, reverse, shape_keep[rk],
-//          x view (offset, strides[rk], axis stride), out view (same)]
+// params: RowsParams (kernels/src/header.rs): n_rows, rank_keep (rk), len, reverse; tail:
+// shape_keep[rk], x view (offset, strides[rk], axis stride), out view (same).
 // defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG,
 // VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
-#include "params.wgsl"
+#include "common.wgsl"
 #include "math.wgsl"
 #include "vec.wgsl"
+
+struct RowsParams {
+    n_rows: u32,
+    rank_keep: u32,
+    len: u32,
+    reverse: u32,
+    tail: array<u32>,
+}
+@group(0) @binding(0) var<storage, read> params: RowsParams;
+
+fn word(i: u32) -> u32 {
+    return params.tail[i];
+}
+#include "strided.wgsl"
 
 @group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read_write> out: array<V>;
@@ -25,12 +39,12 @@ struct Row {
 }
 
 fn row_at(row: u32) -> Row {
-    let rk = params[1];
-    let xv = 4u + rk;
+    let rk = params.rank_keep;
+    let xv = rk;
     let ov = xv + rk + 2u;
-    let xb = strided_index(row, rk, 4u, xv);
-    let ob = strided_index(row, rk, 4u, ov);
-    return Row(xb / W, params[xv + 1u + rk], ob / W, params[ov + 1u + rk], params[2] / W);
+    let xb = strided_index(row, rk, 0u, xv);
+    let ob = strided_index(row, rk, 0u, ov);
+    return Row(xb / W, word(xv + 1u + rk), ob / W, word(ov + 1u + rk), params.len / W);
 }
 
 #if OP == cumsum
@@ -38,11 +52,11 @@ fn row_at(row: u32) -> Row {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let row = group_index(wid, nwg) * WG + lid;
-    if (row >= params[0]) {
+    if (row >= params.n_rows) {
         return;
     }
     let r = row_at(row);
-    let reverse = params[3] != 0u;
+    let reverse = params.reverse != 0u;
     var acc = {{T}}(0);
     for (var k = 0u; k < r.n; k++) {
         let j = select(k, r.n - 1u - k, reverse);
@@ -168,7 +182,7 @@ fn finish(v: V, n: Norm) -> V {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let row = group_index(wid, nwg) * WG + lid;
-    if (row >= params[0]) {
+    if (row >= params.n_rows) {
         return;
     }
     let r = row_at(row);
@@ -203,7 +217,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
     // Spare workgroups of a rounded-up grid redo the last row and store nothing (see reduce.wgsl).
     let g = group_index(wid, nwg);
-    let r = row_at(min(g, params[0] - 1u));
+    let r = row_at(min(g, params.n_rows - 1u));
     // rows of up to 4 * WG units stay in registers, so x is read once
     let fits = r.n <= 4u * WG;
     var st = start();
@@ -231,7 +245,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     let all = settle(tree[0]);
-    if (g >= params[0]) {
+    if (g >= params.n_rows) {
         return;
     }
     if (fits) {

@@ -1,5 +1,5 @@
 // Strided-view indexing (#include "strided.wgsl"), over the words `fn word(i: u32) -> u32` of
-// the including kernel: `params[i]` for the untyped block, `params.tail[i]` for a typed header.
+// the including kernel: `params.tail[i]`, the variable-length part of its typed header.
 
 // Storage index of row-major element `i` of a view: its shape is word(shape_at..shape_at+rank),
 // its offset word(view_at) and its strides word(view_at+1..view_at+1+rank).
