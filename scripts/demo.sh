@@ -94,7 +94,7 @@ if [ -n "$TRAIN" ]; then
   rm -f "$model/mnist-train.jsonl"
   args=(train mnist --device "$DEVICE" --epochs "$EPOCHS" --augment "$AUGMENT"
         --out "$model/mnist.safetensors" --log "$model/mnist-train.jsonl"
-        --checkpoint "$model/mnist.ckpt.safetensors")
+        --checkpoint-dir "$model/mnist.ckpt")
   [ -n "$LIMIT" ] && args+=(--limit "$LIMIT")
   "$KILN" "${args[@]}"
   "$KILN" eval "$model/mnist.safetensors" | tail -1

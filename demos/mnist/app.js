@@ -290,9 +290,10 @@ drawTrainingLog();
 // ------------------------------------------------------------------ how this was made
 
 /**
- * The facts and the curve from the training log: per-epoch lines
- * `{epoch, train_loss, train_acc, test_acc, images_per_sec, seconds}` and, in newer logs, step
- * lines `{step, epoch, loss, acc, lr}` (no `test_acc`). With step lines the curve is the loss per
+ * The facts and the curve from the training log (format: kiln::learn::report): per-epoch lines
+ * `{epoch, train_loss, train_acc, test_acc, ..., seconds}`, step lines `{step, epoch, loss, acc,
+ * lr, ...}` (no `test_acc`) and, in newer logs, evaluation lines `{step, epoch, test_loss,
+ * test_acc}` (no `lr`, no `train_loss`: read by neither filter). With step lines the curve is the loss per
  * logged step and the test accuracy as a point at each epoch's last step; without them, both per
  * epoch. The svg carries `data-epochs` and `data-steps` (lines drawn) for tests.
  */

@@ -1,9 +1,12 @@
 //! `kiln bench`: throughput figures (printed, never asserted).
 
-use crate::core::Device;
 use crate::core::Result;
+use crate::core::nn::{Forward, Init, loss};
+use crate::core::optim::{Adam, Optimizer};
+use crate::core::{Device, Tensor};
 use crate::data::mnist::Mnist;
-use crate::train::{TrainConfig, Trainer, batch};
+use crate::data::mnist::batch;
+use crate::models::MnistCnn;
 use std::time::Instant;
 
 /// Warm-up steps not counted (first-touch allocations, thread pools).
@@ -18,7 +21,7 @@ pub struct BenchResult {
     pub images_per_sec: f64,
 }
 
-/// Times `steps` full training steps (forward, loss, backward, Adam: [`Trainer::optimize`],
+/// Times `steps` full training steps (forward, cross-entropy, backward, Adam,
 /// without the accuracy and loss bookkeeping that the peers' loops leave out too) of the MNIST CNN on
 /// consecutive training batches of `batch_size`, after a short warm-up. The batches are on the
 /// device before the clock starts, as in the peer scripts (PyTorch indexes a dataset already
@@ -30,12 +33,13 @@ pub fn train_mnist(
     steps: usize,
 ) -> Result<BenchResult> {
     // The peer scripts in tests/bench/ time the same net without dropout.
-    let cfg = TrainConfig {
-        batch_size,
-        dropout: false,
-        ..TrainConfig::default()
+    let mut model = MnistCnn::new(&mut Init::new(device, 0))?;
+    let mut adam = Adam::new(1e-3);
+    let mut optimize = |x: &Tensor, y: &Tensor| -> Result<()> {
+        let loss = loss::cross_entropy(&model.forward(x)?, y, 0.0)?;
+        let grads = loss.backward()?;
+        adam.step(&mut model, &grads)
     };
-    let mut trainer = Trainer::new(&cfg, device)?;
     let n = data.train.len().max(1);
     let batches = (0..WARMUP + steps)
         .map(|s| {
@@ -45,12 +49,12 @@ pub fn train_mnist(
         .collect::<Result<Vec<_>>>()?;
     let (warmup, timed) = batches.split_at(WARMUP);
     for (x, y) in warmup {
-        trainer.optimize(x, y)?;
+        optimize(x, y)?;
     }
     device.backend().synchronize()?;
     let start = Instant::now();
     for (x, y) in timed {
-        trainer.optimize(x, y)?;
+        optimize(x, y)?;
     }
     device.backend().synchronize()?;
     let secs = start.elapsed().as_secs_f64();

@@ -6,20 +6,21 @@ use crate::core::model::{load_checkpoint, save_checkpoint};
 use crate::core::nn::Module;
 use crate::core::optim::Optimizer;
 use crate::core::{Device, Error, Result};
-use crate::train::Progress;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-/// Metadata key of the training progress (JSON).
-const KEY_PROGRESS: &str = "kiln_train_progress";
+/// Metadata key of where training stands (JSON).
+const KEY_PROGRESS: &str = "kiln_train_state";
 
-/// Writes `model`, `optimizer` and `progress` to `path` atomically.
+/// Writes `model`, `optimizer` and `progress` (where training stands) to `path` atomically.
 pub fn save(
     path: &Path,
     model: &dyn Module,
     optimizer: &dyn Optimizer,
-    progress: &Progress,
+    progress: &impl Serialize,
 ) -> Result<()> {
     let json =
         serde_json::to_string(progress).map_err(|e| Error::format("checkpoint", e.to_string()))?;
@@ -32,12 +33,12 @@ pub fn save(
 }
 
 /// Restores `model` and `optimizer` from a checkpoint written by [`save`], returning its progress.
-pub fn load(
+pub fn load<P: DeserializeOwned>(
     path: &Path,
     model: &mut dyn Module,
     optimizer: &mut dyn Optimizer,
     device: &Device,
-) -> Result<Progress> {
+) -> Result<P> {
     let op = format!("checkpoint {}", path.display());
     let bytes = std::fs::read(path)
         .map_err(|e| Error::io("checkpoint", format!("cannot read {}: {e}", path.display())))?;

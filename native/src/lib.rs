@@ -21,6 +21,7 @@ pub mod checkpoint;
 pub mod cuda;
 pub mod data;
 pub mod device;
+pub mod learn;
 pub mod models;
 pub mod npy;
 pub mod serve;

@@ -4,11 +4,12 @@ use clap::{Args, Parser, Subcommand};
 use kiln::core::{Error, Result};
 use kiln::data::augment::Augment;
 use kiln::data::mnist::{self, Mnist};
-use kiln::train::{Outcome, TrainConfig, Trainer};
+use kiln::learn::dashboard::Dashboard;
+use kiln::learn::report::{Console, JsonLines, Outcome};
+use kiln::train::TrainConfig;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 #[derive(Parser)]
 #[command(
@@ -146,19 +147,33 @@ struct TrainArgs {
     /// Where the trained model file is written.
     #[arg(long, default_value = "model.safetensors")]
     out: PathBuf,
-    /// Checkpoint written each epoch (default: OUT with `.ckpt.safetensors`).
-    #[arg(long)]
-    checkpoint: Option<PathBuf>,
-    /// Continue from this checkpoint.
+    /// Directory of the checkpoints written after each epoch and on Ctrl-C,
+    /// `step-<N>.safetensors` (default: OUT with the extension `.ckpt`).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Checkpoints kept (older ones are deleted).
+    #[arg(long, default_value_t = 3)]
+    keep: usize,
+    /// Also write a checkpoint every N steps.
+    #[arg(long, value_name = "N")]
+    checkpoint_every: Option<u64>,
+    /// Continue from this checkpoint file, or the newest one in this directory.
     #[arg(long)]
     resume: Option<PathBuf>,
-    /// Metrics as JSON lines: one line per epoch, and one per 16 steps with the loss, accuracy
-    /// and learning rate of those steps (the two kinds told apart by a "step" key).
+    /// Stop after this many steps in total, with a checkpoint (resume to continue).
+    #[arg(long)]
+    max_steps: Option<u64>,
+    /// Metrics as JSON lines: a line per 16 steps (loss, accuracy, learning rate, speed,
+    /// memory), per evaluation and per epoch (the format is in kiln::learn::report).
     #[arg(long)]
     log: Option<PathBuf>,
-    /// No progress bar.
+    /// No progress output.
     #[arg(long)]
     quiet: bool,
+    /// A full-screen dashboard (live curves, history, ETA) instead of the progress bar; `q`
+    /// stops after the current step with a checkpoint. Needs a terminal.
+    #[arg(long)]
+    tui: bool,
     /// Augment the training images: `none`, `digits` (the preset for hand-drawn digits), or
     /// key=value settings, e.g. `shift=2,rotate=15,scale=0.1,shear=10,thickness=0.5,elastic=8`
     /// (over the preset when they follow `digits,`). Keys: shift (pixels), rotate and shear
@@ -329,47 +344,57 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         limit: a.limit,
         test_limit: None,
         dropout: a.dropout,
-        checkpoint: a
-            .checkpoint
+        checkpoint_dir: a
+            .checkpoint_dir
             .clone()
-            .unwrap_or_else(|| a.out.with_extension("ckpt.safetensors")),
-        log: a.log.clone(),
-        progress: !a.quiet,
-        max_steps: None,
+            .unwrap_or_else(|| a.out.with_extension("ckpt")),
+        keep_last: a.keep,
+        checkpoint_every: a.checkpoint_every,
+        max_steps: a.max_steps,
         augment,
     };
-    let mut trainer = match &a.resume {
-        Some(ckpt) => Trainer::resume(ckpt, &cfg, &device)?,
-        None => {
-            // A fresh run starts a fresh log.
-            if let Some(log) = &cfg.log {
-                remove_if_exists(log)?;
-            }
-            Trainer::new(&cfg, &device)?
-        }
-    };
-    let stop = Arc::new(AtomicBool::new(false));
+    let (train, test) = kiln::train::loaders(data, &cfg)?;
+    let mut learner = kiln::train::learner(&cfg, &train, &device)?;
+    if let Some(from) = &a.resume {
+        let path = learner.resume(from)?;
+        eprintln!("resuming from {}", path.display());
+    }
+    if let Some(log) = &a.log {
+        learner = learner.reporter(JsonLines::new(log));
+    }
+    let stop = learner.stop_flag();
+    if a.tui {
+        learner = learner.reporter(Dashboard::new(stop.clone())?);
+    } else if !a.quiet {
+        learner = learner.reporter(Console::new());
+    }
     let flag = stop.clone();
     ctrlc::set_handler(move || {
         eprintln!("\ninterrupted: finishing this step and writing a checkpoint");
         flag.store(true, Ordering::SeqCst);
     })
     .map_err(|e| Error::io("train", format!("cannot install the Ctrl-C handler: {e}")))?;
-    eprintln!(
-        "training the MNIST CNN on {} ({} training images from {}), {} epochs, batch {}, augment {}",
-        device.name(),
-        cfg.limit.unwrap_or(data.train.len()).min(data.train.len()),
-        dir.display(),
-        cfg.epochs,
-        cfg.batch_size,
-        cfg.augment
-    );
-    match trainer.run(&data, &cfg, &stop)? {
-        Outcome::Stopped => {
-            eprintln!("stopped; resume with --resume {}", cfg.checkpoint.display());
+    if !a.quiet && !a.tui {
+        eprintln!(
+            "MNIST CNN: {} training images from {}, batch {}, augment {}",
+            train.dataset().split.len(),
+            dir.display(),
+            cfg.batch_size,
+            cfg.augment
+        );
+    }
+    let outcome = learner.fit(&train, Some(&test), kiln::train::step(&device));
+    learner.close_reporters();
+    match outcome? {
+        Outcome::Stopped | Outcome::EarlyStopped => {
+            eprintln!(
+                "stopped; resume with --resume {}",
+                cfg.checkpoint_dir.display()
+            );
             Ok(())
         }
         Outcome::Finished => {
+            let test_acc = learner.history.last().and_then(|m| m.get("test_acc"));
             let mut meta = std::collections::BTreeMap::from([
                 (
                     "train_command".to_string(),
@@ -381,12 +406,12 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
                 ("epochs".to_string(), cfg.epochs.to_string()),
                 ("augment".to_string(), cfg.augment.to_string()),
             ]);
-            if let Some(m) = trainer.history.last() {
-                meta.insert("test_accuracy".to_string(), format!("{:.4}", m.test_acc));
+            if let Some(acc) = test_acc {
+                meta.insert("test_accuracy".to_string(), format!("{acc:.4}"));
             }
-            kiln::models::save_classifier(&mut trainer.model, &a.out, &meta)?;
-            if let Some(m) = trainer.history.last() {
-                println!("test accuracy: {:.4}", m.test_acc);
+            kiln::models::save_classifier(&mut learner.model, &a.out, &meta)?;
+            if let Some(acc) = test_acc {
+                println!("test accuracy: {acc:.4}");
             }
             println!("model written to {}", a.out.display());
             Ok(())
@@ -462,14 +487,4 @@ fn run_model(
         println!("{}: {} {}", path.display(), y.dtype(), y.shape());
     }
     Ok(())
-}
-
-fn remove_if_exists(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
-            "train",
-            format!("cannot reset the log {}: {e}", path.display()),
-        )),
-        _ => Ok(()),
-    }
 }

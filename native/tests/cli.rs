@@ -63,18 +63,18 @@ fn train_eval_predict() {
     ]);
     let out = stdout(&o);
     assert!(out.contains("test accuracy: 0."), "{out}");
-    // 640 images, 10 steps: one step line (at the epoch's end), then the epoch line.
+    // 640 images, 10 steps: one step line (at the epoch's end), the evaluation, the epoch line.
     let lines: Vec<String> = std::fs::read_to_string(&log)
         .unwrap()
         .lines()
         .map(String::from)
         .collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(
-        lines[0].starts_with("{\"step\":10,") && lines[1].contains("\"test_acc\""),
+        lines[0].starts_with("{\"step\":10,") && lines[2].contains("\"test_acc\""),
         "{lines:?}"
     );
-    assert!(Path::new(&p("m.ckpt.safetensors")).is_file());
+    assert!(Path::new(&p("m.ckpt/step-000000010.safetensors")).is_file());
 
     let graph_acc = accuracy_line(&kiln(&["eval", &model]));
     assert!(graph_acc > 0.6, "{graph_acc}");

@@ -3,8 +3,10 @@
 //! Skips with a notice when this machine has no wgpu adapter.
 
 use kiln::core::Device;
-use kiln::data::mnist::{self, Mnist};
-use kiln::train::{TrainConfig, Trainer};
+use kiln::core::nn::{Forward, Init, loss};
+use kiln::core::optim::{Adam, Optimizer};
+use kiln::data::mnist::{self, Mnist, batch};
+use kiln::models::MnistCnn;
 
 /// Images per step and steps per run: small, so that lavapipe (Vulkan on the CPU) runs it fast.
 const BATCH: usize = 32;
@@ -12,21 +14,18 @@ const STEPS: usize = 8;
 
 /// The mean loss of each of `STEPS` steps over consecutive training batches, from seed 3.
 fn losses(data: &Mnist, device: &Device) -> Vec<f64> {
-    let cfg = TrainConfig {
-        batch_size: BATCH,
-        seed: 3,
-        progress: false,
-        ..TrainConfig::default()
-    };
-    let mut t = Trainer::new(&cfg, device).unwrap();
+    let mut model = MnistCnn::new(&mut Init::new(device, 3)).unwrap();
+    let mut adam = Adam::new(1e-3);
     (0..STEPS)
         .map(|s| {
             let idx: Vec<usize> = (s * BATCH..(s + 1) * BATCH).collect();
-            let (sum, _) = t
-                .step(&data.train, &idx)
-                .and_then(|stats| stats.read())
-                .unwrap_or_else(|e| panic!("step {s} on {}: {e}", device.name()));
-            sum / BATCH as f64
+            let mut step = || -> kiln::core::Result<f64> {
+                let (x, y) = batch(&data.train, &idx, device)?;
+                let loss = loss::cross_entropy(&model.forward(&x)?, &y, 0.0)?;
+                adam.step(&mut model, &loss.backward()?)?;
+                loss.to_scalar()
+            };
+            step().unwrap_or_else(|e| panic!("step {s} on {}: {e}", device.name()))
         })
         .collect()
 }

@@ -45,7 +45,7 @@ print(":".join(sorted({d for s in site.getsitepackages() for d in glob.glob(s + 
         t0=$(date +%s)
         "$carry/kiln" train mnist --device cuda --quiet --epochs "$epochs" --augment "$augment" \
           --data "$carry/mnist" --out "$out/$name.safetensors" --log "$out/$name.jsonl" \
-          --checkpoint "$out/$name.ckpt.safetensors" >"$out/$name.txt" 2>&1
+          --checkpoint-dir "$out/$name.ckpt" >"$out/$name.txt" 2>&1
         secs=$(($(date +%s) - t0))
         test=$("$carry/kiln" eval "$out/$name.safetensors" --data "$carry/mnist" | tail -1)
         drawn=$("$carry/kiln" eval "$out/$name.safetensors" --data "$carry/drawn" | tail -1)

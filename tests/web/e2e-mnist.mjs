@@ -282,10 +282,11 @@ async function phoneLayout(browser, base) {
     await page.screenshot({ path: join(OUT, "mnist-phone.png"), fullPage: true });
 
     // "How this was made": the facts come from the model file and its training log (epoch lines
-    // and, between them, step lines with a "step" key: the curve draws the loss per step).
+    // and, between them, step lines with a "step" key: the curve draws the loss per step; newer
+    // logs also hold evaluation lines, which are neither).
     const log = readFileSync(join(WWW, "models/mnist-train.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
-    const epochLines = log.filter((l) => typeof l.test_acc === "number");
-    const stepLines = log.filter((l) => typeof l.step === "number");
+    const epochLines = log.filter((l) => typeof l.train_loss === "number" && typeof l.test_acc === "number");
+    const stepLines = log.filter((l) => typeof l.step === "number" && typeof l.loss === "number");
     const facts = await page.evaluate(() => ({
       bytes: Number(document.getElementById("model-size").dataset.bytes),
       acc: document.getElementById("model-acc").textContent,

@@ -4,7 +4,9 @@
 //! Each field's name becomes one segment of the dotted parameter names (`conv1.weight`); tuple
 //! fields use their index. Field attributes:
 //! - `#[module(skip)]`: not a module (hyper-parameters, counters);
-//! - `#[module(training)]`: a `bool` set by `set_training` (train/eval mode flag).
+//! - `#[module(training)]`: a `bool` set by `set_training` (train/eval mode flag);
+//! - `#[module(counter)]`: an `AtomicUsize` of random draws made so far (dropout's mask
+//!   counter), visited by `visit_counters` so checkpoints can save and restore it.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
@@ -25,6 +27,7 @@ enum Role {
     Module,
     Skip,
     Training,
+    Counter,
 }
 
 fn role(field: &syn::Field) -> syn::Result<Role> {
@@ -37,8 +40,11 @@ fn role(field: &syn::Field) -> syn::Result<Role> {
             } else if meta.path.is_ident("training") {
                 role = Role::Training;
                 Ok(())
+            } else if meta.path.is_ident("counter") {
+                role = Role::Counter;
+                Ok(())
             } else {
-                Err(meta.error("expected `skip` or `training`"))
+                Err(meta.error("expected `skip`, `training` or `counter`"))
             }
         })?;
     }
@@ -52,7 +58,8 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             "#[derive(Module)] supports structs only",
         ));
     };
-    let (mut visit, mut visit_mut, mut training) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut visit, mut visit_mut, mut training, mut counters) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let fields: Vec<(Tokens, String, &syn::Field)> = match &data.fields {
         Fields::Named(f) => f
             .named
@@ -80,6 +87,7 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
         match role(field)? {
             Role::Skip => {}
             Role::Training => training.push(quote!(self.#access = on;)),
+            Role::Counter => counters.push(quote!(v(#name, &self.#access);)),
             Role::Module => {
                 visit.push(quote! {
                     #m::visit(&self.#access, &mut |n, p| v(&::kiln_core::nn::join(#name, n), p));
@@ -88,6 +96,9 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
                     #m::visit_mut(&mut self.#access, &mut |n, p| v(&::kiln_core::nn::join(#name, n), p));
                 });
                 training.push(quote!(#m::set_training(&mut self.#access, on);));
+                counters.push(quote! {
+                    #m::visit_counters(&self.#access, &mut |n, c| v(&::kiln_core::nn::join(#name, n), c));
+                });
             }
         }
     }
@@ -101,6 +112,8 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             fn visit_mut(&mut self, v: &mut dyn FnMut(&str, &mut ::kiln_core::nn::Param)) { #(#visit_mut)* }
             #[allow(unused_variables)]
             fn set_training(&mut self, on: bool) { #(#training)* }
+            #[allow(unused_variables)]
+            fn visit_counters(&self, v: &mut dyn FnMut(&str, &::core::sync::atomic::AtomicUsize)) { #(#counters)* }
         }
     })
 }

@@ -62,7 +62,7 @@ pub struct Dropout {
     #[module(skip)]
     seed: u64,
     /// forward passes made in training mode so far
-    #[module(skip)]
+    #[module(counter)]
     step: AtomicUsize,
     #[module(training)]
     training: bool,

@@ -52,6 +52,7 @@ use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use core::sync::atomic::AtomicUsize;
 
 /// A tensor owned by a module: a trainable parameter (gradients flow to it) or a buffer (state
 /// such as BatchNorm's running statistics, saved with the model but not trained). Tensors are
@@ -130,6 +131,12 @@ pub trait Module {
     /// Switches training mode (dropout active, batch statistics) on or off (evaluation).
     fn set_training(&mut self, on: bool) {
         let _ = on;
+    }
+    /// Calls `v` with the dotted name and counter of every layer that draws new random numbers
+    /// on each forward pass (dropout), so that a checkpoint can save them and a resumed run
+    /// draw the same masks.
+    fn visit_counters(&self, v: &mut dyn FnMut(&str, &AtomicUsize)) {
+        let _ = v;
     }
 
     /// Every parameter and buffer by name, in visiting order (a PyTorch `state_dict`).
@@ -255,6 +262,11 @@ impl<M: Module> Module for Option<M> {
             m.set_training(on)
         }
     }
+    fn visit_counters(&self, v: &mut dyn FnMut(&str, &AtomicUsize)) {
+        if let Some(m) = self {
+            m.visit_counters(v)
+        }
+    }
 }
 
 /// Items of a list are named by their index (`layers.0.weight`), as PyTorch's `ModuleList`.
@@ -272,6 +284,11 @@ impl<M: Module> Module for Vec<M> {
     fn set_training(&mut self, on: bool) {
         self.iter_mut().for_each(|m| m.set_training(on));
     }
+    fn visit_counters(&self, v: &mut dyn FnMut(&str, &AtomicUsize)) {
+        for (i, m) in self.iter().enumerate() {
+            m.visit_counters(&mut |n, c| v(&join(&i.to_string(), n), c));
+        }
+    }
 }
 
 impl<M: Module + ?Sized> Module for Box<M> {
@@ -283,6 +300,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn set_training(&mut self, on: bool) {
         (**self).set_training(on)
+    }
+    fn visit_counters(&self, v: &mut dyn FnMut(&str, &AtomicUsize)) {
+        (**self).visit_counters(v)
     }
 }
 

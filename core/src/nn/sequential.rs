@@ -68,6 +68,11 @@ impl Module for Sequential {
     fn set_training(&mut self, on: bool) {
         self.layers.iter_mut().for_each(|m| m.set_training(on));
     }
+    fn visit_counters(&self, v: &mut dyn FnMut(&str, &core::sync::atomic::AtomicUsize)) {
+        for (i, m) in self.layers.iter().enumerate() {
+            m.visit_counters(&mut |n, c| v(&join(&i.to_string(), n), c));
+        }
+    }
 }
 
 impl Forward for Sequential {

@@ -4,7 +4,9 @@
 //! elements. MNIST images are type `0x08` (u8) with 3 dims (magic 2051), labels u8 with 1 dim
 //! (magic 2049). Nothing is ever downloaded: the files must be on disk.
 
-use crate::core::{Error, Result};
+use crate::core::{Device, Error, Result, Tensor};
+use crate::data::augment::{Augment, image_seed};
+use crate::data::loader::Dataset;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -290,4 +292,143 @@ pub fn read_labels(path: &Path) -> Result<Vec<u8>> {
 /// A pixel in `[0, 255]` normalised as the model expects: `(x / 255 - MEAN) / STD`.
 pub fn normalize(pixel: f32) -> f32 {
     (pixel / 255.0 - MEAN) / STD
+}
+
+/// A split as a [`Dataset`] of normalised images, each augmented per epoch when `augment` is
+/// set: image `i` of epoch `e` is drawn from [`image_seed`]`(seed, e, i)`, so its pixels depend
+/// on nothing else (not the batch, not the order of work).
+#[derive(Clone, Debug)]
+pub struct Digits {
+    /// The images and labels.
+    pub split: Split,
+    /// How training images are augmented ([`Augment::none`] for evaluation).
+    pub augment: Augment,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+impl Digits {
+    /// The images of `split`, unaugmented.
+    pub fn plain(split: Split) -> Self {
+        Digits {
+            split,
+            augment: Augment::none(),
+            seed: 0,
+        }
+    }
+}
+
+/// A batch of [`Digits`] on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DigitBatch {
+    /// Normalised pixels, `len * rows * cols`.
+    pub pixels: Vec<f32>,
+    /// One label per image.
+    pub labels: Vec<i32>,
+    /// Image height.
+    pub rows: usize,
+    /// Image width.
+    pub cols: usize,
+}
+
+impl DigitBatch {
+    /// (`[B, 1, rows, cols]` pixels, `[B]` i32 labels) on `device`.
+    pub fn to_device(&self, device: &Device) -> Result<(Tensor, Tensor)> {
+        let b = self.labels.len();
+        let x = Tensor::from_vec(self.pixels.clone(), [b, 1, self.rows, self.cols], device)?;
+        let y = Tensor::from_vec(self.labels.clone(), [b], device)?;
+        Ok((x, y))
+    }
+}
+
+impl Dataset for Digits {
+    type Batch = DigitBatch;
+    fn len(&self) -> usize {
+        self.split.len()
+    }
+    fn batch(&self, idx: &[usize], epoch: u64) -> Result<DigitBatch> {
+        let augment = (!self.augment.is_none()).then_some((&self.augment, self.seed, epoch));
+        host_batch(&self.split, idx, augment)
+    }
+}
+
+/// The images `idx` of `split`, unaugmented, as a normalised `[B, 1, rows, cols]` f32 tensor
+/// and their labels as a `[B]` i32 tensor on `device`.
+pub fn batch(split: &Split, idx: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+    host_batch(split, idx, None)?.to_device(device)
+}
+
+/// The images `idx` of `split`, augmented when `augment` gives the setting, the run's seed and
+/// the epoch.
+fn host_batch(
+    split: &Split,
+    idx: &[usize],
+    augment: Option<(&Augment, u64, u64)>,
+) -> Result<DigitBatch> {
+    let size = split.image_size();
+    let mut pixels = Vec::with_capacity(idx.len() * size);
+    let mut labels = Vec::with_capacity(idx.len());
+    let mut scratch = vec![0u8; size];
+    for &i in idx {
+        let (img, label) = split.image(i).zip(split.labels.get(i)).ok_or_else(|| {
+            Error::index(
+                "batch",
+                format!("image {i} of a split of {} images", split.len()),
+            )
+        })?;
+        let img = match augment {
+            Some((aug, seed, epoch)) => {
+                aug.apply(
+                    img,
+                    split.rows,
+                    split.cols,
+                    image_seed(seed, epoch, i as u64),
+                    &mut scratch,
+                )?;
+                &scratch[..]
+            }
+            None => img,
+        };
+        pixels.extend(img.iter().map(|&p| normalize(p as f32)));
+        labels.push(*label as i32);
+    }
+    Ok(DigitBatch {
+        pixels,
+        labels,
+        rows: split.rows,
+        cols: split.cols,
+    })
+}
+
+#[cfg(test)]
+mod digits_tests {
+    use super::*;
+
+    #[test]
+    fn augmented_batches_depend_on_seed_epoch_and_index_only() {
+        let Ok(data) = data_dir(None).and_then(|d| Mnist::load(&d)) else {
+            eprintln!("skipped: no MNIST data");
+            return;
+        };
+        let digits = |augment| Digits {
+            split: data.train.clone().truncated(20),
+            augment,
+            seed: 1,
+        };
+        let aug = digits(Augment::digits());
+        let ab = aug.batch(&[3, 9], 0).unwrap();
+        let ba = aug.batch(&[9, 3], 0).unwrap();
+        let n = 28 * 28;
+        assert_eq!(ab.pixels[..n], ba.pixels[n..]);
+        assert_eq!(ab.labels, [ba.labels[1], ba.labels[0]]);
+        assert_ne!(
+            aug.batch(&[3], 1).unwrap().pixels,
+            aug.batch(&[3], 0).unwrap().pixels
+        );
+        let plain = digits(Augment::none()).batch(&[3], 0).unwrap();
+        assert_ne!(plain.pixels, aug.batch(&[3], 0).unwrap().pixels);
+        assert_eq!(plain, host_batch(&data.train, &[3], None).unwrap());
+        let e = aug.batch(&[20], 0).unwrap_err().to_string();
+        assert!(e.contains("image 20 of a split of 20 images"), "{e}");
+    }
 }

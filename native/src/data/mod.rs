@@ -1,5 +1,6 @@
-//! Data sets and images read from disk.
+//! Data sets and images read from disk, and the loader that batches them.
 
 pub mod augment;
 pub mod image;
+pub mod loader;
 pub mod mnist;
