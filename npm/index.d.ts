@@ -195,6 +195,8 @@ export class Tensor {
   floor(): Tensor;
   /** Elementwise `gelu`. */
   gelu(): Tensor;
+  /** Elementwise `gelu_tanh`. */
+  gelu_tanh(): Tensor;
   /** Elementwise `log`. */
   log(): Tensor;
   /** Elementwise `neg`. */

@@ -32,6 +32,7 @@ pub mod optim;
 pub mod random;
 pub mod shape;
 pub mod tensor;
+pub mod tokenizer;
 
 #[cfg(feature = "std")]
 pub use backend::block_on;

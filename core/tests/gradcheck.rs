@@ -8,6 +8,7 @@
 //! Inputs of piecewise functions (relu, abs, max, floor, pooling...) are kept away from kinks.
 
 use kiln_core::autodiff::{Gradients, no_grad, tracing};
+use kiln_core::nn::Module;
 use kiln_core::{
     Conv2dParams, DType, Device, ErrorKind, Op, Pool2d, Pool2dParams, ReduceOp, Result, SliceRange,
     Tensor, UnaryOp,
@@ -1048,4 +1049,95 @@ fn reduce_op_enum_is_covered() {
         |t| t[0].reduce(ReduceOp::Var { correction: 1 }, &[-1, 0], false),
         &[Input::new(&[3, 2, 4], 960, any)],
     );
+}
+
+// ---------------------------------------------------------------- transformer building blocks
+
+#[test]
+fn attention_gradients() {
+    use kiln_core::nn::scaled_dot_product_attention as sdpa;
+    // (causal, Tq, Tk): square and fewer queries than keys (the KV-cache case)
+    for (i, (causal, tq, tk)) in [(false, 5, 5), (true, 5, 5), (false, 3, 5), (true, 3, 5)]
+        .into_iter()
+        .enumerate()
+    {
+        eprintln!("attention causal {causal} Tq {tq} Tk {tk}");
+        let seed = 970 + 3 * i as u64;
+        check_grad(
+            |xs| sdpa(&xs[0], &xs[1], &xs[2], causal),
+            &[
+                Input::new(&[2, 3, tq, 4], seed, any),
+                Input::new(&[2, 3, tk, 4], seed + 1, any).permuted(),
+                Input::new(&[2, 3, tk, 4], seed + 2, any),
+            ],
+        );
+    }
+}
+
+/// Checks the gradient of `sum(f(m) * w)` wrt every trainable parameter of `m` (f64) against
+/// central differences; parameters are perturbed in place through `Param::set`.
+fn check_param_grads<M: Module>(m: &M, f: impl Fn(&M) -> Result<Tensor>, tol: f64) {
+    let y = f(m).expect("forward");
+    let mut rng = Rng(0xBEEF);
+    let w: Vec<f64> = (0..y.numel()).map(|_| rng.signed(0.5, 1.5)).collect();
+    let seed = Tensor::from_vec(w.clone(), y.shape().clone(), &dev()).unwrap();
+    let grads = y.backward_with(&seed).expect("backward");
+    let loss = || -> f64 {
+        let out = f(m).expect("forward (perturbed)");
+        read(&out).iter().zip(&w).map(|(a, b)| a * b).sum()
+    };
+    let set = |name: &str, t: &Tensor| {
+        m.visit(&mut |n, p| {
+            if n == name {
+                p.set(t.clone())
+            }
+        })
+    };
+    let h = 1e-6;
+    for (name, p) in m.named_params() {
+        let g = read(
+            grads
+                .get(&p)
+                .unwrap_or_else(|| panic!("no gradient for {name}")),
+        );
+        let values = read(&p);
+        let of = |v: Vec<f64>| Tensor::from_vec(v, p.shape().clone(), &dev()).unwrap();
+        for j in 0..values.len() {
+            let mut v = values.clone();
+            v[j] += h;
+            set(&name, &of(v.clone()));
+            let up = loss();
+            v[j] -= 2.0 * h;
+            set(&name, &of(v));
+            let numeric = (up - loss()) / (2.0 * h);
+            assert!(
+                (g[j] - numeric).abs() <= tol * (1.0 + numeric.abs()),
+                "{name} element {j}: backward {} vs finite difference {numeric}",
+                g[j]
+            );
+        }
+        set(&name, &p);
+    }
+}
+
+#[test]
+fn transformer_block_gradients() {
+    use kiln_core::nn::{Forward, Init, LayerNorm, TransformerBlock};
+    let mut init = Init::new(&dev(), 21).with_dtype(DType::F64);
+    let block = TransformerBlock::new(&mut init, 6, 3, 0.0, 0).unwrap();
+    // LayerNorm starts as the identity; other values exercise its weight and bias paths
+    let ln = |ln: &LayerNorm, seed| {
+        ln.weight.set(Input::new(&[6], seed, positive).tensor());
+        ln.bias.set(Input::new(&[6], seed + 1, any).tensor());
+    };
+    ln(&block.ln1, 980);
+    ln(&block.ln2, 982);
+    let x = Input::new(&[2, 5, 6], 984, any);
+    // wrt the input (through a permuted layout too), then wrt every parameter
+    check_grad(|xs| block.forward(&xs[0]), std::slice::from_ref(&x));
+    check_grad(|xs| block.forward(&xs[0]), &[x.clone().permuted()]);
+    let xt = x.tensor();
+    check_param_grads(&block, |b| b.forward(&xt), 1e-6);
+    check_param_grads(&block.attn, |a| a.forward(&xt), 1e-6);
+    assert!(block.num_params() > 400);
 }

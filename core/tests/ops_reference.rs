@@ -84,6 +84,7 @@ fn unary_cases() -> Vec<UnaryCase> {
         c(UnaryOp::Silu, Box::new(|x| x / (1.0 + (-x).exp())), wide),
         c(UnaryOp::Relu, Box::new(|x| x.max(0.0)), with_zeros),
         c(UnaryOp::Gelu, Box::new(r::gelu), wide),
+        c(UnaryOp::GeluTanh, Box::new(gelu_tanh), wide),
         c(UnaryOp::Erf, Box::new(r::erf), wide),
         c(UnaryOp::Floor, Box::new(f64::floor), halves),
         c(UnaryOp::Ceil, Box::new(f64::ceil), halves),
@@ -102,6 +103,12 @@ fn unary_cases() -> Vec<UnaryCase> {
             any,
         ),
     ]
+}
+
+/// GELU's tanh approximation: `x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2`.
+fn gelu_tanh(x: f64) -> f64 {
+    let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3));
+    0.5 * x * (1.0 + u.tanh())
 }
 
 /// A scalar reference for a unary op.
@@ -150,6 +157,7 @@ fn unary_named_methods_match_ops() -> Result<()> {
         ("silu", x.silu()?, |v| v / (1.0 + (-v).exp())),
         ("relu", x.relu()?, |v| v.max(0.0)),
         ("gelu", x.gelu()?, r::gelu),
+        ("gelu_tanh", x.gelu_tanh()?, gelu_tanh),
         ("erf", x.erf()?, r::erf),
         ("floor", x.floor()?, f64::floor),
         ("ceil", x.ceil()?, f64::ceil),

@@ -98,6 +98,7 @@ fn run(r: &mut dyn Reporter, stop: &AtomicBool) -> Result<()> {
             step,
             epoch,
             metrics: metrics(&[("test_loss", valid), ("test_acc", accuracy(valid))]),
+            sample: None,
         };
         r.report(&Event::Eval(&eval))?;
         let train = epoch_loss / BATCHES as f64;

@@ -22,6 +22,7 @@ pub mod cuda;
 pub mod data;
 pub mod device;
 pub mod learn;
+pub mod lm;
 pub mod models;
 pub mod npy;
 pub mod serve;

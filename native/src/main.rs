@@ -5,6 +5,7 @@ use kiln::core::{Error, Result};
 use kiln::data::augment::Augment;
 use kiln::data::mnist::{self, Mnist};
 use kiln::learn::dashboard::Dashboard;
+use kiln::learn::Learner;
 use kiln::learn::report::{Console, JsonLines, Outcome};
 use kiln::train::TrainConfig;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,29 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Device to run on.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+    },
+    /// Generate text with a GPT model file from `kiln train text`, streaming it to stdout.
+    Generate {
+        /// The model file.
+        file: PathBuf,
+        /// The text to continue.
+        #[arg(long, default_value = "\n")]
+        prompt: String,
+        /// Tokens (characters) to generate.
+        #[arg(long, default_value_t = 500)]
+        tokens: usize,
+        /// Softmax temperature; 0 is greedy (deterministic).
+        #[arg(long, default_value_t = 0.8)]
+        temperature: f64,
+        /// Sample among the K most likely tokens only.
+        #[arg(long)]
+        top_k: Option<usize>,
+        /// Seed of the draws.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Device: cpu, wgpu or cuda.
         #[arg(long, default_value = "cpu")]
         device: String,
     },
@@ -115,6 +139,9 @@ struct DataArgs {
 enum TrainTask {
     /// The classic MNIST CNN, Adam 1e-3.
     Mnist(TrainArgs),
+    /// A character-level GPT on a text corpus (Shakespeare by default), validated on held-out
+    /// works.
+    Text(Box<TextArgs>),
 }
 
 #[derive(Args)]
@@ -147,8 +174,23 @@ struct TrainArgs {
     /// Where the trained model file is written.
     #[arg(long, default_value = "model.safetensors")]
     out: PathBuf,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Augment the training images: `none`, `digits` (the preset for hand-drawn digits), or
+    /// key=value settings, e.g. `shift=2,rotate=15,scale=0.1,shear=10,thickness=0.5,elastic=8`
+    /// (over the preset when they follow `digits,`). Keys: shift (pixels), rotate and shear
+    /// (degrees), scale (relative), thickness (probability of a dilation or erosion), elastic
+    /// (alpha) and sigma (pixels) of the elastic distortion; 0 turns a transform off. Pass the same
+    /// setting with --resume.
+    #[arg(long, default_value = "none", value_name = "SPEC")]
+    augment: String,
+}
+
+/// The options of every training command: checkpoints, resuming, logging, progress.
+#[derive(Args)]
+struct RunArgs {
     /// Directory of the checkpoints written after each epoch and on Ctrl-C,
-    /// `step-<N>.safetensors` (default: OUT with the extension `.ckpt`).
+    /// `step-<N>.safetensors` (default: the output file with the extension `.ckpt`).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
     /// Checkpoints kept (older ones are deleted).
@@ -163,7 +205,7 @@ struct TrainArgs {
     /// Stop after this many steps in total, with a checkpoint (resume to continue).
     #[arg(long)]
     max_steps: Option<u64>,
-    /// Metrics as JSON lines: a line per 16 steps (loss, accuracy, learning rate, speed,
+    /// Metrics as JSON lines: a line per 16 steps (loss, metrics, learning rate, speed,
     /// memory), per evaluation and per epoch (the format is in kiln::learn::report).
     #[arg(long)]
     log: Option<PathBuf>,
@@ -174,14 +216,61 @@ struct TrainArgs {
     /// stops after the current step with a checkpoint. Needs a terminal.
     #[arg(long)]
     tui: bool,
-    /// Augment the training images: `none`, `digits` (the preset for hand-drawn digits), or
-    /// key=value settings, e.g. `shift=2,rotate=15,scale=0.1,shear=10,thickness=0.5,elastic=8`
-    /// (over the preset when they follow `digits,`). Keys: shift (pixels), rotate and shear
-    /// (degrees), scale (relative), thickness (probability of a dilation or erosion), elastic
-    /// (alpha) and sigma (pixels) of the elastic distortion; 0 turns a transform off. Pass the same
-    /// setting with --resume.
-    #[arg(long, default_value = "none", value_name = "SPEC")]
-    augment: String,
+}
+
+#[derive(Args)]
+struct TextArgs {
+    /// Corpus directory: `*.txt[.gz]` files, one per work (default: $KILN_SHAKESPEARE_DIR,
+    /// else shared/data/shakespeare in a parent directory).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Device: cpu, wgpu or cuda.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Works held out for validation (file stems, comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "hamlet_gut,macbeth_gut,tempest_gut")]
+    held_out: Vec<String>,
+    /// Tokens per window (the model's context).
+    #[arg(long, default_value_t = 256)]
+    context: usize,
+    /// Width of the residual stream.
+    #[arg(long, default_value_t = 384)]
+    dim: usize,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 6)]
+    layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 6)]
+    heads: usize,
+    /// Dropout probability.
+    #[arg(long, default_value_t = 0.2)]
+    dropout: f64,
+    /// Windows per step.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Peak learning rate (AdamW; linear warm-up, then cosine to a tenth).
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 100)]
+    warmup: usize,
+    /// Passes over the training text.
+    #[arg(long, default_value_t = 1)]
+    epochs: usize,
+    /// Evaluate on the held-out works (and write a sample) every N steps.
+    #[arg(long, default_value_t = 250)]
+    eval_every: u64,
+    /// Validation windows per evaluation.
+    #[arg(long, default_value_t = 128)]
+    eval_windows: usize,
+    /// Seed of the weights, shuffles and dropout.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Where the trained model file is written.
+    #[arg(long, default_value = "gpt.safetensors")]
+    out: PathBuf,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Subcommand)]
@@ -233,6 +322,41 @@ fn run(cli: Cli) -> Result<()> {
         Command::Train {
             task: TrainTask::Mnist(args),
         } => train_mnist(args),
+        Command::Train {
+            task: TrainTask::Text(args),
+        } => train_text(*args),
+        Command::Generate {
+            file,
+            prompt,
+            tokens,
+            temperature,
+            top_k,
+            seed,
+            device,
+        } => {
+            let device = kiln::device::select(&device)?;
+            let (model, tok) = kiln::models::gpt::Gpt::from_file(&read(&file)?, &device)
+                .map_err(|e| e.context(file.display()))?;
+            let sampling = kiln::models::gpt::Sampling {
+                temperature,
+                top_k,
+                seed,
+            };
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let started = std::time::Instant::now();
+            print!("{prompt}");
+            let ids = kiln::models::gpt::generate(&model, &tok.encode(&prompt)?, tokens, &sampling, |t| {
+                let text = tok.decode(&[t])?;
+                write!(out, "{text}")
+                    .and_then(|_| out.flush())
+                    .map_err(|e| Error::io("generate", e.to_string()))
+            })?;
+            let secs = started.elapsed().as_secs_f64();
+            println!();
+            eprintln!("{} tokens in {secs:.2}s ({:.1} tokens/s)", ids.len(), ids.len() as f64 / secs.max(1e-9));
+            Ok(())
+        }
         Command::Eval { file, arch, common } => {
             let device = kiln::device::select(&common.device)?;
             let data = Mnist::load(&mnist::data_dir(common.data.as_deref())?)?;
@@ -344,37 +468,16 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         limit: a.limit,
         test_limit: None,
         dropout: a.dropout,
-        checkpoint_dir: a
-            .checkpoint_dir
-            .clone()
-            .unwrap_or_else(|| a.out.with_extension("ckpt")),
-        keep_last: a.keep,
-        checkpoint_every: a.checkpoint_every,
-        max_steps: a.max_steps,
+        checkpoint_dir: a.run.checkpoint_dir(&a.out),
+        keep_last: a.run.keep,
+        checkpoint_every: a.run.checkpoint_every,
+        max_steps: a.run.max_steps,
         augment,
     };
     let (train, test) = kiln::train::loaders(data, &cfg)?;
-    let mut learner = kiln::train::learner(&cfg, &train, &device)?;
-    if let Some(from) = &a.resume {
-        let path = learner.resume(from)?;
-        eprintln!("resuming from {}", path.display());
-    }
-    if let Some(log) = &a.log {
-        learner = learner.reporter(JsonLines::new(log));
-    }
-    let stop = learner.stop_flag();
-    if a.tui {
-        learner = learner.reporter(Dashboard::new(stop.clone())?);
-    } else if !a.quiet {
-        learner = learner.reporter(Console::new());
-    }
-    let flag = stop.clone();
-    ctrlc::set_handler(move || {
-        eprintln!("\ninterrupted: finishing this step and writing a checkpoint");
-        flag.store(true, Ordering::SeqCst);
-    })
-    .map_err(|e| Error::io("train", format!("cannot install the Ctrl-C handler: {e}")))?;
-    if !a.quiet && !a.tui {
+    let learner = kiln::train::learner(&cfg, &train, &device)?;
+    let mut learner = a.run.attach(learner)?;
+    if !a.run.quiet && !a.run.tui {
         eprintln!(
             "MNIST CNN: {} training images from {}, batch {}, augment {}",
             train.dataset().split.len(),
@@ -387,10 +490,7 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
     learner.close_reporters();
     match outcome? {
         Outcome::Stopped | Outcome::EarlyStopped => {
-            eprintln!(
-                "stopped; resume with --resume {}",
-                cfg.checkpoint_dir.display()
-            );
+            eprintln!("stopped; resume with --resume {}", cfg.checkpoint_dir.display());
             Ok(())
         }
         Outcome::Finished => {
@@ -417,6 +517,87 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+impl RunArgs {
+    /// `--checkpoint-dir`, else `out` with the extension `.ckpt`.
+    fn checkpoint_dir(&self, out: &Path) -> PathBuf {
+        self.checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| out.with_extension("ckpt"))
+    }
+
+    /// Resumes `learner` if asked, adds the log, console or dashboard, and points Ctrl-C at its
+    /// stop flag.
+    fn attach<M: kiln::core::nn::Module>(&self, mut learner: Learner<M>) -> Result<Learner<M>> {
+        if let Some(from) = &self.resume {
+            let path = learner.resume(from)?;
+            eprintln!("resuming from {}", path.display());
+        }
+        if let Some(log) = &self.log {
+            learner = learner.reporter(JsonLines::new(log));
+        }
+        let stop = learner.stop_flag();
+        if self.tui {
+            learner = learner.reporter(Dashboard::new(stop.clone())?);
+        } else if !self.quiet {
+            learner = learner.reporter(Console::new());
+        }
+        ctrlc::set_handler(move || {
+            eprintln!("\ninterrupted: finishing this step and writing a checkpoint");
+            stop.store(true, Ordering::SeqCst);
+        })
+        .map_err(|e| Error::io("train", format!("cannot install the Ctrl-C handler: {e}")))?;
+        Ok(learner)
+    }
+}
+
+fn train_text(a: TextArgs) -> Result<()> {
+    let device = kiln::device::select(&a.device)?;
+    let dir = kiln::data::text::data_dir(a.data.as_deref())?;
+    let held: Vec<&str> = a.held_out.iter().map(String::as_str).collect();
+    let corpus = kiln::data::text::Corpus::load(&dir, &held)?;
+    let cfg = kiln::lm::TextConfig {
+        context: a.context,
+        dim: a.dim,
+        layers: a.layers,
+        heads: a.heads,
+        dropout: a.dropout,
+        batch_size: a.batch_size,
+        lr: a.lr,
+        warmup: a.warmup,
+        epochs: a.epochs,
+        max_steps: a.run.max_steps,
+        eval_every: a.eval_every,
+        eval_windows: a.eval_windows,
+        seed: a.seed,
+        checkpoint_dir: a.run.checkpoint_dir(&a.out),
+        keep_last: a.run.keep,
+        ..kiln::lm::TextConfig::default()
+    };
+    let (tok, train, valid) = kiln::lm::prepare(&corpus, &cfg)?;
+    if !a.run.quiet && !a.run.tui {
+        eprintln!(
+            "GPT on {}: {} training characters, {} held out ({}), vocabulary {}",
+            dir.display(),
+            corpus.train.len(),
+            corpus.valid.len(),
+            corpus.held_out.join(", "),
+            tok.vocab_size()
+        );
+    }
+    let learner = kiln::lm::learner(&cfg, &tok, &train, &device)?;
+    let mut learner = a.run.attach(learner)?;
+    let outcome = learner.fit(&train, Some(&valid), kiln::lm::step(&device));
+    learner.close_reporters();
+    let outcome = outcome?;
+    let bytes = learner.model.to_file(&tok, &Default::default())?;
+    kiln::checkpoint::write_atomic(&a.out, &bytes)?;
+    if let Some(loss) = learner.state.last_eval.get("valid_loss") {
+        println!("validation loss: {loss:.4} nats per character");
+    }
+    println!("model written to {} ({outcome:?})", a.out.display());
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

@@ -10,6 +10,7 @@
 #                    --features cuda
 #   wgpu_bench       kernels/examples/wgpu_bench.rs (matmul, add, sum, copy on wgpu's device)
 #   mnist/           the MNIST .gz files from shared/data/mnist
+#   shakespeare/     the Shakespeare corpus (plays/*.txt.gz) from shared/data/shakespeare
 set -eu
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -31,7 +32,7 @@ cargo build --release -p kiln --features cuda --bin kiln
 cp "$target/release/kiln" "$out/kiln"
 lib="$(cargo test --release -p kiln --features cuda --lib --no-run --message-format=json | executables lib | tail -n 1)"
 cp "$lib" "$out/kiln-lib-test"
-for suite in ops fast_paths; do
+for suite in ops fast_paths transformer; do
   if exe="$(cargo test --release -p kiln-conformance --features cuda --test $suite --no-run --message-format=json | executables $suite | tail -n 1)" && [ -n "$exe" ]; then
     cp "$exe" "$out/conformance-$suite"
   else
@@ -43,6 +44,8 @@ cp "$target/release/examples/wgpu_bench" "$out/wgpu_bench"
 data="$(cd "$root/.." && pwd)/shared/data/mnist"
 [ -d "$root/shared/data/mnist" ] && data="$root/shared/data/mnist"
 cp "$data"/*-ubyte.gz "$out/mnist/"
+mkdir -p "$out/shakespeare/plays"
+cp "$(dirname "$data")"/shakespeare/plays/*.txt.gz "$out/shakespeare/plays/"
 strip "$out"/kiln "$out"/kiln-lib-test "$out"/conformance-* "$out"/wgpu_bench 2>/dev/null || true
 du -sh "$out"
 # The device tool carries at most 64 MiB with the working tree: carry the archive, not the folder

@@ -309,6 +309,19 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
                 .mul_scalar(1.0 / libm::sqrt(2.0 * PI))?;
             g.mul(&cdf.add(&x.mul(&pdf)?)?)
         }
+        UnaryOp::GeluTanh => {
+            // with u = c (x + a x^3), t = tanh(u):
+            // d/dx x (1 + t) / 2 = (1 + t) / 2 + x (1 - t^2) c (1 + 3 a x^2) / 2
+            let (c, a) = (libm::sqrt(2.0 / PI), 0.044715);
+            let x2 = x.mul(x)?;
+            let t = x
+                .mul(&x2.mul_scalar(a)?.add_scalar(1.0)?)?
+                .mul_scalar(c)?
+                .tanh()?;
+            let du = x2.mul_scalar(3.0 * a * c)?.add_scalar(c)?;
+            let slope = t.mul(&t)?.neg()?.add_scalar(1.0)?.mul(&du)?.mul(x)?;
+            g.mul(&t.add_scalar(1.0)?.add(&slope)?.mul_scalar(0.5)?)
+        }
         UnaryOp::Erf => g.mul(&x.mul(x)?.neg()?.exp()?.mul_scalar(FRAC_2_SQRT_PI)?),
         UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Sign => x.zeros_like(),
         UnaryOp::Powf(0.0) => x.zeros_like(),

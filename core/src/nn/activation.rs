@@ -24,6 +24,8 @@ activation! {
     ReLU => relu,
     /// GELU in its exact erf form (PyTorch's default)
     GELU => gelu,
+    /// GELU in its tanh approximation (GPT-2's; PyTorch's `GELU(approximate="tanh")`)
+    GELUTanh => gelu_tanh,
     /// `1 / (1 + e^-x)`
     Sigmoid => sigmoid,
     /// hyperbolic tangent

@@ -29,6 +29,7 @@
 //! ```
 
 mod activation;
+pub mod attention;
 mod conv;
 mod init;
 mod linear;
@@ -37,12 +38,13 @@ mod norm;
 mod pool;
 mod sequential;
 
-pub use activation::{Dropout, GELU, ReLU, Sigmoid, Softmax, Tanh};
+pub use activation::{Dropout, GELU, GELUTanh, ReLU, Sigmoid, Softmax, Tanh};
+pub use attention::{KvCache, MultiHeadAttention, TransformerBlock, scaled_dot_product_attention};
 pub use conv::{Conv2d, Conv2dConfig, ConvTranspose2d};
 pub use init::Init;
 pub use kiln_derive::Module;
 pub use linear::{Embedding, Linear};
-pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm};
+pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm, RmsNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d};
 pub use sequential::Sequential;
 

@@ -155,3 +155,55 @@ impl Forward for LayerNorm {
         y.mul(&w)?.add(&self.bias.tensor())
     }
 }
+
+/// Root-mean-square normalisation over the last axis, as in LLaMA-style transformers:
+/// `x / sqrt(mean(x²) + eps) * weight` (no mean subtraction, no bias; eps 1e-6).
+///
+/// ```
+/// use kiln_core::nn::{Forward, Init, RmsNorm};
+/// use kiln_core::{Device, Tensor};
+/// let mut init = Init::new(&Device::cpu(), 0);
+/// let norm = RmsNorm::new(&mut init, 2)?;
+/// let y = norm.forward(&Tensor::from_vec(vec![3.0f32, 4.0], [1, 2], &Device::cpu())?)?;
+/// let rms = 12.5f32.sqrt(); // sqrt of the mean of 3² and 4²
+/// for (got, want) in y.to_vec::<f32>()?.iter().zip([3.0 / rms, 4.0 / rms]) {
+///     assert!((got - want).abs() < 1e-6);
+/// }
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
+#[derive(Debug, Clone, kiln_derive::Module)]
+pub struct RmsNorm {
+    /// scale `[dim]`
+    pub weight: Param,
+    /// added to the mean square
+    #[module(skip)]
+    pub eps: f64,
+}
+
+impl RmsNorm {
+    /// Normalises a last axis of `dim` features (weight 1, eps 1e-6).
+    pub fn new(init: &mut Init, dim: usize) -> Result<Self> {
+        Ok(RmsNorm {
+            weight: Param::new(init.full([dim], 1.0)?),
+            eps: 1e-6,
+        })
+    }
+}
+
+impl Forward for RmsNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let w = self.weight.tensor();
+        if x.dims().last() != w.dims().last() {
+            return Err(Error::shape(
+                "RmsNorm",
+                format!(
+                    "expects inputs ending in {}, got shape {}",
+                    w.shape(),
+                    x.shape()
+                ),
+            ));
+        }
+        let ms = x.mul(x)?.mean(&[-1], true)?;
+        x.mul(&ms.add_scalar(self.eps)?.rsqrt()?)?.mul(&w)
+    }
+}

@@ -66,6 +66,12 @@ macro_rules! unary_table {
                 wgsl: "0.5 * v * (1.0 + erf_(v * 0.70710678118654752))",
                 test: (-3.0, 3.0)
             }
+            /// `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`: GELU's tanh approximation (GPT-2's)
+            GeluTanh gelu_tanh {
+                float: |v| T::from_f(0.5) * v * (T::ONE + (T::from_f(0.797_884_560_802_865_4) * (v + T::from_f(0.044715) * v * v * v)).tanh()),
+                wgsl: "0.5 * v * (1.0 + tanh_(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
+                test: (-3.0, 3.0)
+            }
             /// error function
             Erf erf { float: |v| v.erf(), wgsl: "erf_(v)", test: (-3.0, 3.0) }
             /// round toward -inf

@@ -1122,6 +1122,7 @@ mod tests {
                     step,
                     epoch: 1,
                     metrics: m,
+                    sample: None,
                 };
                 feed(&mut s, Event::Eval(&eval));
                 let mut m = metrics(&[("train_loss", 0.4375), ("test_loss", 0.75)]);

@@ -332,6 +332,9 @@ impl Pending {
     }
 }
 
+/// Makes a text of the model after each evaluation (see [`Learner::sampler`]).
+type Sampler<M> = Box<dyn FnMut(&mut M) -> Result<String>>;
+
 /// A model, its optimizer and schedule, and where training stands.
 pub struct Learner<M: Module> {
     /// The model being trained.
@@ -347,6 +350,7 @@ pub struct Learner<M: Module> {
     /// The epoch lines of this learner's run.
     pub history: Vec<EpochLine>,
     reporters: Vec<Box<dyn Reporter>>,
+    sampler: Option<Sampler<M>>,
     stop: Arc<AtomicBool>,
     last_checkpoint: Option<PathBuf>,
 }
@@ -363,6 +367,7 @@ impl<M: Module> Learner<M> {
             state: TrainState::default(),
             history: Vec::new(),
             reporters: Vec::new(),
+            sampler: None,
             stop: Arc::new(AtomicBool::new(false)),
             last_checkpoint: None,
         }
@@ -375,6 +380,12 @@ impl<M: Module> Learner<M> {
     /// Adds a reporter ([`report::JsonLines`], [`report::Console`], the dashboard...).
     pub fn reporter(mut self, reporter: impl Reporter + 'static) -> Self {
         self.reporters.push(Box::new(reporter));
+        self
+    }
+    /// Runs `f` on the model after each evaluation and reports its text with the evaluation
+    /// (a language model's generated sample in the log).
+    pub fn sampler(mut self, f: impl FnMut(&mut M) -> Result<String> + 'static) -> Self {
+        self.sampler = Some(Box::new(f));
         self
     }
     /// Drops the reporters, which ends them: the dashboard waits for a key after the run's
@@ -504,6 +515,7 @@ impl<M: Module> Learner<M> {
                 step: s,
                 epoch: self.state.epoch.max(1),
                 metrics: self.state.last_eval.clone(),
+                sample: None,
             }),
             checkpoint: self.last_checkpoint.clone(),
         };
@@ -704,10 +716,15 @@ impl<M: Module> Learner<M> {
         self.track_best(&metrics)?;
         self.state.last_eval_step = Some(self.state.step);
         self.state.last_eval = metrics.clone();
+        let sample = match &mut self.sampler {
+            Some(f) => Some(f(&mut self.model)?),
+            None => None,
+        };
         let line = EvalLine {
             step: self.state.step,
             epoch,
             metrics,
+            sample,
         };
         self.emit(Event::Eval(&line))
     }

@@ -15,7 +15,8 @@
 //!   batches, `lr` is the last step's learning rate, `memory_bytes` the device memory held
 //!   (absent where the backend does not say);
 //! - an **evaluation line** ([`EvalLine`]), `step` and `epoch` and the validation metrics
-//!   prefixed by the validation set's name: `{"step":938,"epoch":1,"test_loss":0.05,"test_acc":0.98}`;
+//!   prefixed by the validation set's name: `{"step":938,"epoch":1,"test_loss":0.05,"test_acc":0.98}`,
+//!   and `"sample"` (a string) where the learner has a sampler;
 //! - an **epoch line** ([`EpochLine`]), no `step`: `{"epoch":1,"train_loss":0.15,
 //!   "train_acc":0.95,"test_loss":0.05,"test_acc":0.98,"samples_per_sec":5100.0,"seconds":11.8}`.
 //!
@@ -63,6 +64,9 @@ pub struct EvalLine {
     /// Means over the validation set, named `<valid name>_<metric>`.
     #[serde(flatten)]
     pub metrics: Metrics,
+    /// What the learner's sampler made of the model (a language model's generated text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<String>,
 }
 
 /// One epoch's figures.
@@ -448,6 +452,7 @@ mod tests {
                 step: 20,
                 epoch: 1,
                 metrics: m(&[("test_loss", 0.25)]),
+                sample: Some("ROMEO:\nAy".into()),
             }),
             LogLine::Epoch(EpochLine {
                 epoch: 1,

@@ -1,5 +1,6 @@
 //! Model architectures the `kiln` command trains, and loading a model file for `eval`/`predict`.
 
+pub mod gpt;
 pub mod mnist;
 
 pub use mnist::MnistCnn;

@@ -1,0 +1,289 @@
+//! Attention and the pre-norm transformer block of GPT-style models, composed from existing
+//! tensor ops (batched matmul, softmax, `where`), so that every backend runs them unchanged.
+
+use super::init::mix;
+use super::{Dropout, Forward, GELUTanh, Init, LayerNorm, Linear, expect_rank};
+use crate::{DType, Device, Error, Result, Tensor};
+use alloc::format;
+
+/// What masked scores become: finite, so that softmax stays finite even on drivers that
+/// mishandle infinities, yet far below any real score, so that its weight is exactly 0.
+const MASKED: f64 = -1e9;
+
+/// `softmax(q kᵀ / sqrt(D)) v` over the last two axes, with any leading (batch, head) axes
+/// broadcast: `q` is `[.., Tq, D]`, `k` and `v` are `[.., Tk, D]`, the result `[.., Tq, D]`.
+///
+/// With `causal`, the queries are the last `Tq` positions of the `Tk` keys (as when new tokens
+/// attend over a KV cache): query `i` sees the keys `0 ..= Tk - Tq + i`. Causal attention needs
+/// `Tq <= Tk`.
+///
+/// ```
+/// use kiln_core::nn::scaled_dot_product_attention;
+/// use kiln_core::{Device, Tensor};
+/// let dev = Device::cpu();
+/// let q = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], [2, 2], &dev)?;
+/// let v = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2], &dev)?;
+/// // causally, the first query sees only the first key, so it returns the first value
+/// let y = scaled_dot_product_attention(&q, &q, &v, true)?;
+/// assert_eq!(y.to_vec::<f32>()?[..2], [1.0, 2.0]);
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+) -> Result<Tensor> {
+    let bad = |why: &str| {
+        Err(Error::shape(
+            "scaled_dot_product_attention",
+            format!("{why}: q {}, k {}, v {}", q.shape(), k.shape(), v.shape()),
+        ))
+    };
+    if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
+        return bad("expects inputs of rank 2 or more");
+    }
+    let (tq, d) = (q.dims()[q.rank() - 2], q.dims()[q.rank() - 1]);
+    let tk = k.dims()[k.rank() - 2];
+    if k.dims()[k.rank() - 1] != d || v.dims()[v.rank() - 2] != tk {
+        return bad("expects q and k with one feature size, k and v with one length");
+    }
+    if causal && tq > tk {
+        return bad("causal attention needs no more queries than keys");
+    }
+    // Scaling q rather than the scores: Tq x D multiplications instead of Tq x Tk.
+    let q = q.mul_scalar(1.0 / libm::sqrt(d.max(1) as f64))?;
+    let mut scores = q.matmul(&k.transpose(-1, -2)?)?;
+    // A single query at the end sees every key: no mask (the decoding step).
+    if causal && tq > 1 {
+        let mask = causal_mask(tq, tk, scores.device())?;
+        scores = mask.where_cond(&scores, &scores.scalar_like(MASKED)?)?;
+    }
+    scores.softmax(-1)?.matmul(v)
+}
+
+/// `[Tq, Tk]`, true where query `i` may see key `j`: `j <= Tk - Tq + i`. Built on the device
+/// from two aranges, so no host data moves per call.
+fn causal_mask(tq: usize, tk: usize, device: &Device) -> Result<Tensor> {
+    let last_seen = Tensor::arange((tk - tq) as f64, tk as f64, 1.0, DType::I32, device)?;
+    let keys = Tensor::arange(0.0, tk as f64, 1.0, DType::I32, device)?;
+    keys.reshape([1, tk])?.le(&last_seen.reshape([tq, 1])?)
+}
+
+/// The keys and values one attention layer has seen so far, `[B, H, T, Dh]` each, so that
+/// generation feeds only the new tokens (one cache per layer).
+///
+/// ```
+/// use kiln_core::nn::KvCache;
+/// let mut cache = KvCache::new();
+/// assert_eq!(cache.len(), 0);
+/// cache.clear();
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    keys: Option<Tensor>,
+    values: Option<Tensor>,
+}
+
+impl KvCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Positions cached so far (`T`).
+    pub fn len(&self) -> usize {
+        self.keys.as_ref().map_or(0, |k| k.dims()[2])
+    }
+    /// `true` before the first token.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Forgets every position (a new sequence).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+    /// The cached keys `[B, H, T, Dh]`, if any.
+    pub fn keys(&self) -> Option<&Tensor> {
+        self.keys.as_ref()
+    }
+    /// The cached values `[B, H, T, Dh]`, if any.
+    pub fn values(&self) -> Option<&Tensor> {
+        self.values.as_ref()
+    }
+    /// Appends new keys and values along `T` and returns all of them.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let join = |old: &Option<Tensor>, new: &Tensor| match old {
+            Some(old) => Tensor::concat(&[old.clone(), new.clone()], 2),
+            None => Ok(new.clone()),
+        };
+        let (k, v) = (join(&self.keys, k)?, join(&self.values, v)?);
+        self.keys = Some(k.clone());
+        self.values = Some(v.clone());
+        Ok((k, v))
+    }
+}
+
+/// Causal multi-head self-attention on `[B, T, C]`: one fused projection to queries, keys and
+/// values (`qkv`, `C -> 3C`), `heads` heads of `C / heads` features, the output projection
+/// (`proj`) and dropout on its result.
+///
+/// ```
+/// use kiln_core::nn::{Forward, Init, KvCache, MultiHeadAttention};
+/// use kiln_core::{DType, Device, Tensor};
+/// let dev = Device::cpu();
+/// let attn = MultiHeadAttention::new(&mut Init::new(&dev, 0), 12, 3, 0.0, 1)?;
+/// let x = Tensor::rand_normal([2, 5, 12], 0.0, 1.0, 7, DType::F32, &dev)?;
+/// assert_eq!(attn.forward(&x)?.dims(), [2, 5, 12]);
+/// // the same, fed in two pieces through a cache
+/// let mut cache = KvCache::new();
+/// attn.forward_cached(&x.narrow(1, 0, 3)?, &mut cache)?;
+/// assert_eq!(attn.forward_cached(&x.narrow(1, 3, 2)?, &mut cache)?.dims(), [2, 2, 12]);
+/// assert_eq!(cache.len(), 5);
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
+#[derive(Clone, Debug, kiln_derive::Module)]
+pub struct MultiHeadAttention {
+    /// `C -> 3C`: queries, keys and values, in that order along the output features
+    pub qkv: Linear,
+    /// `C -> C`, after the heads are joined
+    pub proj: Linear,
+    #[module(skip)]
+    heads: usize,
+    /// on the projected output
+    pub dropout: Dropout,
+}
+
+impl MultiHeadAttention {
+    /// Attention over `dim` features in `heads` heads (`dim % heads == 0`), with dropout
+    /// probability `dropout_p` drawn from `seed`.
+    pub fn new(
+        init: &mut Init,
+        dim: usize,
+        heads: usize,
+        dropout_p: f64,
+        seed: u64,
+    ) -> Result<Self> {
+        if heads == 0 || !dim.is_multiple_of(heads) {
+            return Err(Error::invalid(
+                "MultiHeadAttention",
+                format!("dim {dim} must be a multiple of heads {heads}"),
+            ));
+        }
+        Ok(MultiHeadAttention {
+            qkv: Linear::new(init, dim, 3 * dim)?,
+            proj: Linear::new(init, dim, dim)?,
+            heads,
+            dropout: Dropout::new(dropout_p, seed)?,
+        })
+    }
+    /// Number of heads.
+    pub fn heads(&self) -> usize {
+        self.heads
+    }
+    /// Attention of the new positions `x` (`[B, T_new, C]`) over the cached ones and
+    /// themselves; appends their keys and values to `cache`.
+    pub fn forward_cached(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let (q, k, v) = self.split_heads(x)?;
+        let (k, v) = cache.append(&k, &v)?;
+        self.join_heads(&scaled_dot_product_attention(&q, &k, &v, true)?)
+    }
+    /// `[B, T, C]` to queries, keys and values, each `[B, H, T, C / H]` (views of one tensor).
+    fn split_heads(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        expect_rank(x, &[3], "MultiHeadAttention")?;
+        let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+        let qkv = self
+            .qkv
+            .forward(x)?
+            .reshape([b, t, 3, self.heads, c / self.heads])?;
+        let qkv = qkv.permute(&[2, 0, 3, 1, 4])?;
+        let part = |i| qkv.narrow(0, i, 1)?.squeeze(0);
+        Ok((part(0)?, part(1)?, part(2)?))
+    }
+    /// `[B, H, T, Dh]` back to `[B, T, C]`, projected.
+    fn join_heads(&self, y: &Tensor) -> Result<Tensor> {
+        let (b, h, t, dh) = (y.dims()[0], y.dims()[1], y.dims()[2], y.dims()[3]);
+        let y = y.permute(&[0, 2, 1, 3])?.reshape([b, t, h * dh])?;
+        self.dropout.forward(&self.proj.forward(&y)?)
+    }
+}
+
+impl Forward for MultiHeadAttention {
+    /// Causal self-attention of `x` `[B, T, C]` on itself.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (q, k, v) = self.split_heads(x)?;
+        self.join_heads(&scaled_dot_product_attention(&q, &k, &v, true)?)
+    }
+}
+
+/// A GPT-2 style pre-norm transformer block on `[B, T, C]`:
+/// `x + attn(ln1(x))`, then `x + mlp(ln2(x))` with
+/// `mlp = fc1 (C -> 4C) -> GELU (tanh) -> fc2 (4C -> C) -> dropout`.
+///
+/// ```
+/// use kiln_core::nn::{Forward, Init, KvCache, Module, TransformerBlock};
+/// use kiln_core::{DType, Device, Tensor};
+/// let dev = Device::cpu();
+/// let block = TransformerBlock::new(&mut Init::new(&dev, 0), 8, 2, 0.1, 1)?;
+/// assert_eq!(block.num_params(), 12 * 8 * 8 + 13 * 8);
+/// let x = Tensor::rand_normal([1, 4, 8], 0.0, 1.0, 7, DType::F32, &dev)?;
+/// assert_eq!(block.forward(&x)?.dims(), [1, 4, 8]);
+/// let mut cache = KvCache::new();
+/// assert_eq!(block.forward_cached(&x, &mut cache)?.dims(), [1, 4, 8]);
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
+#[derive(Clone, Debug, kiln_derive::Module)]
+pub struct TransformerBlock {
+    /// before attention
+    pub ln1: LayerNorm,
+    /// causal self-attention
+    pub attn: MultiHeadAttention,
+    /// before the MLP
+    pub ln2: LayerNorm,
+    /// `C -> 4C`
+    pub fc1: Linear,
+    /// between `fc1` and `fc2`
+    pub act: GELUTanh,
+    /// `4C -> C`
+    pub fc2: Linear,
+    /// on the MLP's output
+    pub dropout: Dropout,
+}
+
+impl TransformerBlock {
+    /// A block of `dim` features and `heads` heads, with dropout `dropout_p` (attention and MLP
+    /// outputs) drawn from `seed`.
+    pub fn new(
+        init: &mut Init,
+        dim: usize,
+        heads: usize,
+        dropout_p: f64,
+        seed: u64,
+    ) -> Result<Self> {
+        Ok(TransformerBlock {
+            ln1: LayerNorm::new(init, &[dim])?,
+            attn: MultiHeadAttention::new(init, dim, heads, dropout_p, mix(seed, 1))?,
+            ln2: LayerNorm::new(init, &[dim])?,
+            fc1: Linear::new(init, dim, 4 * dim)?,
+            act: GELUTanh,
+            fc2: Linear::new(init, 4 * dim, dim)?,
+            dropout: Dropout::new(dropout_p, mix(seed, 2))?,
+        })
+    }
+    /// The block on the new positions `x` (`[B, T_new, C]`), attending over `cache` (this
+    /// layer's), which gains their keys and values.
+    pub fn forward_cached(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let x = x.add(&self.attn.forward_cached(&self.ln1.forward(x)?, cache)?)?;
+        x.add(&self.mlp(&self.ln2.forward(&x)?)?)
+    }
+    fn mlp(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.act.forward(&self.fc1.forward(x)?)?;
+        self.dropout.forward(&self.fc2.forward(&h)?)
+    }
+}
+
+impl Forward for TransformerBlock {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
+        x.add(&self.mlp(&self.ln2.forward(&x)?)?)
+    }
+}

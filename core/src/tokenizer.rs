@@ -1,0 +1,143 @@
+//! A character-level tokenizer: one token per character of a fixed vocabulary, stored as JSON
+//! in a model file's metadata (key [`METADATA_KEY`]) so that a page or the CLI can encode
+//! prompts and decode generated tokens from the model file alone.
+//!
+//! ```
+//! use kiln_core::tokenizer::CharTokenizer;
+//! let tok = CharTokenizer::from_text("to be or not to be");
+//! let ids = tok.encode("not to be")?;
+//! assert_eq!(tok.decode(&ids)?, "not to be");
+//! assert_eq!(tok.vocab_size(), 7); // " ", b, e, n, o, r, t
+//! let back = CharTokenizer::from_json(&tok.to_json())?;
+//! assert_eq!(back, tok);
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+
+use crate::{Error, Result};
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Metadata key of the tokenizer in a model file.
+pub const METADATA_KEY: &str = "kiln_tokenizer";
+
+/// Characters as tokens: token `i` is the `i`-th character of the sorted vocabulary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CharTokenizer {
+    chars: Vec<char>,
+    ids: BTreeMap<char, u32>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    kind: String,
+    vocab: String,
+}
+
+impl CharTokenizer {
+    /// The tokenizer of every distinct character in `text`, in code-point order.
+    pub fn from_text(text: &str) -> Self {
+        let set: BTreeSet<char> = text.chars().collect();
+        Self::from_chars(set.into_iter().collect())
+    }
+
+    fn from_chars(chars: Vec<char>) -> Self {
+        let ids = chars.iter().enumerate().map(|(i, &c)| (c, i as u32)).collect();
+        CharTokenizer { chars, ids }
+    }
+
+    /// Number of tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.chars.len()
+    }
+
+    /// The tokens of `text`; a character outside the vocabulary is an error naming it.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        text.chars()
+            .map(|c| {
+                self.ids.get(&c).copied().ok_or_else(|| {
+                    Error::invalid(
+                        "tokenizer",
+                        format!(
+                            "expected characters of the model's vocabulary ({} characters), \
+                             found {c:?}",
+                            self.chars.len()
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The text of `ids`; an id outside the vocabulary is an error.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        ids.iter()
+            .map(|&i| {
+                self.chars.get(i as usize).copied().ok_or_else(|| {
+                    Error::index(
+                        "tokenizer",
+                        format!("token {i} of a vocabulary of {}", self.chars.len()),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The JSON stored in model files: `{"kind":"chars","vocab":"..."}`.
+    pub fn to_json(&self) -> String {
+        let stored = Stored {
+            kind: "chars".into(),
+            vocab: self.chars.iter().collect(),
+        };
+        serde_json::to_string(&stored).unwrap_or_default()
+    }
+
+    /// Reads [`CharTokenizer::to_json`]'s JSON; other kinds, repeated characters and bad JSON
+    /// are errors.
+    pub fn from_json(json: &str) -> Result<Self> {
+        let bad = |m: String| Error::format("tokenizer", m);
+        let s: Stored = serde_json::from_str(json)
+            .map_err(|e| bad(format!("expected {{\"kind\":\"chars\",\"vocab\":...}}: {e}")))?;
+        if s.kind != "chars" {
+            return Err(bad(format!(
+                "expected a tokenizer of kind \"chars\", found {:?}",
+                s.kind
+            )));
+        }
+        let chars: Vec<char> = s.vocab.chars().collect();
+        let distinct: BTreeSet<char> = chars.iter().copied().collect();
+        if distinct.len() != chars.len() || chars.is_empty() {
+            return Err(bad(
+                "expected a non-empty vocabulary of distinct characters".to_string(),
+            ));
+        }
+        Ok(Self::from_chars(chars))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_what_it_cannot_read() {
+        let tok = CharTokenizer::from_text("ROMEO:\nBut, soft! what light");
+        let ids = tok.encode("soft light").unwrap();
+        assert_eq!(tok.decode(&ids).unwrap(), "soft light");
+        assert!(tok.encode("Zounds").unwrap_err().to_string().contains("'Z'"));
+        let n = tok.vocab_size() as u32;
+        assert!(tok.decode(&[0, n]).is_err());
+        assert_eq!(CharTokenizer::from_json(&tok.to_json()).unwrap(), tok);
+        for bad in [
+            "",
+            "{}",
+            "{\"kind\":\"bpe\",\"vocab\":\"ab\"}",
+            "{\"kind\":\"chars\",\"vocab\":\"aba\"}",
+            "{\"kind\":\"chars\",\"vocab\":\"\"}",
+        ] {
+            assert!(CharTokenizer::from_json(bad).is_err(), "{bad}");
+        }
+    }
+}
