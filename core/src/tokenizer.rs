@@ -44,7 +44,11 @@ impl CharTokenizer {
     }
 
     fn from_chars(chars: Vec<char>) -> Self {
-        let ids = chars.iter().enumerate().map(|(i, &c)| (c, i as u32)).collect();
+        let ids = chars
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (c, i as u32))
+            .collect();
         CharTokenizer { chars, ids }
     }
 
@@ -98,8 +102,11 @@ impl CharTokenizer {
     /// are errors.
     pub fn from_json(json: &str) -> Result<Self> {
         let bad = |m: String| Error::format("tokenizer", m);
-        let s: Stored = serde_json::from_str(json)
-            .map_err(|e| bad(format!("expected {{\"kind\":\"chars\",\"vocab\":...}}: {e}")))?;
+        let s: Stored = serde_json::from_str(json).map_err(|e| {
+            bad(format!(
+                "expected {{\"kind\":\"chars\",\"vocab\":...}}: {e}"
+            ))
+        })?;
         if s.kind != "chars" {
             return Err(bad(format!(
                 "expected a tokenizer of kind \"chars\", found {:?}",
@@ -126,7 +133,12 @@ mod tests {
         let tok = CharTokenizer::from_text("ROMEO:\nBut, soft! what light");
         let ids = tok.encode("soft light").unwrap();
         assert_eq!(tok.decode(&ids).unwrap(), "soft light");
-        assert!(tok.encode("Zounds").unwrap_err().to_string().contains("'Z'"));
+        assert!(
+            tok.encode("Zounds")
+                .unwrap_err()
+                .to_string()
+                .contains("'Z'")
+        );
         let n = tok.vocab_size() as u32;
         assert!(tok.decode(&[0, n]).is_err());
         assert_eq!(CharTokenizer::from_json(&tok.to_json()).unwrap(), tok);

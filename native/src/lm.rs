@@ -84,7 +84,11 @@ impl Default for TextConfig {
 pub fn prepare(
     corpus: &Corpus,
     cfg: &TextConfig,
-) -> Result<(CharTokenizer, DataLoader<TokenWindows>, DataLoader<TokenWindows>)> {
+) -> Result<(
+    CharTokenizer,
+    DataLoader<TokenWindows>,
+    DataLoader<TokenWindows>,
+)> {
     let tok = CharTokenizer::from_text(&format!("{}{}", corpus.train, corpus.valid));
     let train = TokenWindows::from_text(&tok, &corpus.train, cfg.context, Some(cfg.seed))?;
     let valid_tokens = tok.encode(&corpus.valid)?;
@@ -128,9 +132,14 @@ pub fn learner(
     let total = config.steps_per_epoch(train) as usize * cfg.epochs;
     let schedule = Warmup::new(
         cfg.warmup,
-        Cosine::new(cfg.lr, cfg.lr / 10.0, total.saturating_sub(cfg.warmup).max(1)),
+        Cosine::new(
+            cfg.lr,
+            cfg.lr / 10.0,
+            total.saturating_sub(cfg.warmup).max(1),
+        ),
     );
-    let mut learner = Learner::new(model, Adam::adamw(cfg.lr, cfg.weight_decay), config).schedule(schedule);
+    let mut learner =
+        Learner::new(model, Adam::adamw(cfg.lr, cfg.weight_decay), config).schedule(schedule);
     if cfg.sample_chars > 0 {
         let (tok, n, seed) = (tok.clone(), cfg.sample_chars, cfg.seed);
         learner = learner.sampler(move |model: &mut Gpt| sample(model, &tok, "\n", n, seed));
@@ -139,7 +148,13 @@ pub fn learner(
 }
 
 /// `n` characters generated after `prompt` (temperature 0.8, top-k 40), in evaluation mode.
-pub fn sample(model: &mut Gpt, tok: &CharTokenizer, prompt: &str, n: usize, seed: u64) -> Result<String> {
+pub fn sample(
+    model: &mut Gpt,
+    tok: &CharTokenizer,
+    prompt: &str,
+    n: usize,
+    seed: u64,
+) -> Result<String> {
     model.set_training(false);
     let sampling = Sampling {
         temperature: 0.8,

@@ -4,8 +4,8 @@ use clap::{Args, Parser, Subcommand};
 use kiln::core::{Error, Result};
 use kiln::data::augment::Augment;
 use kiln::data::mnist::{self, Mnist};
-use kiln::learn::dashboard::Dashboard;
 use kiln::learn::Learner;
+use kiln::learn::dashboard::Dashboard;
 use kiln::learn::report::{Console, JsonLines, Outcome};
 use kiln::train::TrainConfig;
 use std::path::{Path, PathBuf};
@@ -138,7 +138,7 @@ struct DataArgs {
 #[derive(Subcommand)]
 enum TrainTask {
     /// The classic MNIST CNN, Adam 1e-3.
-    Mnist(TrainArgs),
+    Mnist(Box<TrainArgs>),
     /// A character-level GPT on a text corpus (Shakespeare by default), validated on held-out
     /// works.
     Text(Box<TextArgs>),
@@ -228,7 +228,11 @@ struct TextArgs {
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Works held out for validation (file stems, comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "hamlet_gut,macbeth_gut,tempest_gut")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "hamlet_gut,macbeth_gut,tempest_gut"
+    )]
     held_out: Vec<String>,
     /// Tokens per window (the model's context).
     #[arg(long, default_value_t = 256)]
@@ -321,7 +325,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train {
             task: TrainTask::Mnist(args),
-        } => train_mnist(args),
+        } => train_mnist(*args),
         Command::Train {
             task: TrainTask::Text(args),
         } => train_text(*args),
@@ -346,15 +350,25 @@ fn run(cli: Cli) -> Result<()> {
             let mut out = std::io::stdout().lock();
             let started = std::time::Instant::now();
             print!("{prompt}");
-            let ids = kiln::models::gpt::generate(&model, &tok.encode(&prompt)?, tokens, &sampling, |t| {
-                let text = tok.decode(&[t])?;
-                write!(out, "{text}")
-                    .and_then(|_| out.flush())
-                    .map_err(|e| Error::io("generate", e.to_string()))
-            })?;
+            let ids = kiln::models::gpt::generate(
+                &model,
+                &tok.encode(&prompt)?,
+                tokens,
+                &sampling,
+                |t| {
+                    let text = tok.decode(&[t])?;
+                    write!(out, "{text}")
+                        .and_then(|_| out.flush())
+                        .map_err(|e| Error::io("generate", e.to_string()))
+                },
+            )?;
             let secs = started.elapsed().as_secs_f64();
             println!();
-            eprintln!("{} tokens in {secs:.2}s ({:.1} tokens/s)", ids.len(), ids.len() as f64 / secs.max(1e-9));
+            eprintln!(
+                "{} tokens in {secs:.2}s ({:.1} tokens/s)",
+                ids.len(),
+                ids.len() as f64 / secs.max(1e-9)
+            );
             Ok(())
         }
         Command::Eval { file, arch, common } => {
@@ -490,7 +504,10 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
     learner.close_reporters();
     match outcome? {
         Outcome::Stopped | Outcome::EarlyStopped => {
-            eprintln!("stopped; resume with --resume {}", cfg.checkpoint_dir.display());
+            eprintln!(
+                "stopped; resume with --resume {}",
+                cfg.checkpoint_dir.display()
+            );
             Ok(())
         }
         Outcome::Finished => {

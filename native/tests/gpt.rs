@@ -50,17 +50,26 @@ fn train(device: &Device, dir: &std::path::Path) -> (kiln::learn::Learner<Gpt>, 
     let mut l = learner(&cfg, &tok, &tr, device)
         .unwrap()
         .reporter(kiln::learn::report::JsonLines::new(&log));
-    assert_eq!(l.fit(&tr, Some(&va), step(device)).unwrap(), Outcome::Stopped);
+    assert_eq!(
+        l.fit(&tr, Some(&va), step(device)).unwrap(),
+        Outcome::Stopped
+    );
     let log = Log::read(&log).unwrap();
     let first = log.steps.first().unwrap().metrics["loss"];
     let last = log.steps.last().unwrap().metrics["loss"];
     // Evaluations at steps 75 and 150, each with a 40-character sample of the vocabulary.
-    assert_eq!(log.evals.iter().map(|e| e.step).collect::<Vec<_>>(), [75, 150]);
+    assert_eq!(
+        log.evals.iter().map(|e| e.step).collect::<Vec<_>>(),
+        [75, 150]
+    );
     for e in &log.evals {
         let sample = e.sample.as_deref().unwrap();
         assert_eq!(sample.chars().count(), 40, "{sample:?}");
         assert!(tok.encode(sample).is_ok());
-        assert!(e.metrics["valid_loss"] > 0.5 && e.metrics["valid_loss"] < 4.5, "{e:?}");
+        assert!(
+            e.metrics["valid_loss"] > 0.5 && e.metrics["valid_loss"] < 4.5,
+            "{e:?}"
+        );
     }
     (l, first, last)
 }
@@ -78,8 +87,14 @@ fn a_tiny_gpt_learns_shakespeare_on_the_cpu_and_on_wgpu() {
         Ok(gpu) => {
             let gdir = tempfile::tempdir().unwrap();
             let (_, gfirst, glast) = train(&gpu, gdir.path());
-            assert!((gfirst - first).abs() < 1e-3, "first loss: wgpu {gfirst} cpu {first}");
-            assert!((glast - last).abs() < 0.05, "last loss: wgpu {glast} cpu {last}");
+            assert!(
+                (gfirst - first).abs() < 1e-3,
+                "first loss: wgpu {gfirst} cpu {first}"
+            );
+            assert!(
+                (glast - last).abs() < 0.05,
+                "last loss: wgpu {glast} cpu {last}"
+            );
         }
         Err(e) => eprintln!("wgpu part SKIPPED, no adapter: {e}"),
     }
@@ -135,7 +150,10 @@ fn the_kv_cache_generates_what_recomputing_generates_and_the_file_round_trips() 
     let bytes = model.to_file(&tok, &Default::default()).unwrap();
     let (back, tok2) = Gpt::from_file(&bytes, &dev).unwrap();
     assert_eq!(tok2, tok);
-    assert_eq!(generate(&back, &prompt, 70, &greedy, |_| Ok(())).unwrap(), cached);
+    assert_eq!(
+        generate(&back, &prompt, 70, &greedy, |_| Ok(())).unwrap(),
+        cached
+    );
     // Sampling is seeded: the same seed, the same text; another seed, another text.
     let warm = |seed| Sampling {
         temperature: 1.0,
@@ -143,8 +161,14 @@ fn the_kv_cache_generates_what_recomputing_generates_and_the_file_round_trips() 
         seed,
     };
     let a = generate(model, &prompt, 50, &warm(3), |_| Ok(())).unwrap();
-    assert_eq!(a, generate(model, &prompt, 50, &warm(3), |_| Ok(())).unwrap());
-    assert_ne!(a, generate(model, &prompt, 50, &warm(4), |_| Ok(())).unwrap());
+    assert_eq!(
+        a,
+        generate(model, &prompt, 50, &warm(3), |_| Ok(())).unwrap()
+    );
+    assert_ne!(
+        a,
+        generate(model, &prompt, 50, &warm(4), |_| Ok(())).unwrap()
+    );
     let e = Gpt::from_file(&bytes[..100], &dev).err().unwrap();
     assert!(!e.to_string().is_empty());
 }
@@ -177,23 +201,69 @@ fn train_text_and_generate_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
     let (out, log) = (p("gpt.safetensors"), p("log.jsonl"));
-    let kiln = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().unwrap();
+    let kiln = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
     let o = kiln(&[
-        "train", "text", "--context", "16", "--dim", "24", "--layers", "1", "--heads", "2",
-        "--batch-size", "8", "--max-steps", "12", "--eval-every", "6", "--eval-windows", "4",
-        "--quiet", "--out", &out, "--log", &log,
+        "train",
+        "text",
+        "--context",
+        "16",
+        "--dim",
+        "24",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "12",
+        "--eval-every",
+        "6",
+        "--eval-windows",
+        "4",
+        "--quiet",
+        "--out",
+        &out,
+        "--log",
+        &log,
     ]);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{stdout} {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(stdout.contains("validation loss: "), "{stdout}");
-    assert_eq!(Log::read(std::path::Path::new(&log)).unwrap().evals.len(), 2);
+    assert_eq!(
+        Log::read(std::path::Path::new(&log)).unwrap().evals.len(),
+        2
+    );
     let greedy_text = |seed: &str| {
-        let o = kiln(&["generate", &out, "--prompt", "KING:", "--tokens", "30", "--temperature", "0", "--seed", seed]);
+        let o = kiln(&[
+            "generate",
+            &out,
+            "--prompt",
+            "KING:",
+            "--tokens",
+            "30",
+            "--temperature",
+            "0",
+            "--seed",
+            seed,
+        ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
     let text = greedy_text("1");
-    assert!(text.starts_with("KING:") && text.trim_end().chars().count() >= 5, "{text:?}");
+    assert!(
+        text.starts_with("KING:") && text.trim_end().chars().count() >= 5,
+        "{text:?}"
+    );
     assert_eq!(text, greedy_text("2"), "greedy decoding ignores the seed");
     let o = kiln(&["generate", &out, "--prompt", "\u{2603}"]);
     let err = String::from_utf8_lossy(&o.stderr);

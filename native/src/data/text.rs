@@ -288,9 +288,13 @@ mod tests {
         };
         let c = Corpus::load(&dir, &HELD_OUT).unwrap();
         assert_eq!(c.held_out.len(), 3);
-        assert!(c.valid.contains("To be, or not to be") && !c.train.contains("To be, or not to be"));
+        assert!(
+            c.valid.contains("To be, or not to be") && !c.train.contains("To be, or not to be")
+        );
         assert!(c.train.len() > 4_000_000, "{}", c.train.len());
-        let e = Corpus::load(&dir, &["no_such_play"]).unwrap_err().to_string();
+        let e = Corpus::load(&dir, &["no_such_play"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no_such_play"), "{e}");
     }
 }

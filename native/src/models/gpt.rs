@@ -4,7 +4,9 @@
 //! tokenizer, so generation needs nothing else.
 
 use crate::core::model::{load_safetensors, save_safetensors};
-use crate::core::nn::{Embedding, Forward, Init, KvCache, LayerNorm, Module, Param, TransformerBlock, loss};
+use crate::core::nn::{
+    Embedding, Forward, Init, KvCache, LayerNorm, Module, Param, TransformerBlock, loss,
+};
 use crate::core::tokenizer::{self, CharTokenizer};
 use crate::core::{DType, Device, Error, Result, Tensor};
 use crate::data::augment::SplitMix64;
@@ -65,7 +67,9 @@ impl Gpt {
         let tok = embedding(init, c.vocab)?;
         let pos = embedding(init, c.context)?;
         let blocks = (0..c.layers)
-            .map(|i| TransformerBlock::new(init, c.dim, c.heads, c.dropout, seed.wrapping_add(i as u64)))
+            .map(|i| {
+                TransformerBlock::new(init, c.dim, c.heads, c.dropout, seed.wrapping_add(i as u64))
+            })
             .collect::<Result<Vec<_>>>()?;
         let ln_f = LayerNorm::new(init, &[c.dim])?;
         Ok(Gpt {
@@ -90,7 +94,13 @@ impl Gpt {
                 ),
             ));
         }
-        let positions = Tensor::arange(start as f64, (start + t) as f64, 1.0, DType::I32, ids.device())?;
+        let positions = Tensor::arange(
+            start as f64,
+            (start + t) as f64,
+            1.0,
+            DType::I32,
+            ids.device(),
+        )?;
         self.tok.forward(ids)?.add(&self.pos.forward(&positions)?)
     }
 
@@ -105,7 +115,11 @@ impl Gpt {
         if caches.len() != self.blocks.len() {
             return Err(Error::invalid(
                 "Gpt",
-                format!("expected {} caches, found {}", self.blocks.len(), caches.len()),
+                format!(
+                    "expected {} caches, found {}",
+                    self.blocks.len(),
+                    caches.len()
+                ),
             ));
         }
         let mut h = self.embed(ids, caches[0].len())?;
@@ -119,13 +133,22 @@ impl Gpt {
     pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
         let logits = self.forward(ids)?;
         let v = self.config.vocab;
-        loss::cross_entropy(&logits.reshape([targets.numel(), v])?, &targets.reshape([targets.numel()])?, 0.0)
+        loss::cross_entropy(
+            &logits.reshape([targets.numel(), v])?,
+            &targets.reshape([targets.numel()])?,
+            0.0,
+        )
     }
 
     /// The model file: weights, config and tokenizer.
-    pub fn to_file(&self, tok: &CharTokenizer, extra: &BTreeMap<String, String>) -> Result<Vec<u8>> {
+    pub fn to_file(
+        &self,
+        tok: &CharTokenizer,
+        extra: &BTreeMap<String, String>,
+    ) -> Result<Vec<u8>> {
         let mut meta = extra.clone();
-        let config = serde_json::to_string(&self.config).map_err(|e| Error::format("Gpt", e.to_string()))?;
+        let config =
+            serde_json::to_string(&self.config).map_err(|e| Error::format("Gpt", e.to_string()))?;
         meta.insert(CONFIG_KEY.into(), config);
         meta.insert(tokenizer::METADATA_KEY.into(), tok.to_json());
         save_safetensors(&self.named_tensors(), &meta)
@@ -136,7 +159,10 @@ impl Gpt {
         let file = load_safetensors(bytes)?;
         let get = |key: &str| {
             file.metadata.get(key).ok_or_else(|| {
-                Error::format("Gpt", format!("expected a GPT model file (metadata key {key}), found none"))
+                Error::format(
+                    "Gpt",
+                    format!("expected a GPT model file (metadata key {key}), found none"),
+                )
             })
         };
         let config: GptConfig = serde_json::from_str(get(CONFIG_KEY)?)
@@ -145,7 +171,11 @@ impl Gpt {
         if tok.vocab_size() != config.vocab {
             return Err(Error::format(
                 "Gpt",
-                format!("the tokenizer has {} tokens but the model {}", tok.vocab_size(), config.vocab),
+                format!(
+                    "the tokenizer has {} tokens but the model {}",
+                    tok.vocab_size(),
+                    config.vocab
+                ),
             ));
         }
         let mut model = Gpt::new(config, &mut Init::new(device, 0), 0)?;
@@ -213,7 +243,10 @@ pub fn generate(
     mut on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<Vec<u32>> {
     if prompt.is_empty() {
-        return Err(Error::invalid("generate", "expected a prompt of at least one token, found none"));
+        return Err(Error::invalid(
+            "generate",
+            "expected a prompt of at least one token, found none",
+        ));
     }
     let device = model.tok.weight.tensor().device().clone();
     let context = model.config.context;
