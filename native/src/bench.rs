@@ -7,6 +7,7 @@ use crate::core::{Device, Tensor};
 use crate::data::mnist::Mnist;
 use crate::data::mnist::batch;
 use crate::models::MnistCnn;
+use crate::models::gpt::{Gpt, Sampling, choose, generate};
 use std::time::Instant;
 
 /// Warm-up steps not counted (first-touch allocations, thread pools).
@@ -99,4 +100,64 @@ pub fn onnx(
         min_ms: ms[0],
         max_ms: ms[ms.len() - 1],
     })
+}
+
+/// Mean per-token generation time over positions `from..to`, in ms.
+#[derive(Clone, Copy, Debug)]
+pub struct GenerationBucket {
+    /// First position of the bucket.
+    pub from: usize,
+    /// One past its last position.
+    pub to: usize,
+    /// With the KV cache: one position through the model per token.
+    pub cached_ms: f64,
+    /// Without a cache: the whole sequence through the model for every token.
+    pub recompute_ms: f64,
+}
+
+/// Per-token time of greedy generation at batch 1, by position (buckets of `bucket`), with
+/// the KV cache and by recomputing the whole sequence each token; `tokens` stays within the
+/// context, so the cache is never rebuilt.
+pub fn generation(model: &Gpt, tokens: usize, bucket: usize) -> Result<Vec<GenerationBucket>> {
+    let tokens = tokens.min(model.config.context - 1);
+    let greedy = Sampling {
+        temperature: 0.0,
+        top_k: None,
+        seed: 0,
+    };
+    // Warm-up: kernels compiled, buffers pooled.
+    generate(model, &[0], 4.min(tokens), &greedy, |_| Ok(()))?;
+    let mut cached = Vec::with_capacity(tokens);
+    let mut last = Instant::now();
+    generate(model, &[0], tokens, &greedy, |_| {
+        cached.push(last.elapsed().as_secs_f64());
+        last = Instant::now();
+        Ok(())
+    })?;
+    let device = model.tok.weight.tensor().device().clone();
+    let mut seq = vec![0i32];
+    let mut recompute = Vec::with_capacity(tokens);
+    for _ in 0..tokens {
+        let start = Instant::now();
+        let n = seq.len();
+        let ids = Tensor::from_vec(seq.clone(), [1, n], &device)?;
+        let logits = crate::core::autodiff::no_grad(|| model.forward(&ids))?;
+        let last = logits.narrow(1, n - 1, 1)?.to_vec::<f32>()?;
+        seq.push(choose(&last, &greedy, 0.0) as i32);
+        recompute.push(start.elapsed().as_secs_f64());
+    }
+    let bucket = bucket.max(1);
+    Ok((0..tokens)
+        .step_by(bucket)
+        .map(|from| {
+            let to = (from + bucket).min(tokens);
+            let mean = |v: &[f64]| 1e3 * v[from..to].iter().sum::<f64>() / (to - from) as f64;
+            GenerationBucket {
+                from: from + 1,
+                to: to + 1,
+                cached_ms: mean(&cached),
+                recompute_ms: mean(&recompute),
+            }
+        })
+        .collect())
 }

@@ -294,6 +294,23 @@ enum BenchTask {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// Per-token time of GPT generation by position, with the KV cache and without (the whole
+    /// sequence recomputed per token), at batch 1.
+    Generate {
+        /// A model file from `kiln train text` (default: the default GPT shape with random
+        /// weights and a 65-character vocabulary: the timing does not depend on the weights).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Device: cpu, wgpu or cuda.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Tokens generated (at most the context less one).
+        #[arg(long, default_value_t = 255)]
+        tokens: usize,
+        /// Positions per printed row.
+        #[arg(long, default_value_t = 32)]
+        bucket: usize,
+    },
     /// Inference time of an ONNX model on a random input of its declared shape (symbolic
     /// dimensions as 1): median and spread of the timed runs, in ms.
     Onnx {
@@ -423,6 +440,53 @@ fn run(cli: Cli) -> Result<()> {
                 r.seconds_per_step,
                 r.images_per_sec
             );
+            Ok(())
+        }
+        Command::Bench {
+            task:
+                BenchTask::Generate {
+                    model,
+                    device,
+                    tokens,
+                    bucket,
+                },
+        } => {
+            use kiln::models::gpt::{Gpt, GptConfig};
+            let device = kiln::device::select(&device)?;
+            let gpt = match &model {
+                Some(f) => Gpt::from_file(&read(f)?, &device)?.0,
+                None => {
+                    let config = GptConfig {
+                        vocab: 65,
+                        context: 256,
+                        dim: 384,
+                        layers: 6,
+                        heads: 6,
+                        dropout: 0.0,
+                    };
+                    let mut m = Gpt::new(config, &mut kiln::core::nn::Init::new(&device, 0), 0)?;
+                    kiln::core::nn::Module::set_training(&mut m, false);
+                    m
+                }
+            };
+            let c = &gpt.config;
+            println!(
+                "kiln generate on {}: {} layers x {}, context {}, batch 1, ms per token",
+                device.name(),
+                c.layers,
+                c.dim,
+                c.context
+            );
+            println!("positions    KV cache   recompute");
+            for b in kiln::bench::generation(&gpt, tokens, bucket)? {
+                println!(
+                    "{:>4}-{:<4} {:>10.2} {:>11.2}",
+                    b.from,
+                    b.to - 1,
+                    b.cached_ms,
+                    b.recompute_ms
+                );
+            }
             Ok(())
         }
         Command::Bench {
