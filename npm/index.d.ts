@@ -307,3 +307,42 @@ export class Model {
   dispose(): void;
   free(): void;
 }
+
+/** Options of `TextModel.generate`. */
+export interface GenerateOptions {
+  /** Tokens (characters) to generate; default 100. */
+  tokens?: number;
+  /** Softmax temperature; default 0.8. 0 picks the most likely token (greedy: deterministic). */
+  temperature?: number;
+  /** Draw among the `topK` most likely tokens only. */
+  topK?: number;
+  /** Seed of the draws; default 0. */
+  seed?: number;
+  /** Called with each token's text as soon as it is chosen. */
+  onToken?: (text: string) => void;
+}
+
+/**
+ * A GPT model file from `kiln train text` (weights, shape and tokenizer in one file), generating
+ * text through a KV cache (one position per token). Generation awaits each token's logits and
+ * yields to the event loop between tokens, so the page stays responsive.
+ */
+export class TextModel {
+  private constructor();
+  /** From a URL, a Response or bytes, onto `options.device` (default: the CPU; `"auto"`: WebGPU on a hardware adapter, else the CPU). */
+  static load(
+    source: string | URL | Response | ArrayBuffer | ArrayBufferView,
+    options?: { device?: DeviceLike | "auto" },
+  ): Promise<TextModel>;
+  /** Continues `prompt`; resolves to the generated text (without the prompt). */
+  generate(prompt: string, options?: GenerateOptions): Promise<string>;
+  /** Tokens in the vocabulary. */
+  readonly vocab: number;
+  /** The longest sequence the model attends over. */
+  readonly context: number;
+  /** The device holding the weights. */
+  readonly device: Device;
+  /** Frees the weights (once a running `generate` ends). */
+  dispose(): void;
+  free(): void;
+}

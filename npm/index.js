@@ -3,7 +3,7 @@
 // bundlers (Vite, webpack) and Node.
 import loadWasm from "./dist/kiln_web.js";
 
-export { Device, Tensor, Model, memoryReport as memory, version } from "./dist/kiln_web.js";
+export { Device, Tensor, Model, TextModel, memoryReport as memory, version } from "./dist/kiln_web.js";
 
 let ready;
 

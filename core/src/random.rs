@@ -1,5 +1,7 @@
-//! kiln's one random number generator: counter-based Philox-4x32-10, written with 32-bit integer
-//! arithmetic only so that GPU kernels (WGSL has no 64-bit integers) reproduce it bit for bit.
+//! kiln's random numbers. Random tensors come from counter-based Philox-4x32-10, written with
+//! 32-bit integer arithmetic only so that GPU kernels (WGSL has no 64-bit integers) reproduce it
+//! bit for bit; draws made on the host (shuffles, augmentation, token sampling) come from
+//! [`SplitMix64`].
 //!
 //! Element `i` of a random tensor with seed `s` uses one Philox block:
 //!
@@ -139,5 +141,53 @@ mod tests {
         assert!((z2 / nf - 1.0).abs() < 0.01, "normal variance {}", z2 / nf);
         // Different seeds give different streams.
         assert_ne!(uniform_f32(1, 0), uniform_f32(2, 0));
+    }
+}
+
+/// splitmix64 (Steele, Lea and Flood 2014): a tiny seeded generator, well spread even for
+/// consecutive seeds. kiln's shuffles, augmentations and token sampling draw from it.
+///
+/// ```
+/// use kiln_core::random::SplitMix64;
+/// let mut a = SplitMix64::new(7);
+/// let x = a.next_f32();
+/// assert!((0.0..1.0).contains(&x));
+/// assert_eq!(SplitMix64::new(7).next_f32(), x);
+/// ```
+#[derive(Clone, Debug)]
+pub struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    /// The golden-ratio increment of the state.
+    pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    /// A generator whose first output is `mix(seed + GAMMA)`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64 { state: seed }
+    }
+
+    /// splitmix64's output function: a bijective scramble of `z`.
+    pub fn mix(z: u64) -> u64 {
+        let z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(Self::GAMMA);
+        Self::mix(self.state)
+    }
+
+    /// Uniform in `[0, 1)` (24 random bits).
+    pub fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// Uniform in `[-bound, bound)`.
+    pub fn symmetric(&mut self, bound: f32) -> f32 {
+        (2.0 * self.next_f32() - 1.0) * bound
     }
 }

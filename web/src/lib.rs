@@ -23,12 +23,14 @@ mod ledger;
 mod model;
 mod panic;
 mod tensor;
+mod text;
 mod webgpu;
 
 pub use device::Device;
 pub use ledger::memory_report;
 pub use model::Model;
 pub use tensor::Tensor;
+pub use text::TextModel;
 
 use wasm_bindgen::prelude::*;
 

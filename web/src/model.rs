@@ -47,8 +47,7 @@ impl Model {
 
 /// The bytes of a model source: a URL string, a `URL`, a `Response`, an `ArrayBuffer` or a
 /// typed array.
-async fn source_bytes(source: &JsValue) -> JsResult<Vec<u8>> {
-    let op = "Model.load";
+pub(crate) async fn source_bytes(source: &JsValue, op: &'static str) -> JsResult<Vec<u8>> {
     let response = if let Some(url) = source.as_string().or_else(|| {
         (js::type_name(source) == "URL")
             .then(|| js::get(source, "href").as_string())
@@ -123,7 +122,7 @@ impl Model {
     /// `"auto"`: the faster of WebGPU and the CPU for this model, see `Device` for how).
     pub async fn load(source: JsValue, options: JsValue) -> JsResult<Model> {
         let wanted = Device::wanted(&options, "Model.load")?;
-        let bytes = source_bytes(&source).await?;
+        let bytes = source_bytes(&source, "Model.load").await?;
         let (model, device) = match wanted {
             Wanted::Given(d) => (KModel::load(&bytes, d.inner()).js()?, d),
             Wanted::Auto => device::load_on_fastest(&bytes).await?,

@@ -31,6 +31,7 @@
 mod activation;
 pub mod attention;
 mod conv;
+pub mod gpt;
 mod init;
 mod linear;
 pub mod loss;

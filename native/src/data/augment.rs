@@ -23,45 +23,7 @@ use crate::core::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
 
-/// splitmix64 (Steele, Lea and Flood 2014): a tiny seeded generator, well spread even for
-/// consecutive seeds. kiln's shuffles and augmentations draw from it.
-#[derive(Clone, Debug)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// The golden-ratio increment of the state.
-    const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
-    /// A generator whose first output is `mix(seed + GAMMA)`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64 { state: seed }
-    }
-
-    /// splitmix64's output function: a bijective scramble of `z`.
-    pub fn mix(z: u64) -> u64 {
-        let z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(Self::GAMMA);
-        Self::mix(self.state)
-    }
-
-    /// Uniform in `[0, 1)` (24 random bits).
-    pub fn next_f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    /// Uniform in `[-bound, bound)`.
-    pub fn symmetric(&mut self, bound: f32) -> f32 {
-        (2.0 * self.next_f32() - 1.0) * bound
-    }
-}
+pub use crate::core::random::SplitMix64;
 
 /// The seed of image `index`'s augmentation in `epoch` of a run seeded by `seed`: the same
 /// triple always gives the same seed, wherever the image falls in the shuffled batches.

@@ -1,7 +1,9 @@
 //! Model architectures the `kiln` command trains, and loading a model file for `eval`/`predict`.
 
-pub mod gpt;
 pub mod mnist;
+
+/// The GPT lives in kiln-core (the page runs it too); re-exported here beside the other models.
+pub use crate::core::nn::gpt;
 
 pub use mnist::MnistCnn;
 

@@ -3,15 +3,21 @@
 //! token costs one position. The model file holds the weights, the [`GptConfig`] and the
 //! tokenizer, so generation needs nothing else.
 
-use crate::core::model::{load_safetensors, save_safetensors};
-use crate::core::nn::{
+use crate::model::load_safetensors;
+use crate::nn::{
     Embedding, Forward, Init, KvCache, LayerNorm, Module, Param, TransformerBlock, loss,
 };
-use crate::core::tokenizer::{self, CharTokenizer};
-use crate::core::{DType, Device, Error, Result, Tensor};
-use crate::data::augment::SplitMix64;
+use crate::random::SplitMix64;
+use crate::tokenizer::{self, CharTokenizer};
+use crate::{DType, Device, Error, Result, Tensor};
+#[cfg(feature = "std")]
+use alloc::collections::BTreeMap;
+use alloc::format;
+#[cfg(feature = "std")]
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// Metadata key of the [`GptConfig`] in a model file.
 pub const CONFIG_KEY: &str = "kiln_gpt";
@@ -34,7 +40,7 @@ pub struct GptConfig {
 }
 
 /// A decoder-only transformer language model.
-#[derive(kiln_core::nn::Module)]
+#[derive(kiln_derive::Module)]
 pub struct Gpt {
     /// Token embedding, also the output layer (weight tying).
     pub tok: Embedding,
@@ -140,7 +146,8 @@ impl Gpt {
         )
     }
 
-    /// The model file: weights, config and tokenizer.
+    /// The model file: weights, config and tokenizer. Native only (reads the weights back).
+    #[cfg(feature = "std")]
     pub fn to_file(
         &self,
         tok: &CharTokenizer,
@@ -151,7 +158,7 @@ impl Gpt {
             serde_json::to_string(&self.config).map_err(|e| Error::format("Gpt", e.to_string()))?;
         meta.insert(CONFIG_KEY.into(), config);
         meta.insert(tokenizer::METADATA_KEY.into(), tok.to_json());
-        save_safetensors(&self.named_tensors(), &meta)
+        crate::model::save_safetensors(&self.named_tensors(), &meta)
     }
 
     /// Reads a file written by [`Gpt::to_file`] onto `device`.
@@ -220,7 +227,7 @@ pub fn choose(logits: &[f32], sampling: &Sampling, u: f32) -> usize {
     let max = logits[top[0]] as f64;
     let weights: Vec<f64> = top
         .iter()
-        .map(|&i| ((logits[i] as f64 - max) / sampling.temperature).exp())
+        .map(|&i| libm::exp((logits[i] as f64 - max) / sampling.temperature))
         .collect();
     let mut target = u as f64 * weights.iter().sum::<f64>();
     for (&i, w) in top.iter().zip(&weights) {
@@ -232,9 +239,71 @@ pub fn choose(logits: &[f32], sampling: &Sampling, u: f32) -> usize {
     top[k - 1]
 }
 
+/// Generation one token at a time at batch 1, through the KV cache: [`Generator::logits`]
+/// runs the model on what is new since the last token, the caller reads the logits (at once
+/// natively, awaiting them in a page) and hands them to [`Generator::choose`]. When the
+/// context is full, the caches are rebuilt from its last half.
+pub struct Generator<'a> {
+    model: &'a Gpt,
+    caches: Vec<KvCache>,
+    tokens: Vec<u32>,
+    feed: Vec<u32>,
+    rng: SplitMix64,
+    sampling: Sampling,
+}
+
+impl<'a> Generator<'a> {
+    /// A generator continuing `prompt` (at least one token).
+    pub fn new(model: &'a Gpt, prompt: &[u32], sampling: Sampling) -> Result<Self> {
+        if prompt.is_empty() {
+            return Err(Error::invalid(
+                "generate",
+                "expected a prompt of at least one token, found none",
+            ));
+        }
+        let context = model.config.context;
+        Ok(Generator {
+            model,
+            caches: model.blocks.iter().map(|_| KvCache::new()).collect(),
+            tokens: prompt.to_vec(),
+            // The prompt's last `context` tokens fill the caches first.
+            feed: prompt[prompt.len().saturating_sub(context)..].to_vec(),
+            rng: SplitMix64::new(sampling.seed),
+            sampling,
+        })
+    }
+
+    /// The next token's logits `[V]`, still on the model's device.
+    pub fn logits(&mut self) -> Result<Tensor> {
+        let context = self.model.config.context;
+        if self.caches[0].len() + self.feed.len() > context {
+            self.caches.iter_mut().for_each(KvCache::clear);
+            self.feed = self.tokens[self.tokens.len() - context / 2..].to_vec();
+        }
+        let ids: Vec<i32> = self.feed.iter().map(|&t| t as i32).collect();
+        let n = ids.len();
+        let device = self.model.tok.weight.tensor().device().clone();
+        let ids = Tensor::from_vec(ids, [1, n], &device)?;
+        let logits =
+            crate::autodiff::no_grad(|| self.model.forward_cached(&ids, &mut self.caches))?;
+        logits
+            .narrow(1, n - 1, 1)?
+            .reshape([self.model.config.vocab])
+    }
+
+    /// Picks the next token from `logits` (read back from [`Generator::logits`]) and appends it.
+    pub fn choose(&mut self, logits: &[f32]) -> u32 {
+        let next = choose(logits, &self.sampling, self.rng.next_f32()) as u32;
+        self.tokens.push(next);
+        self.feed = vec![next];
+        next
+    }
+}
+
 /// Generates `tokens` tokens after `prompt` (batch 1), calling `on_token` with each as it is
-/// chosen. Each token costs one position through the KV cache; when the context is full, the
-/// caches are rebuilt from the last half of the context.
+/// chosen (a [`Generator`] whose logits are read back at once). Native only: a page awaits
+/// the logits instead.
+#[cfg(feature = "std")]
 pub fn generate(
     model: &Gpt,
     prompt: &[u32],
@@ -242,35 +311,13 @@ pub fn generate(
     sampling: &Sampling,
     mut on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<Vec<u32>> {
-    if prompt.is_empty() {
-        return Err(Error::invalid(
-            "generate",
-            "expected a prompt of at least one token, found none",
-        ));
-    }
-    let device = model.tok.weight.tensor().device().clone();
-    let context = model.config.context;
-    let mut caches: Vec<KvCache> = model.blocks.iter().map(|_| KvCache::new()).collect();
-    let mut rng = SplitMix64::new(sampling.seed);
-    let mut all: Vec<u32> = prompt.to_vec();
-    // The prompt's last `context` tokens fill the caches first.
-    let mut feed: Vec<u32> = prompt[prompt.len().saturating_sub(context)..].to_vec();
+    let mut g = Generator::new(model, prompt, *sampling)?;
     let mut out = Vec::with_capacity(tokens);
     for _ in 0..tokens {
-        if caches[0].len() + feed.len() > context {
-            caches.iter_mut().for_each(KvCache::clear);
-            feed = all[all.len() - context / 2..].to_vec();
-        }
-        let ids: Vec<i32> = feed.iter().map(|&t| t as i32).collect();
-        let n = ids.len();
-        let ids = Tensor::from_vec(ids, [1, n], &device)?;
-        let logits = crate::core::autodiff::no_grad(|| model.forward_cached(&ids, &mut caches))?;
-        let last = logits.narrow(1, n - 1, 1)?.to_vec::<f32>()?;
-        let next = choose(&last, sampling, rng.next_f32()) as u32;
+        let logits = g.logits()?.to_vec::<f32>()?;
+        let next = g.choose(&logits);
         on_token(next)?;
-        all.push(next);
         out.push(next);
-        feed = vec![next];
     }
     Ok(out)
 }
