@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// Metadata key of where training stands (JSON).
-const KEY_PROGRESS: &str = "kiln_train_state";
+const KEY_STATE: &str = "kiln_train_state";
 
 /// Writes `model`, `optimizer` and `progress` (where training stands) to `path` atomically.
 pub fn save(
@@ -27,7 +27,7 @@ pub fn save(
     let bytes = save_checkpoint(
         model,
         Some(optimizer),
-        &BTreeMap::from([(KEY_PROGRESS.to_string(), json)]),
+        &BTreeMap::from([(KEY_STATE.to_string(), json)]),
     )?;
     write_atomic(path, &bytes)
 }
@@ -44,15 +44,13 @@ pub fn load<P: DeserializeOwned>(
         .map_err(|e| Error::io("checkpoint", format!("cannot read {}: {e}", path.display())))?;
     let meta =
         load_checkpoint(&bytes, model, Some(optimizer), device).map_err(|e| e.context(&op))?;
-    let json = meta.get(KEY_PROGRESS).ok_or_else(|| {
+    let json = meta.get(KEY_STATE).ok_or_else(|| {
         Error::format(
             op.clone(),
-            format!(
-                "expected a kiln training checkpoint (metadata key {KEY_PROGRESS}), found none"
-            ),
+            format!("expected a kiln training checkpoint (metadata key {KEY_STATE}), found none"),
         )
     })?;
-    serde_json::from_str(json).map_err(|e| Error::format(op, format!("bad {KEY_PROGRESS}: {e}")))
+    serde_json::from_str(json).map_err(|e| Error::format(op, format!("bad {KEY_STATE}: {e}")))
 }
 
 /// Writes `bytes` to `path` so that readers see the old file or the new one, never a mix:

@@ -134,26 +134,7 @@ fn find_file(dir: &Path, stem: &str) -> Result<PathBuf> {
 /// The MNIST directory: `explicit` (`--data`), else `$KILN_MNIST_DIR`, else the first
 /// `shared/data/mnist` found walking up from the current directory.
 pub fn data_dir(explicit: Option<&Path>) -> Result<PathBuf> {
-    if let Some(dir) = explicit {
-        return Ok(dir.to_path_buf());
-    }
-    if let Some(dir) = std::env::var_os(DIR_ENV) {
-        return Ok(PathBuf::from(dir));
-    }
-    let cwd = std::env::current_dir()?;
-    cwd.ancestors()
-        .map(|a| a.join("shared").join("data").join("mnist"))
-        .find(|d| d.is_dir())
-        .ok_or_else(|| {
-            Error::io(
-                "mnist",
-                format!(
-                    "no MNIST directory: expected shared/data/mnist in {} or a parent; \
-                     pass --data DIR or set {DIR_ENV}",
-                    cwd.display()
-                ),
-            )
-        })
+    crate::data::shared_dir(explicit, DIR_ENV, "mnist", "mnist")
 }
 
 /// A parsed IDX file of u8 elements.

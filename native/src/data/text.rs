@@ -127,27 +127,7 @@ fn read_text(path: &Path) -> Result<String> {
 /// The corpus directory: `explicit` (`--data`), else `$KILN_SHAKESPEARE_DIR`, else the first
 /// `shared/data/shakespeare` found walking up from the current directory.
 pub fn data_dir(explicit: Option<&Path>) -> Result<PathBuf> {
-    if let Some(dir) = explicit {
-        return Ok(dir.to_path_buf());
-    }
-    if let Some(dir) = std::env::var_os(DIR_ENV) {
-        return Ok(PathBuf::from(dir));
-    }
-    let cwd = std::env::current_dir()
-        .map_err(|e| Error::io("corpus", format!("no current directory: {e}")))?;
-    cwd.ancestors()
-        .map(|a| a.join("shared/data/shakespeare"))
-        .find(|d| d.is_dir())
-        .ok_or_else(|| {
-            Error::io(
-                "corpus",
-                format!(
-                    "expected shared/data/shakespeare above {}, found none; pass --data DIR \
-                     or set {DIR_ENV}",
-                    cwd.display()
-                ),
-            )
-        })
+    crate::data::shared_dir(explicit, DIR_ENV, "shakespeare", "corpus")
 }
 
 /// Windows of `context` tokens and their targets (the same window shifted by one token).
