@@ -97,6 +97,15 @@ impl Ints {
     }
 }
 
+/// A string tensor, held on the host (no kiln device has strings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Strings {
+    /// Dimensions (empty for a scalar).
+    pub dims: Vec<usize>,
+    /// Row-major values, as bytes (ONNX says UTF-8 but does not enforce it).
+    pub data: Vec<Vec<u8>>,
+}
+
 /// One ONNX value at run time.
 #[derive(Clone, Debug)]
 pub enum Value {
@@ -104,6 +113,12 @@ pub enum Value {
     Tensor(Tensor),
     /// Integers (or bools) known on the host.
     Ints(Ints),
+    /// Strings, on the host.
+    Strings(Strings),
+    /// An ONNX sequence: an ordered list of values (tensors, in the suites).
+    Sequence(Vec<Value>),
+    /// An ONNX optional: `None` when it holds nothing.
+    Optional(Option<alloc::boxed::Box<Value>>),
     /// An optional input left empty (`""` in the node's input list).
     Absent,
 }
@@ -152,6 +167,7 @@ impl Value {
                 )),
             },
             TensorElems::Bool(d) => ints(d.into_iter().map(i64::from).collect(), true),
+            TensorElems::String(data) => Ok(Value::Strings(Strings { dims: v.dims, data })),
             other => Err(Error::unsupported(
                 "onnx",
                 format!(
@@ -168,7 +184,8 @@ impl Value {
         match self {
             Value::Tensor(t) => t.dims().to_vec(),
             Value::Ints(i) => i.dims.clone(),
-            Value::Absent => Vec::new(),
+            Value::Strings(s) => s.dims.clone(),
+            Value::Sequence(_) | Value::Optional(_) | Value::Absent => Vec::new(),
         }
     }
 
@@ -183,6 +200,10 @@ impl Value {
             Value::Tensor(t) => Ok(t.clone()),
             Value::Ints(i) => i.to_tensor(device, what),
             Value::Absent => Err(Error::invalid("onnx", format!("{what}: input is absent"))),
+            other => Err(Error::invalid(
+                "onnx",
+                format!("{what}: expects a tensor, gets {}", other.describe()),
+            )),
         }
     }
 
@@ -200,6 +221,21 @@ impl Value {
                 ),
             )),
             Value::Absent => Err(Error::invalid("onnx", format!("{what}: input is absent"))),
+            other => Err(Error::invalid(
+                "onnx",
+                format!("{what}: expects integers, gets {}", other.describe()),
+            )),
+        }
+    }
+
+    /// The value as an ONNX sequence, or an error naming `what`.
+    pub fn sequence(&self, what: &str) -> Result<&[Value]> {
+        match self {
+            Value::Sequence(s) => Ok(s),
+            other => Err(Error::invalid(
+                "onnx",
+                format!("{what}: expects a sequence, gets {}", other.describe()),
+            )),
         }
     }
 
@@ -208,6 +244,10 @@ impl Value {
         match self {
             Value::Tensor(t) => format!("{} {}", t.dtype(), t.shape()),
             Value::Ints(i) => format!("ints {:?}", i.dims),
+            Value::Strings(s) => format!("strings {:?}", s.dims),
+            Value::Sequence(s) => format!("a sequence of {}", s.len()),
+            Value::Optional(None) => "an empty optional".into(),
+            Value::Optional(Some(v)) => format!("an optional holding {}", v.describe()),
             Value::Absent => "absent".into(),
         }
     }

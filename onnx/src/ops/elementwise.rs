@@ -252,7 +252,7 @@ fn as_dtype(c: &Ctx<'_>, v: &Value, dtype: DType) -> Result<Tensor> {
     match v {
         Value::Tensor(t) => t.cast(dtype),
         Value::Ints(i) => ints_as(c.device, i, dtype),
-        Value::Absent => Err(Error::invalid("onnx", "an input is absent")),
+        other => other.tensor(c.device, "an input"),
     }
 }
 
@@ -275,7 +275,7 @@ fn common_dtype(vals: &[&Value]) -> DType {
     let all_bool = vals.iter().all(|v| match v {
         Value::Tensor(t) => t.dtype() == DType::Bool,
         Value::Ints(i) => i.bool,
-        Value::Absent => true,
+        _ => true,
     });
     if all_bool { DType::Bool } else { DType::I32 }
 }
@@ -328,7 +328,7 @@ fn legacy_broadcast(c: &Ctx<'_>, a: &[Value]) -> Result<Vec<Value>> {
     v[1] = match &v[1] {
         Value::Tensor(t) => Value::Tensor(t.reshape(dims)?),
         Value::Ints(i) => Value::Ints(Ints { dims, ..i.clone() }),
-        Value::Absent => Value::Absent,
+        other => other.clone(),
     };
     Ok(v)
 }
@@ -654,7 +654,15 @@ fn cast_like(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             DType::U32 => DataType::Uint32,
             DType::Bool => DataType::Bool,
         },
-        Value::Absent => return Err(Error::invalid("onnx", "CastLike: target is absent")),
+        other => {
+            return Err(Error::invalid(
+                "onnx",
+                format!(
+                    "CastLike: expects a target tensor, gets {}",
+                    other.describe()
+                ),
+            ));
+        }
     };
     cast_to(c, c.arg(a, 0)?, to)
 }
@@ -685,7 +693,10 @@ fn cast_to(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
         }),
         (Value::Ints(i), None) => one(ints_as(c.device, i, dtype)?),
         (Value::Tensor(t), _) => one(t.cast(dtype)?),
-        (Value::Absent, _) => Err(Error::invalid("onnx", "Cast: input is absent")),
+        (other, _) => Err(Error::invalid(
+            "onnx",
+            format!("Cast: expects a tensor, gets {}", other.describe()),
+        )),
     }
 }
 
@@ -978,7 +989,7 @@ mod tests {
         match v {
             Value::Ints(i) => i.data.iter().map(|&x| x as f64).collect(),
             Value::Tensor(t) => t.to_data().unwrap().to_f64_vec(),
-            Value::Absent => Vec::new(),
+            _ => Vec::new(),
         }
     }
 

@@ -154,6 +154,10 @@ pub(crate) fn host_values(v: &Value, what: &str) -> Result<Vec<f64>> {
         Value::Ints(i) => Ok(i.data.iter().map(|&x| x as f64).collect()),
         Value::Tensor(t) => read_back(t, what),
         Value::Absent => Ok(Vec::new()),
+        other => Err(Error::invalid(
+            "onnx",
+            format!("{what}: expects numbers, gets {}", other.describe()),
+        )),
     }
 }
 

@@ -2067,7 +2067,7 @@ mod tests {
                 let d = t.to_data().unwrap().to_f64_vec();
                 (t.dims().to_vec(), d.iter().map(|&x| x as i64).collect())
             }
-            Value::Absent => panic!("absent output"),
+            other => panic!("not a tensor: {}", other.describe()),
         }
     }
 

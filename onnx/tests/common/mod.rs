@@ -89,7 +89,7 @@ fn values(v: &kiln_onnx::Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> 
             let d = t.to_data().map_err(|e| e.to_string())?;
             Ok((t.dims().to_vec(), d.to_f64_vec(), !t.dtype().is_float()))
         }
-        kiln_onnx::Value::Absent => Err("output is absent".into()),
+        other => Err(format!("expects a tensor, gets {}", other.describe())),
     }
 }
 
