@@ -57,14 +57,186 @@ pub struct ModelInput {
 /// ```
 #[derive(Debug)]
 pub struct OnnxModel {
-    nodes: Vec<NodeProto>,
+    graph: Graph,
     inputs: Vec<ModelInput>,
+    opset: i64,
+    device: Device,
+}
+
+/// A graph prepared to run: the model's, or a control-flow op's branch or body.
+#[derive(Debug)]
+pub(crate) struct Graph {
+    nodes: Vec<Node>,
+    /// The declared inputs that are not initializers, in order.
+    inputs: Vec<String>,
     outputs: Vec<String>,
+    /// Initializers (floats on the device, integers on the host).
     constants: BTreeMap<String, Value>,
     /// For each node, the values whose last use it is (dropped after it runs).
     last_uses: Vec<Vec<String>>,
-    opset: i64,
-    device: Device,
+}
+
+/// A node with its import and its prepared graph attributes (If's branches, Loop's body).
+#[derive(Debug)]
+struct Node {
+    proto: NodeProto,
+    run: ops::OpFn,
+    graphs: BTreeMap<String, Graph>,
+}
+
+/// The values a node can see: its graph's so far, its graph's initializers, and those of the
+/// graphs it is nested in (a subgraph reads outer values by name).
+pub(crate) struct Scope<'a> {
+    env: &'a BTreeMap<&'a str, Value>,
+    constants: &'a BTreeMap<String, Value>,
+    outer: Option<&'a Scope<'a>>,
+}
+
+impl<'a> Scope<'a> {
+    /// The scope of a top-level graph: its values so far and its initializers.
+    #[cfg(test)]
+    pub(crate) fn new(
+        env: &'a BTreeMap<&'a str, Value>,
+        constants: &'a BTreeMap<String, Value>,
+    ) -> Self {
+        Scope {
+            env,
+            constants,
+            outer: None,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.env
+            .get(name)
+            .or_else(|| self.constants.get(name))
+            .or_else(|| self.outer.and_then(|o| o.get(name)))
+    }
+}
+
+impl Graph {
+    /// Prepares `graph` on `device`: every node's import is looked up (ops kiln does not
+    /// import, in nested graphs too, are added to `unsupported`) and initializers uploaded.
+    fn prepare(
+        graph: crate::GraphProto,
+        device: &Device,
+        unsupported: &mut Vec<String>,
+    ) -> Result<Graph> {
+        let mut constants = BTreeMap::new();
+        for t in &graph.initializer {
+            constants.insert(t.name().to_string(), constant(t, device)?);
+        }
+        let inputs = graph
+            .input
+            .iter()
+            .map(|v| v.name().to_string())
+            .filter(|n| !constants.contains_key(n))
+            .collect();
+        let outputs: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
+        let last_uses = last_uses(&graph.node, &outputs);
+        let mut nodes = Vec::with_capacity(graph.node.len());
+        for proto in graph.node {
+            let mut graphs = BTreeMap::new();
+            for a in &proto.attribute {
+                if let Some(g) = &a.g {
+                    graphs.insert(
+                        a.name().to_string(),
+                        Graph::prepare(g.clone(), device, unsupported)?,
+                    );
+                }
+            }
+            let domain = proto.domain();
+            let run = if domain.is_empty() || domain == "ai.onnx" {
+                ops::find(proto.op_type())
+            } else {
+                None
+            };
+            let Some(run) = run else {
+                let d = if domain.is_empty() {
+                    String::new()
+                } else {
+                    format!("{domain}.")
+                };
+                unsupported.push(format!("{d}{} (node '{}')", proto.op_type(), proto.name()));
+                continue;
+            };
+            nodes.push(Node { proto, run, graphs });
+        }
+        Ok(Graph {
+            nodes,
+            inputs,
+            outputs,
+            constants,
+            last_uses,
+        })
+    }
+
+    /// Runs the graph on `inputs` (one per declared input, in order) inside `outer`.
+    pub(crate) fn run(
+        &self,
+        inputs: Vec<Value>,
+        outer: Option<&Scope<'_>>,
+        device: &Device,
+        opset: i64,
+    ) -> Result<Vec<Value>> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::invalid(
+                "onnx",
+                format!(
+                    "the graph takes {} inputs ({}), got {}",
+                    self.inputs.len(),
+                    self.inputs.join(", "),
+                    inputs.len()
+                ),
+            ));
+        }
+        let mut env: BTreeMap<&str, Value> =
+            self.inputs.iter().map(String::as_str).zip(inputs).collect();
+        for (node, dead) in self.nodes.iter().zip(&self.last_uses) {
+            let proto = &node.proto;
+            let outs = {
+                let scope = Scope {
+                    env: &env,
+                    constants: &self.constants,
+                    outer,
+                };
+                let args = proto
+                    .input
+                    .iter()
+                    .map(|name| lookup(&scope, name, proto))
+                    .collect::<Result<Vec<Value>>>()?;
+                let ctx = Ctx {
+                    device,
+                    opset,
+                    node: proto,
+                    graphs: &node.graphs,
+                    scope: &scope,
+                };
+                (node.run)(&ctx, &args).map_err(|e| e.context(node_label(proto)))?
+            };
+            for (name, v) in proto.output.iter().zip(outs) {
+                if !name.is_empty() {
+                    env.insert(name.as_str(), v);
+                }
+            }
+            for name in dead {
+                env.remove(name.as_str());
+            }
+        }
+        let scope = Scope {
+            env: &env,
+            constants: &self.constants,
+            outer,
+        };
+        self.outputs
+            .iter()
+            .map(|name| {
+                scope.get(name).cloned().ok_or_else(|| {
+                    Error::invalid("onnx", format!("graph output '{name}' is never computed"))
+                })
+            })
+            .collect()
+    }
 }
 
 impl OnnxModel {
@@ -75,24 +247,14 @@ impl OnnxModel {
     }
 
     /// Prepares a decoded model on `device`: checks that every node's op is supported (an
-    /// error names each unsupported one with its node), and uploads the initializers.
+    /// error names each unsupported one with its node, in nested graphs too), and uploads the
+    /// initializers.
     pub fn from_proto(model: ModelProto, device: &Device) -> Result<Self> {
         let opset = opset_version(&model, "").unwrap_or(1);
         let graph = model.graph.unwrap_or_default();
+        let inputs: Vec<ModelInput> = graph.input.iter().map(model_input).collect();
         let mut unsupported = Vec::new();
-        for n in &graph.node {
-            let domain = n.domain();
-            let known =
-                (domain.is_empty() || domain == "ai.onnx") && ops::find(n.op_type()).is_some();
-            if !known {
-                let d = if domain.is_empty() {
-                    String::new()
-                } else {
-                    format!("{domain}.")
-                };
-                unsupported.push(format!("{d}{} (node '{}')", n.op_type(), n.name()));
-            }
-        }
+        let graph = Graph::prepare(graph, device, &mut unsupported)?;
         if !unsupported.is_empty() {
             return Err(Error::unsupported(
                 "onnx",
@@ -103,25 +265,13 @@ impl OnnxModel {
                 ),
             ));
         }
-        let mut constants = BTreeMap::new();
-        for t in &graph.initializer {
-            constants.insert(t.name().to_string(), constant(t, device)?);
-        }
-        let inputs = graph
-            .input
-            .iter()
-            .filter(|v| !constants.contains_key(v.name()))
-            .map(model_input)
+        let inputs = inputs
+            .into_iter()
+            .filter(|i| !graph.constants.contains_key(&i.name))
             .collect();
-        let outputs: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
-        let nodes = graph.node;
-        let last_uses = last_uses(&nodes, &outputs);
         Ok(OnnxModel {
-            nodes,
+            graph,
             inputs,
-            outputs,
-            constants,
-            last_uses,
             opset,
             device: device.clone(),
         })
@@ -134,7 +284,7 @@ impl OnnxModel {
 
     /// The names of the graph outputs, in order.
     pub fn output_names(&self) -> &[String] {
-        &self.outputs
+        &self.graph.outputs
     }
 
     /// The device the model runs on.
@@ -153,12 +303,13 @@ impl OnnxModel {
         let values = inputs.iter().cloned().map(Value::Tensor).collect();
         self.run_values(values)?
             .iter()
-            .zip(&self.outputs)
+            .zip(&self.graph.outputs)
             .map(|(v, name)| v.tensor(&self.device, name))
             .collect()
     }
 
-    /// [`OnnxModel::run`] on [`Value`]s, so int64 inputs may stay on the host.
+    /// [`OnnxModel::run`] on [`Value`]s, so int64 inputs may stay on the host and sequence or
+    /// optional inputs can be given.
     pub fn run_values(&self, inputs: Vec<Value>) -> Result<Vec<Value>> {
         if inputs.len() != self.inputs.len() {
             let names: Vec<&str> = self.inputs.iter().map(|i| i.name.as_str()).collect();
@@ -172,46 +323,10 @@ impl OnnxModel {
                 ),
             ));
         }
-        let mut env: BTreeMap<&str, Value> = BTreeMap::new();
-        for (decl, v) in self.inputs.iter().zip(inputs) {
-            check_input(decl, &v)?;
-            env.insert(decl.name.as_str(), v);
+        for (decl, v) in self.inputs.iter().zip(&inputs) {
+            check_input(decl, v)?;
         }
-        for (node, dead) in self.nodes.iter().zip(&self.last_uses) {
-            let args = node
-                .input
-                .iter()
-                .map(|name| self.lookup(&env, name, node))
-                .collect::<Result<Vec<Value>>>()?;
-            let ctx = Ctx {
-                device: &self.device,
-                opset: self.opset,
-                node,
-            };
-            let run = ops::find(node.op_type()).ok_or_else(|| {
-                Error::unsupported("onnx", format!("no import for {}", node.op_type()))
-            })?;
-            let outs = run(&ctx, &args).map_err(|e| e.context(node_label(node)))?;
-            for (name, v) in node.output.iter().zip(outs) {
-                if !name.is_empty() {
-                    env.insert(name.as_str(), v);
-                }
-            }
-            for name in dead {
-                env.remove(name.as_str());
-            }
-        }
-        self.outputs
-            .iter()
-            .map(|name| {
-                env.get(name.as_str())
-                    .or_else(|| self.constants.get(name))
-                    .cloned()
-                    .ok_or_else(|| {
-                        Error::invalid("onnx", format!("graph output '{name}' is never computed"))
-                    })
-            })
-            .collect()
+        self.graph.run(inputs, None, &self.device, self.opset)
     }
 
     /// A random input for the model's single input, to trace it with: `shape`, or else the
@@ -277,13 +392,13 @@ impl OnnxModel {
     /// ```
     #[cfg(feature = "std")]
     pub fn to_kiln(&self, sample: &Tensor) -> Result<Vec<u8>> {
-        if self.inputs.len() != 1 || self.outputs.len() != 1 {
+        if self.inputs.len() != 1 || self.graph.outputs.len() != 1 {
             return Err(Error::unsupported(
                 "onnx to kiln",
                 format!(
                     "models of one input and one output convert; this one has {} inputs and {} outputs",
                     self.inputs.len(),
-                    self.outputs.len()
+                    self.graph.outputs.len()
                 ),
             ));
         }
@@ -294,24 +409,22 @@ impl OnnxModel {
         let free_batch = !matches!(self.inputs[0].dims.as_deref(), Some([Dim::Fixed(_), ..]));
         kiln_core::model::save_model_batch(&mut Traceable(self), sample, &metadata, free_batch)
     }
+}
 
-    fn lookup(&self, env: &BTreeMap<&str, Value>, name: &str, node: &NodeProto) -> Result<Value> {
-        if name.is_empty() {
-            return Ok(Value::Absent);
-        }
-        env.get(name)
-            .or_else(|| self.constants.get(name))
-            .cloned()
-            .ok_or_else(|| {
-                Error::invalid(
-                    "onnx",
-                    format!(
-                        "{}: input '{name}' is not produced before it",
-                        node_label(node)
-                    ),
-                )
-            })
+/// The value of input `name` of `node` (`""` is an absent optional input).
+fn lookup(scope: &Scope<'_>, name: &str, node: &NodeProto) -> Result<Value> {
+    if name.is_empty() {
+        return Ok(Value::Absent);
     }
+    scope.get(name).cloned().ok_or_else(|| {
+        Error::invalid(
+            "onnx",
+            format!(
+                "{}: input '{name}' is not produced before it",
+                node_label(node)
+            ),
+        )
+    })
 }
 
 /// `node 'conv1' (Conv)`, for messages.
@@ -390,11 +503,14 @@ fn check_input(decl: &ModelInput, v: &Value) -> Result<()> {
     ))
 }
 
-/// For each node, the names whose last reader it is (graph outputs are never dropped).
+/// For each node, the names whose last reader it is (graph outputs are never dropped). A node
+/// reads its inputs and every name its nested graphs mention (outer values they may capture).
 fn last_uses(nodes: &[NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
     let mut last: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
-        for name in n.input.iter().filter(|n| !n.is_empty()) {
+        let mut names = Vec::new();
+        mentions(n, &mut names);
+        for name in names.into_iter().filter(|n| !n.is_empty()) {
             last.insert(name, i);
         }
     }
@@ -405,6 +521,19 @@ fn last_uses(nodes: &[NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
         }
     }
     dead
+}
+
+/// The names `node` reads: its inputs, and the inputs and outputs of nodes in its graphs.
+fn mentions<'a>(node: &'a NodeProto, names: &mut Vec<&'a str>) {
+    names.extend(node.input.iter().map(String::as_str));
+    for a in &node.attribute {
+        for g in a.g.iter().chain(&a.graphs) {
+            names.extend(g.output.iter().map(|o| o.name()));
+            for n in &g.node {
+                mentions(n, names);
+            }
+        }
+    }
 }
 
 /// An [`OnnxModel`] as a kiln module, for tracing: its float initializers are the module's
@@ -418,6 +547,7 @@ impl kiln_core::nn::Module for Traceable<'_> {
     fn visit_mut(&mut self, _: &mut dyn FnMut(&str, &mut kiln_core::nn::Param)) {}
     fn named_tensors(&self) -> Vec<(String, Tensor)> {
         self.0
+            .graph
             .constants
             .iter()
             .filter_map(|(name, v)| match v {

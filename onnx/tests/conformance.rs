@@ -36,23 +36,29 @@ fn run_case(dir: &Path, dev: &Device) -> Outcome {
         Err(o) => return o,
     };
     let data = dir.join("test_data_set_0");
-    let read = |prefix: &str, n: usize| -> Result<Vec<Value>, String> {
-        (0..n)
-            .map(|i| common::read_value(&data.join(format!("{prefix}_{i}.pb")), dev))
-            .collect()
-    };
     let initializers: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
-    let n_in = graph
+    let declared: Vec<_> = graph
         .input
         .iter()
         .filter(|i| !initializers.contains(i.name()))
-        .count();
+        .collect();
+    let read = |prefix: &str, decls: &[&kiln_onnx::ValueInfoProto]| -> Result<Vec<Value>, String> {
+        decls
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let path = data.join(format!("{prefix}_{i}.pb"));
+                common::read_typed(&path, d.r#type.as_ref(), dev)
+            })
+            .collect()
+    };
     // stored data of a type kiln has no dtype for (float8, strings, ...) makes a case unsupported
-    let inputs = match read("input", n_in) {
+    let inputs = match read("input", &declared) {
         Ok(v) => v,
         Err(e) => return Outcome::Unsupported(format!("inputs: {e}")),
     };
-    let want = match read("output", graph.output.len()) {
+    let outputs: Vec<_> = graph.output.iter().collect();
+    let want = match read("output", &outputs) {
         Ok(v) => v,
         Err(e) => return Outcome::Unsupported(format!("outputs: {e}")),
     };

@@ -964,13 +964,9 @@ mod tests {
     }
 
     fn run(f: OpFn, node: &NodeProto, args: &[Value]) -> Value {
-        let device = Device::cpu();
-        let c = Ctx {
-            device: &device,
-            opset: 21,
-            node,
-        };
-        f(&c, args).unwrap().remove(0)
+        super::super::run_alone(f, &Device::cpu(), 21, node, args)
+            .unwrap()
+            .remove(0)
     }
 
     fn ints(v: &[i64]) -> Ints {
@@ -1078,13 +1074,8 @@ mod tests {
         let r = run(cast, &to(DataType::Float), &[Value::Ints(ints(&[1 << 40]))]);
         assert_eq!(values(&r), [(1u64 << 40) as f64]);
         let n = to(DataType::String);
-        let device = Device::cpu();
-        let c = Ctx {
-            device: &device,
-            opset: 21,
-            node: &n,
-        };
-        let e = cast(&c, &[floats(&[1.0])]).unwrap_err();
+        let e =
+            super::super::run_alone(cast, &Device::cpu(), 21, &n, &[floats(&[1.0])]).unwrap_err();
         assert_eq!(e.kind(), kiln_core::ErrorKind::Unsupported);
 
         let mut cond = ints(&[1, 0]);
@@ -1121,14 +1112,12 @@ mod tests {
     fn legacy_axis_broadcast() {
         let device = Device::cpu();
         let n = node(&[("broadcast", 1), ("axis", 1)]);
-        let c = Ctx {
-            device: &device,
-            opset: 6,
-            node: &n,
-        };
         let x = Tensor::from_slice(&[0.0f32; 12], [2, 3, 2], &device).unwrap();
         let y = [Value::Tensor(x), floats(&[1.0, 2.0, 3.0])];
-        let r = binary(&c, &y, BinaryOp::Add).unwrap().remove(0);
+        let add: OpFn = |c, a| binary(c, a, BinaryOp::Add);
+        let r = super::super::run_alone(add, &device, 6, &n, &y)
+            .unwrap()
+            .remove(0);
         assert_eq!(r.dims(), [2, 3, 2]);
         assert_eq!(values(&r)[..6], [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
     }

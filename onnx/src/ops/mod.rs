@@ -7,14 +7,17 @@
 //! Integer values known on the host ([`Value::Ints`]) are computed on the host where an op
 //! supports it (shape arithmetic), and lowered to i32 tensors otherwise.
 
+mod control;
 mod elementwise;
 mod nn;
 mod reduce;
+mod sequence;
 mod shape;
 
 use crate::NodeAttrs;
-use crate::model::onnx_err;
+use crate::model::{Graph, Scope, onnx_err};
 use crate::value::{Ints, Value};
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
@@ -28,7 +31,14 @@ pub(crate) type Outputs = Result<Vec<Value>>;
 pub(crate) type OpFn = fn(&Ctx<'_>, &[Value]) -> Outputs;
 
 /// Every family's table of (ONNX op type, import).
-const FAMILIES: &[&[(&str, OpFn)]] = &[elementwise::OPS, shape::OPS, nn::OPS, reduce::OPS];
+const FAMILIES: &[&[(&str, OpFn)]] = &[
+    elementwise::OPS,
+    shape::OPS,
+    nn::OPS,
+    reduce::OPS,
+    control::OPS,
+    sequence::OPS,
+];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
 pub(crate) fn find(op_type: &str) -> Option<OpFn> {
@@ -54,9 +64,24 @@ pub(crate) struct Ctx<'a> {
     pub device: &'a Device,
     pub opset: i64,
     pub node: &'a crate::NodeProto,
+    /// The node's graph attributes, prepared (If's branches, Loop's and Scan's bodies).
+    pub graphs: &'a BTreeMap<String, Graph>,
+    /// The values visible at the node, which its graphs may read.
+    pub scope: &'a Scope<'a>,
 }
 
 impl Ctx<'_> {
+    /// Runs graph attribute `name` on `inputs` (one per its declared inputs) with this node's
+    /// visible values in scope, and returns its outputs.
+    pub fn run_graph(&self, name: &str, inputs: Vec<Value>) -> Result<Vec<Value>> {
+        let g = self
+            .graphs
+            .get(name)
+            .ok_or_else(|| Error::invalid("onnx", format!("expects a graph attribute '{name}'")))?;
+        g.run(inputs, Some(self.scope), self.device, self.opset)
+            .map_err(|e| e.context(format!("in graph '{name}'")))
+    }
+
     /// Integer attribute `name`, or `default` when the node does not set it.
     pub fn int(&self, name: &str, default: i64) -> Result<i64> {
         Ok(self
@@ -134,6 +159,27 @@ impl Ctx<'_> {
     pub fn unsupported(&self, what: impl core::fmt::Display) -> Error {
         Error::unsupported("onnx", format!("{what}"))
     }
+}
+
+/// Runs op `f` on `args` as `node`, outside any graph (for unit tests of single ops).
+#[cfg(test)]
+pub(crate) fn run_alone(
+    f: OpFn,
+    device: &Device,
+    opset: i64,
+    node: &crate::NodeProto,
+    args: &[Value],
+) -> Outputs {
+    let (graphs, env, constants) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    let scope = Scope::new(&env, &constants);
+    let ctx = Ctx {
+        device,
+        opset,
+        node,
+        graphs: &graphs,
+        scope: &scope,
+    };
+    f(&ctx, args)
 }
 
 /// One tensor output.

@@ -234,10 +234,15 @@ fn squeeze(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 
 /// `x` with new dimensions of the same element count, on the host or the device.
 fn reshaped(c: &Ctx<'_>, x: &Value, dims: Vec<usize>) -> Outputs {
-    match x {
-        Value::Ints(i) => one_ints(Ints { dims, ..i.clone() }),
-        _ => one(x.tensor(c.device, "input 0")?.reshape(dims)?),
-    }
+    Ok(vec![with_dims(c, x, dims)?])
+}
+
+/// [`reshaped`] as one value.
+pub(super) fn with_dims(c: &Ctx<'_>, x: &Value, dims: Vec<usize>) -> Result<Value> {
+    Ok(match x {
+        Value::Ints(i) => Value::Ints(Ints { dims, ..i.clone() }),
+        _ => Value::Tensor(x.tensor(c.device, "input 0")?.reshape(dims)?),
+    })
 }
 
 fn concat(c: &Ctx<'_>, a: &[Value]) -> Outputs {
@@ -250,18 +255,56 @@ fn concat(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         ));
     }
     let ax = axis(c.int("axis", 0)?, rank)?;
-    if present.iter().all(|v| matches!(v, Value::Ints(_))) {
-        let ints: Vec<&Ints> = present
+    Ok(vec![join(c, &present, ax)?])
+}
+
+/// `parts` (at least one) joined along axis `ax`: on the host when all are host integers.
+pub(super) fn join(c: &Ctx<'_>, parts: &[&Value], ax: usize) -> Result<Value> {
+    if parts.iter().all(|v| matches!(v, Value::Ints(_))) {
+        let ints: Vec<&Ints> = parts
             .iter()
             .map(|v| v.ints("Concat"))
             .collect::<Result<_>>()?;
-        return one_ints(host_concat(&ints, ax)?);
+        return Ok(Value::Ints(host_concat(&ints, ax)?));
     }
-    let ts: Vec<Tensor> = present
+    let ts: Vec<Tensor> = parts
         .iter()
         .map(|v| v.tensor(c.device, "Concat input"))
         .collect::<Result<_>>()?;
-    one(Tensor::concat(&ts, ax as isize)?)
+    Ok(Value::Tensor(Tensor::concat(&ts, ax as isize)?))
+}
+
+/// `parts` (at least one, of one shape) stacked along a new axis `ax`.
+pub(super) fn stack(c: &Ctx<'_>, parts: &[&Value], ax: usize) -> Result<Value> {
+    let grown: Vec<Value> = parts
+        .iter()
+        .map(|v| {
+            let mut dims = v.dims();
+            if ax > dims.len() {
+                return Err(Error::invalid(
+                    "onnx",
+                    format!("cannot stack values of shape {dims:?} along axis {ax}"),
+                ));
+            }
+            dims.insert(ax, 1);
+            with_dims(c, v, dims)
+        })
+        .collect::<Result<_>>()?;
+    join(c, &grown.iter().collect::<Vec<_>>(), ax)
+}
+
+/// Entry `i` of `x` along axis `ax`, that axis removed (Scan's slices).
+pub(super) fn entry(c: &Ctx<'_>, x: &Value, ax: usize, i: usize) -> Result<Value> {
+    let dims = x.dims();
+    let mut plan: Vec<Span> = dims.iter().map(|&d| Span::whole(d)).collect();
+    plan[ax] = Span {
+        start: i as i64,
+        step: 1,
+        len: 1,
+    };
+    let mut kept = dims;
+    kept.remove(ax);
+    with_dims(c, &apply_plan(c, x, &plan)?, kept)
 }
 
 /// Host Concat of `parts` (at least one, rank above `ax`) along axis `ax`.
@@ -565,7 +608,7 @@ fn rearrange(
 }
 
 /// A one-element value as an integer. A device tensor is read back (see [`read_scalar`]).
-fn scalar_i64(c: &Ctx<'_>, v: &Value, what: &str) -> Result<i64> {
+pub(super) fn scalar_i64(c: &Ctx<'_>, v: &Value, what: &str) -> Result<i64> {
     match v {
         Value::Ints(i) if i.data.len() == 1 => Ok(i.data[0]),
         _ => Ok(scalar_f64(c, v, what)? as i64),
@@ -1272,6 +1315,12 @@ fn split(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             format!("Split sizes {sizes:?} do not sum to {d}"),
         ));
     }
+    pieces(c, x, ax, &sizes)
+}
+
+/// `x` cut along axis `ax` into consecutive pieces of `sizes` (which sum to its size there).
+pub(super) fn pieces(c: &Ctx<'_>, x: &Value, ax: usize, sizes: &[usize]) -> Result<Vec<Value>> {
+    let dims = x.dims();
     let mut start = 0;
     sizes
         .iter()
@@ -2049,14 +2098,7 @@ mod tests {
                 .collect::<Vec<String>>(),
             ..Default::default()
         };
-        f(
-            &Ctx {
-                device: &device,
-                opset,
-                node: &node,
-            },
-            args,
-        )
+        super::super::run_alone(f, &device, opset, &node, args)
     }
 
     /// Dims and values of a result, host or device.

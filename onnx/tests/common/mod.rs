@@ -77,6 +77,55 @@ pub fn read_value(path: &Path, dev: &kiln_core::Device) -> Result<kiln_onnx::Val
     kiln_onnx::Value::from_tensor(v, dev).map_err(|e| e.to_string())
 }
 
+/// A stored test value of declared type `ty`: a TensorProto file, or a SequenceProto /
+/// OptionalProto file where the graph declares a sequence or an optional.
+pub fn read_typed(
+    path: &Path,
+    ty: Option<&kiln_onnx::TypeProto>,
+    dev: &kiln_core::Device,
+) -> Result<kiln_onnx::Value, String> {
+    use kiln_onnx::proto::type_proto::Value as T;
+    let bytes = || std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()));
+    match ty.and_then(|t| t.value.as_ref()) {
+        Some(T::SequenceType(_)) => {
+            let s = kiln_onnx::decode_sequence(&bytes()?).map_err(|e| e.to_string())?;
+            sequence_value(&s, dev)
+        }
+        Some(T::OptionalType(_)) => {
+            let o = kiln_onnx::decode_optional(&bytes()?).map_err(|e| e.to_string())?;
+            let inner = if let Some(t) = &o.tensor_value {
+                Some(tensor(t, dev)?)
+            } else if let Some(s) = &o.sequence_value {
+                Some(sequence_value(s, dev)?)
+            } else {
+                None
+            };
+            Ok(kiln_onnx::Value::Optional(inner.map(Box::new)))
+        }
+        _ => read_value(path, dev),
+    }
+}
+
+fn tensor(t: &TensorProto, dev: &kiln_core::Device) -> Result<kiln_onnx::Value, String> {
+    let v = kiln_onnx::tensor_value(t).map_err(|e| e.to_string())?;
+    kiln_onnx::Value::from_tensor(v, dev).map_err(|e| e.to_string())
+}
+
+fn sequence_value(
+    s: &kiln_onnx::SequenceProto,
+    dev: &kiln_core::Device,
+) -> Result<kiln_onnx::Value, String> {
+    let mut items: Vec<kiln_onnx::Value> = s
+        .tensor_values
+        .iter()
+        .map(|t| tensor(t, dev))
+        .collect::<Result<_, _>>()?;
+    for inner in &s.sequence_values {
+        items.push(sequence_value(inner, dev)?);
+    }
+    Ok(kiln_onnx::Value::Sequence(items))
+}
+
 /// The dims and values of `v` as f64, and whether they compare exactly.
 fn values(v: &kiln_onnx::Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> {
     match v {
@@ -95,6 +144,36 @@ fn values(v: &kiln_onnx::Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> 
 
 /// `got` against the stored `want` for output `name`: the first differing element, if any.
 pub fn compare(name: &str, want: &kiln_onnx::Value, got: &kiln_onnx::Value) -> Result<(), String> {
+    use kiln_onnx::Value as V;
+    match (want, got) {
+        (V::Sequence(w), V::Sequence(g)) => {
+            if w.len() != g.len() {
+                return Err(format!(
+                    "output {name}: a sequence of {}, expected {}",
+                    g.len(),
+                    w.len()
+                ));
+            }
+            return w
+                .iter()
+                .zip(g)
+                .enumerate()
+                .try_for_each(|(i, (w, g))| compare(&format!("{name}[{i}]"), w, g));
+        }
+        (V::Optional(None), V::Optional(None)) => return Ok(()),
+        (V::Optional(Some(w)), V::Optional(Some(g))) => return compare(name, w, g),
+        // an optional holding a value matches that value given plainly, and the reverse
+        (V::Optional(Some(w)), g) => return compare(name, w, g),
+        (w, V::Optional(Some(g))) => return compare(name, w, g),
+        (V::Sequence(_) | V::Optional(_), _) | (_, V::Sequence(_) | V::Optional(_)) => {
+            return Err(format!(
+                "output {name}: {}, expected {}",
+                got.describe(),
+                want.describe()
+            ));
+        }
+        _ => {}
+    }
     let (wd, w, exact) = values(want)?;
     let (gd, g, _) = values(got)?;
     if wd != gd {
