@@ -58,16 +58,27 @@ fn window_argmax(p: PoolGeometry, base: u32, oy: u32, ox: u32) -> u32 {
     return at;
 }
 
-// Divisor of average window (oy, ox).
+// Taps of a window along one axis that land inside the input: kernel k, dilation d, first tap
+// at `start` (before padding is subtracted), size `size`.
+fn taps_inside(start: i32, k: u32, d: u32, size: u32) -> u32 {
+    var n = 0u;
+    for (var t = 0u; t < k; t++) {
+        let at = start + i32(t * d);
+        if (at >= 0 && at < i32(size)) {
+            n++;
+        }
+    }
+    return n;
+}
+
+// Divisor of average window (oy, ox): the whole kernel, or only its taps inside the input.
 fn avg_count(p: PoolGeometry, oy: u32, ox: u32) -> f32 {
     if (p.include_pad != 0u) {
         return f32(p.kh * p.kw);
     }
-    let y0 = max(i32(oy * p.sh) - i32(p.ph), 0);
-    let x0 = max(i32(ox * p.sw) - i32(p.pw), 0);
-    let y1 = min(i32(oy * p.sh + p.kh) - i32(p.ph), i32(p.h));
-    let x1 = min(i32(ox * p.sw + p.kw) - i32(p.pw), i32(p.w));
-    return f32((y1 - y0) * (x1 - x0));
+    let ny = taps_inside(i32(oy * p.sh) - i32(p.ph), p.kh, p.dh, p.h);
+    let nx = taps_inside(i32(ox * p.sw) - i32(p.pw), p.kw, p.dw, p.w);
+    return f32(ny * nx);
 }
 
 @compute @workgroup_size({{WG}})
@@ -89,9 +100,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #elif MODE == avg
     var s = 0.0;
     for (var ky = 0u; ky < p.kh; ky++) {
-        let iy = i32(oy * p.sh + ky) - i32(p.ph);
+        let iy = i32(oy * p.sh + ky * p.dh) - i32(p.ph);
         for (var kx = 0u; kx < p.kw; kx++) {
-            let ix = i32(ox * p.sw + kx) - i32(p.pw);
+            let ix = i32(ox * p.sw + kx * p.dw) - i32(p.pw);
             if (iy >= 0 && ix >= 0 && iy < i32(p.h) && ix < i32(p.w)) {
                 s += x[base + u32(iy) * p.w + u32(ix)];
             }

@@ -120,6 +120,7 @@ impl Graph {
     fn prepare(
         graph: crate::GraphProto,
         device: &Device,
+        opset: i64,
         unsupported: &mut Vec<String>,
     ) -> Result<Graph> {
         let mut constants = BTreeMap::new();
@@ -133,7 +134,6 @@ impl Graph {
             .filter(|n| !constants.contains_key(n))
             .collect();
         let outputs: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
-        let last_uses = last_uses(&graph.node, &outputs);
         let mut nodes = Vec::with_capacity(graph.node.len());
         for proto in graph.node {
             let mut graphs = BTreeMap::new();
@@ -141,7 +141,7 @@ impl Graph {
                 if let Some(g) = &a.g {
                     graphs.insert(
                         a.name().to_string(),
-                        Graph::prepare(g.clone(), device, unsupported)?,
+                        Graph::prepare(g.clone(), device, opset, unsupported)?,
                     );
                 }
             }
@@ -160,8 +160,19 @@ impl Graph {
                 unsupported.push(format!("{d}{} (node '{}')", proto.op_type(), proto.name()));
                 continue;
             };
-            nodes.push(Node { proto, run, graphs });
+            let node = Node { proto, run, graphs };
+            if !fold(&node, &mut constants, device, opset) {
+                nodes.push(node);
+            }
         }
+        // constants that only fed folded nodes are dropped (a converted model file keeps none)
+        let mut used: Vec<&str> = outputs.iter().map(String::as_str).collect();
+        for n in &nodes {
+            mentions(&n.proto, &mut used);
+        }
+        constants.retain(|name, _| used.contains(&name.as_str()));
+        let protos: Vec<&NodeProto> = nodes.iter().map(|n| &n.proto).collect();
+        let last_uses = last_uses(&protos, &outputs);
         Ok(Graph {
             nodes,
             inputs,
@@ -252,9 +263,15 @@ impl OnnxModel {
     pub fn from_proto(model: ModelProto, device: &Device) -> Result<Self> {
         let opset = opset_version(&model, "").unwrap_or(1);
         let graph = model.graph.unwrap_or_default();
-        let inputs: Vec<ModelInput> = graph.input.iter().map(model_input).collect();
+        let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+        let inputs: Vec<ModelInput> = graph
+            .input
+            .iter()
+            .filter(|i| !initializers.contains(&i.name()))
+            .map(model_input)
+            .collect();
         let mut unsupported = Vec::new();
-        let graph = Graph::prepare(graph, device, &mut unsupported)?;
+        let graph = Graph::prepare(graph, device, opset, &mut unsupported)?;
         if !unsupported.is_empty() {
             return Err(Error::unsupported(
                 "onnx",
@@ -265,10 +282,6 @@ impl OnnxModel {
                 ),
             ));
         }
-        let inputs = inputs
-            .into_iter()
-            .filter(|i| !graph.constants.contains_key(&i.name))
-            .collect();
         Ok(OnnxModel {
             graph,
             inputs,
@@ -503,11 +516,65 @@ fn check_input(decl: &ModelInput, v: &Value) -> Result<()> {
     ))
 }
 
+/// Constant folding at load: a node whose inputs are all constants (initializers or folded
+/// results) runs once here and its outputs become constants, so weights a graph computes
+/// (`ConstantOfShape`, a transposed or reshaped initializer, `Constant`) cost nothing per run.
+/// Random ops and nodes with graphs stay; a node that fails here stays too, so its error
+/// comes when (and if) it runs. Returns whether `node` was folded.
+fn fold(node: &Node, constants: &mut BTreeMap<String, Value>, device: &Device, opset: i64) -> bool {
+    let p = &node.proto;
+    let random = ["Random", "Bernoulli", "Multinomial"]
+        .iter()
+        .any(|r| p.op_type().starts_with(r));
+    if random || !node.graphs.is_empty() {
+        return false;
+    }
+    let args: Option<Vec<Value>> = p
+        .input
+        .iter()
+        .map(|n| {
+            if n.is_empty() {
+                Some(Value::Absent)
+            } else {
+                constants.get(n).cloned()
+            }
+        })
+        .collect();
+    let Some(args) = args else { return false };
+    let env = BTreeMap::new();
+    let outs = {
+        let scope = Scope {
+            env: &env,
+            constants,
+            outer: None,
+        };
+        let ctx = Ctx {
+            device,
+            opset,
+            node: p,
+            graphs: &node.graphs,
+            scope: &scope,
+        };
+        (node.run)(&ctx, &args)
+    };
+    match outs {
+        Ok(outs) if outs.len() >= p.output.iter().filter(|o| !o.is_empty()).count() => {
+            for (name, v) in p.output.iter().zip(outs) {
+                if !name.is_empty() {
+                    constants.insert(name.clone(), v);
+                }
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
 /// For each node, the names whose last reader it is (graph outputs are never dropped). A node
 /// reads its inputs and every name its nested graphs mention (outer values they may capture).
-fn last_uses(nodes: &[NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
+fn last_uses(nodes: &[&NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
     let mut last: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, n) in nodes.iter().enumerate() {
+    for (i, &n) in nodes.iter().enumerate() {
         let mut names = Vec::new();
         mentions(n, &mut names);
         for name in names.into_iter().filter(|n| !n.is_empty()) {

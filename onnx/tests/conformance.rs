@@ -6,7 +6,10 @@
 //! Prints a table (per suite: passed, failed, unsupported; per ONNX op: cases passed) and fails
 //! when a case listed in `onnx/conformance/passing.txt` does not pass, or when any case panics.
 //! `KILN_ONNX_WRITE=1` rewrites that list and `SUPPORTED-ONNX-OPS.md` from the run; do it when
-//! more cases pass. `KILN_ONNX_CASES=substring` runs only the matching cases (and prints why
+//! more cases pass.
+//!
+//! A fixed subset (the CPU-passing cases whose ops are all in [`WGPU_OPS`]: what CNNs and
+//! transformers use) also runs on wgpu (lavapipe in CI), against `conformance/passing-wgpu.txt`. `KILN_ONNX_CASES=substring` runs only the matching cases (and prints why
 //! each failed).
 
 mod common;
@@ -65,12 +68,18 @@ fn run_case(dir: &Path, dev: &Device) -> Outcome {
     common::check(&model, inputs, &want)
 }
 
-#[test]
-fn onnx_backend_suites_on_the_cpu() {
-    let Some(root) = common::suites() else { return };
+/// Each case's suite, outcome and ops, by `suite/case`.
+type Results = BTreeMap<String, (String, Outcome, Vec<String>)>;
+
+/// Runs every case that `keep(case, ops)` selects (and `KILN_ONNX_CASES` matches) on `dev`,
+/// and returns the outcomes and the panics.
+fn run_suites(
+    root: &Path,
+    dev: &Device,
+    keep: impl Fn(&str, &[String]) -> bool,
+) -> (Results, Vec<String>) {
     let filter = std::env::var("KILN_ONNX_CASES").ok();
-    let dev = Device::cpu();
-    let mut results: BTreeMap<String, (String, Outcome, Vec<String>)> = BTreeMap::new();
+    let mut results = Results::new();
     let mut panics = Vec::new();
     for suite in SUITES {
         for dir in common::list(&root.join(suite), |n| n.starts_with("test_")) {
@@ -92,8 +101,12 @@ fn onnx_backend_suites_on_the_cpu() {
                     o
                 })
                 .unwrap_or_default();
+            let key = format!("{suite}/{case}");
+            if !keep(&key, &ops) {
+                continue;
+            }
             let outcome =
-                catch_unwind(AssertUnwindSafe(|| run_case(&dir, &dev))).unwrap_or_else(|p| {
+                catch_unwind(AssertUnwindSafe(|| run_case(&dir, dev))).unwrap_or_else(|p| {
                     let msg = p
                         .downcast_ref::<String>()
                         .cloned()
@@ -102,21 +115,28 @@ fn onnx_backend_suites_on_the_cpu() {
                     panics.push(format!("{case}: {msg}"));
                     Outcome::Fail(format!("panicked: {msg}"))
                 });
-            results.insert(format!("{suite}/{case}"), (suite.to_string(), outcome, ops));
+            results.insert(key, (suite.to_string(), outcome, ops));
         }
     }
-    report(&results, filter.is_some());
-    let passing: BTreeSet<&str> = results
+    (results, panics)
+}
+
+/// The cases that pass; `KILN_ONNX_WRITE` (on an unfiltered run) rewrites the baseline
+/// `conformance/<baseline>` with them. Fails on panics and on baseline cases that no longer pass.
+fn check_baseline(results: &Results, panics: &[String], baseline: &str) -> BTreeSet<String> {
+    let passing: BTreeSet<String> = results
         .iter()
         .filter(|(_, (_, o, _))| matches!(o, Outcome::Pass))
-        .map(|(k, _)| k.as_str())
+        .map(|(k, _)| k.clone())
         .collect();
-    let baseline_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/passing.txt");
-    if std::env::var_os("KILN_ONNX_WRITE").is_some() && filter.is_none() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("conformance")
+        .join(baseline);
+    let unfiltered = std::env::var_os("KILN_ONNX_CASES").is_none();
+    if std::env::var_os("KILN_ONNX_WRITE").is_some() && unfiltered {
         let text: String = passing.iter().map(|c| format!("{c}\n")).collect();
-        std::fs::create_dir_all(baseline_path.parent().unwrap()).unwrap();
-        std::fs::write(&baseline_path, text).unwrap();
-        write_supported_ops(&results);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
     }
     assert!(
         panics.is_empty(),
@@ -124,10 +144,10 @@ fn onnx_backend_suites_on_the_cpu() {
         panics.len(),
         panics.join("\n")
     );
-    let baseline = std::fs::read_to_string(&baseline_path).unwrap_or_default();
-    let regressed: Vec<String> = baseline
+    let before = std::fs::read_to_string(&path).unwrap_or_default();
+    let regressed: Vec<String> = before
         .lines()
-        .filter(|c| results.contains_key(*c) && !passing.contains(c))
+        .filter(|c| results.contains_key(*c) && !passing.contains(*c))
         .map(|c| format!("{c}: {}", results[c].1))
         .collect();
     assert!(
@@ -136,6 +156,113 @@ fn onnx_backend_suites_on_the_cpu() {
         regressed.len(),
         regressed.join("\n")
     );
+    passing
+}
+
+#[test]
+fn onnx_backend_suites_on_the_cpu() {
+    let Some(root) = common::suites() else { return };
+    let (results, panics) = run_suites(&root, &Device::cpu(), |_, _| true);
+    let verbose = std::env::var_os("KILN_ONNX_CASES").is_some();
+    report(&results, verbose);
+    if std::env::var_os("KILN_ONNX_WRITE").is_some() && !verbose {
+        write_supported_ops(&results);
+    }
+    check_baseline(&results, &panics, "passing.txt");
+}
+
+/// The ops of the fixed subset run on wgpu: those of the CNNs and transformers users bring.
+const WGPU_OPS: &[&str] = &[
+    "Add",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "Clip",
+    "Concat",
+    "Constant",
+    "Conv",
+    "ConvTranspose",
+    "Div",
+    "Dropout",
+    "Erf",
+    "Exp",
+    "Expand",
+    "Flatten",
+    "Gather",
+    "Gelu",
+    "Gemm",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "HardSigmoid",
+    "HardSwish",
+    "Identity",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "LeakyRelu",
+    "Log",
+    "LogSoftmax",
+    "LRN",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Mean",
+    "Min",
+    "Mul",
+    "Neg",
+    "Pad",
+    "Pow",
+    "PRelu",
+    "Reciprocal",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceSum",
+    "Relu",
+    "Reshape",
+    "Shape",
+    "Sigmoid",
+    "Slice",
+    "Softmax",
+    "Softplus",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tanh",
+    "Transpose",
+    "Unsqueeze",
+    "Where",
+];
+
+/// The cases of [`WGPU_OPS`] that pass on the CPU, on wgpu (lavapipe in CI, any Vulkan GPU
+/// natively): fails when a case of `conformance/passing-wgpu.txt` does not pass. Skips with a
+/// notice when no adapter exists.
+#[test]
+fn onnx_backend_subset_on_wgpu() {
+    let Some(root) = common::suites() else { return };
+    let dev = match kiln_kernels::wgpu_device() {
+        Ok(d) => d,
+        Err(e) => return eprintln!("notice: no wgpu adapter ({e}); skipping"),
+    };
+    let cpu_pass = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/passing.txt"),
+    )
+    .unwrap_or_default();
+    let cpu_pass: BTreeSet<&str> = cpu_pass.lines().collect();
+    let (results, panics) = run_suites(&root, &dev, |case, ops| {
+        cpu_pass.contains(case) && ops.iter().all(|o| WGPU_OPS.contains(&o.as_str()))
+    });
+    let passing = check_baseline(&results, &panics, "passing-wgpu.txt");
+    println!(
+        "wgpu: {} of {} cases of the subset pass",
+        passing.len(),
+        results.len()
+    );
+    for (case, (_, o, _)) in &results {
+        if !matches!(o, Outcome::Pass) {
+            println!("{case}: {o}");
+        }
+    }
 }
 
 fn report(results: &BTreeMap<String, (String, Outcome, Vec<String>)>, verbose: bool) {

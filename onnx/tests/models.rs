@@ -1,4 +1,4 @@
-//! Whole models on kiln's CPU backend: the two pretrained MNIST classifiers of the ONNX Model
+//! Whole models on kiln's CPU backend and on wgpu: the two pretrained MNIST classifiers of the ONNX Model
 //! Zoo (`shared/conformance/models/mnist/{mnist-7,mnist-8}`, each with its `test_data_set_N`
 //! folders of stored inputs and outputs) and the nine "light" zoo architectures of onnx's
 //! backend tests (`shared/conformance/onnx-light`: alexnet, densenet121, inception v1 and v2,
@@ -125,7 +125,23 @@ fn run_light(path: &Path, dev: &Device) -> Outcome {
 #[test]
 fn zoo_models_on_the_cpu() {
     let Some(root) = common::suites() else { return };
-    let dev = Device::cpu();
+    run_zoo(&root, &Device::cpu());
+}
+
+/// The same models on wgpu (lavapipe in CI, any Vulkan GPU natively); skips with a notice
+/// when no adapter exists.
+#[test]
+fn zoo_models_on_wgpu() {
+    let Some(root) = common::suites() else { return };
+    match kiln_kernels::wgpu_device() {
+        Ok(dev) => run_zoo(&root, &dev),
+        Err(e) => eprintln!("notice: no wgpu adapter ({e}); skipping"),
+    }
+}
+
+/// Runs every zoo model on `dev`, prints a table, and fails when one of [`EXPECTED_PASS`]
+/// does not pass or any panics.
+fn run_zoo(root: &Path, dev: &Device) {
     let mut cases: Vec<(String, PathBuf, bool)> = Vec::new();
     for name in ["mnist-7", "mnist-8"] {
         cases.push((name.into(), root.join("models/mnist").join(name), true));
@@ -139,14 +155,17 @@ fn zoo_models_on_the_cpu() {
     }
     let mut passed = Vec::new();
     let mut panics = Vec::new();
-    println!("\n| model | outcome | time |\n| --- | --- | ---: |");
+    println!(
+        "\n{}\n| model | outcome | time |\n| --- | --- | ---: |",
+        dev.name()
+    );
     for (name, path, mnist) in &cases {
         let start = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if *mnist {
-                run_mnist(path, &dev)
+                run_mnist(path, dev)
             } else {
-                run_light(path, &dev)
+                run_light(path, dev)
             }
         }))
         .unwrap_or_else(|p| {
@@ -159,7 +178,10 @@ fn zoo_models_on_the_cpu() {
             Outcome::Fail(format!("panicked: {msg}"))
         });
         let secs = start.elapsed().as_secs_f64();
-        if matches!(outcome, Outcome::Pass) {
+        // a GPU whose buffers are too small for a weight (lavapipe's 128 MiB and VGG-19's
+        // 392 MiB fc6) is excused; the CPU never is
+        let excused = matches!(outcome, Outcome::BeyondDevice(_)) && !dev.same(&Device::cpu());
+        if matches!(outcome, Outcome::Pass) || excused {
             passed.push(name.clone());
         }
         println!("| {name} | {outcome} | {secs:.2} s |");

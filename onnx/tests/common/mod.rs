@@ -52,6 +52,8 @@ pub enum Outcome {
     Pass,
     Fail(String),
     Unsupported(String),
+    /// The device cannot run it (a tensor larger than its biggest buffer, out of memory).
+    BeyondDevice(String),
 }
 
 impl std::fmt::Display for Outcome {
@@ -60,6 +62,7 @@ impl std::fmt::Display for Outcome {
             Outcome::Pass => f.write_str("passed"),
             Outcome::Fail(why) => write!(f, "FAILED: {why}"),
             Outcome::Unsupported(why) => write!(f, "unsupported: {why}"),
+            Outcome::BeyondDevice(why) => write!(f, "beyond this device: {why}"),
         }
     }
 }
@@ -205,6 +208,9 @@ pub fn check(
         Ok(v) => v,
         Err(e) if e.kind() == kiln_core::ErrorKind::Unsupported => {
             return Outcome::Unsupported(e.to_string());
+        }
+        Err(e) if e.kind() == kiln_core::ErrorKind::Device => {
+            return Outcome::BeyondDevice(e.to_string());
         }
         Err(e) => return Outcome::Fail(e.to_string()),
     };
