@@ -5,9 +5,9 @@
 //! Operands of one op may arrive as different kinds (host integers next to a float tensor, a
 //! bool tensor next to an int one): [`unify`] brings them to one device dtype first.
 
-use super::{Ctx, OpFn, Outputs, one, one_ints};
+use super::{Ctx, OpFn, Outputs, host_values, one, one_ints};
 use crate::value::{Ints, Value, kiln_dtype};
-use crate::{DataType, NodeAttrs};
+use crate::{DataType, NodeAttrs, narrow};
 use alloc::format;
 use alloc::vec::Vec;
 use core::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, FRAC_PI_2};
@@ -641,9 +641,10 @@ fn cast(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 }
 
 /// CastLike: cast to the type of input 1. A host integer or i32 tensor stands for any ONNX
-/// integer type, treated as int64 (no wrapping).
+/// integer type, treated as int64 (no wrapping); a narrow value names its type.
 fn cast_like(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let to = match c.arg(a, 1)? {
+        Value::Narrow { ty, .. } => *ty,
         Value::Ints(i) if i.bool => DataType::Bool,
         Value::Ints(_) => DataType::Int64,
         Value::Tensor(t) => match t.dtype() {
@@ -672,6 +673,9 @@ fn cast_like(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 /// integers truncate toward zero). int64 and the narrow integers live in i32 on devices.
 fn cast_to(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
     use DataType as D;
+    if narrow::is_narrow(to) {
+        return cast_narrow(c, x, to);
+    }
     let dtype = kiln_dtype(c.device, to)
         .ok_or_else(|| c.unsupported(format!("Cast to {}", to.as_str_name())))?;
     let wrap: Option<fn(i64) -> i64> = match to {
@@ -692,12 +696,31 @@ fn cast_to(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
             bool: to == D::Bool,
         }),
         (Value::Ints(i), None) => one(ints_as(c.device, i, dtype)?),
-        (Value::Tensor(t), _) => one(t.cast(dtype)?),
+        (Value::Tensor(t) | Value::Narrow { tensor: t, .. }, _) => one(t.cast(dtype)?),
         (other, _) => Err(Error::invalid(
             "onnx",
             format!("Cast: expects a tensor, gets {}", other.describe()),
         )),
     }
+}
+
+/// Cast to a narrow type ([`narrow::round`]), on the host: the input is read back, rounded
+/// as the `saturate` and `round_mode` attributes say, and uploaded as a [`Value::Narrow`].
+fn cast_narrow(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
+    let saturate = c.int("saturate", 1)? != 0;
+    let mode = narrow::RoundMode::parse(&c.string("round_mode", "up")?)
+        .map_err(|e| e.context("attribute round_mode"))?;
+    let vals = host_values(x, &format!("Cast to {}", to.as_str_name()))?;
+    let out = vals
+        .iter()
+        .map(|&v| narrow::round(to, v, saturate, mode))
+        .collect::<Result<Vec<f64>>>()?;
+    Ok(alloc::vec![Value::narrow_values(
+        to,
+        &out,
+        Shape::from(x.dims()),
+        c.device
+    )?])
 }
 
 // ------------------------------------------------------------------ clip and activations

@@ -152,7 +152,7 @@ pub(crate) fn one_ints(i: Ints) -> Outputs {
 pub(crate) fn host_values(v: &Value, what: &str) -> Result<Vec<f64>> {
     match v {
         Value::Ints(i) => Ok(i.data.iter().map(|&x| x as f64).collect()),
-        Value::Tensor(t) => read_back(t, what),
+        Value::Tensor(t) | Value::Narrow { tensor: t, .. } => read_back(t, what),
         Value::Absent => Ok(Vec::new()),
         other => Err(Error::invalid(
             "onnx",
