@@ -63,6 +63,8 @@ pub struct OnnxModel {
     constants: BTreeMap<String, Value>,
     /// For each node, the values whose last use it is (dropped after it runs).
     last_uses: Vec<Vec<String>>,
+    /// The element types the graph declares, by value name (see [`declared_types`]).
+    types: BTreeMap<String, DataType>,
     opset: i64,
     device: Device,
 }
@@ -114,6 +116,7 @@ impl OnnxModel {
             .map(model_input)
             .collect();
         let outputs: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
+        let types = declared_types(&graph);
         let nodes = graph.node;
         let last_uses = last_uses(&nodes, &outputs);
         Ok(OnnxModel {
@@ -122,6 +125,7 @@ impl OnnxModel {
             outputs,
             constants,
             last_uses,
+            types,
             opset,
             device: device.clone(),
         })
@@ -187,6 +191,7 @@ impl OnnxModel {
                 device: &self.device,
                 opset: self.opset,
                 node,
+                types: &self.types,
             };
             let run = ops::find(node.op_type()).ok_or_else(|| {
                 Error::unsupported("onnx", format!("no import for {}", node.op_type()))
@@ -328,6 +333,67 @@ pub(crate) fn onnx_err(e: crate::OnnxError) -> Error {
 /// bools on the host.
 pub(crate) fn constant(t: &TensorProto, device: &Device) -> Result<Value> {
     Value::from_tensor(tensor_value(t).map_err(onnx_err)?, device)
+}
+
+/// The element types a graph declares for its values: graph inputs, outputs and `value_info`
+/// entries with a tensor type, initializers, and `Constant` nodes' tensors. Ops that need an
+/// integer value's exact ONNX type (a quantization's zero point: int8 or uint8?) look here,
+/// since integers are carried without it.
+fn declared_types(graph: &crate::GraphProto) -> BTreeMap<String, DataType> {
+    use crate::proto::type_proto::Value as T;
+    let mut types = BTreeMap::new();
+    for v in graph
+        .input
+        .iter()
+        .chain(&graph.output)
+        .chain(&graph.value_info)
+    {
+        if let Some(T::TensorType(tt)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
+            && let Ok(dt) = DataType::try_from(tt.elem_type())
+            && dt != DataType::Undefined
+        {
+            types.insert(v.name().to_string(), dt);
+        }
+    }
+    for t in &graph.initializer {
+        if let Ok(dt) = DataType::try_from(t.data_type()) {
+            types.insert(t.name().to_string(), dt);
+        }
+    }
+    // what the ops that say their output types give (Cast, the quantizers' uint8 outputs)
+    for n in &graph.node {
+        let to = n
+            .attribute
+            .iter()
+            .find(|a| a.name() == "to")
+            .and_then(|a| a.i);
+        let out: &[(usize, Option<i64>)] = match n.op_type() {
+            "Cast" => &[(0, to)],
+            "DynamicQuantizeLinear" => &[
+                (0, Some(DataType::Uint8 as i64)),
+                (2, Some(DataType::Uint8 as i64)),
+            ],
+            _ => &[],
+        };
+        for &(i, t) in out {
+            if let (Some(name), Some(dt)) = (
+                n.output.get(i),
+                t.and_then(|t| i32::try_from(t).ok())
+                    .and_then(|t| DataType::try_from(t).ok()),
+            ) {
+                types.insert(name.clone(), dt);
+            }
+        }
+    }
+    for n in graph.node.iter().filter(|n| n.op_type() == "Constant") {
+        let value = n.attribute.iter().find(|a| a.name() == "value");
+        if let (Some(t), Some(out)) = (value.and_then(|a| a.t.as_ref()), n.output.first())
+            && let Ok(dt) = DataType::try_from(t.data_type())
+        {
+            types.insert(out.clone(), dt);
+        }
+    }
+    types
 }
 
 fn model_input(v: &crate::ValueInfoProto) -> ModelInput {

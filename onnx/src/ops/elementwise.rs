@@ -992,6 +992,7 @@ mod tests {
             device: &device,
             opset: 21,
             node,
+            types: &alloc::collections::BTreeMap::new(),
         };
         f(&c, args).unwrap().remove(0)
     }
@@ -1106,6 +1107,7 @@ mod tests {
             device: &device,
             opset: 21,
             node: &n,
+            types: &alloc::collections::BTreeMap::new(),
         };
         let e = cast(&c, &[floats(&[1.0])]).unwrap_err();
         assert_eq!(e.kind(), kiln_core::ErrorKind::Unsupported);
@@ -1148,6 +1150,7 @@ mod tests {
             device: &device,
             opset: 6,
             node: &n,
+            types: &alloc::collections::BTreeMap::new(),
         };
         let x = Tensor::from_slice(&[0.0f32; 12], [2, 3, 2], &device).unwrap();
         let y = [Value::Tensor(x), floats(&[1.0, 2.0, 3.0])];

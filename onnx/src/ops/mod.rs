@@ -9,12 +9,14 @@
 
 mod elementwise;
 mod nn;
+mod quant;
 mod reduce;
 mod shape;
 
 use crate::NodeAttrs;
 use crate::model::onnx_err;
 use crate::value::{Ints, Value};
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
@@ -28,7 +30,13 @@ pub(crate) type Outputs = Result<Vec<Value>>;
 pub(crate) type OpFn = fn(&Ctx<'_>, &[Value]) -> Outputs;
 
 /// Every family's table of (ONNX op type, import).
-const FAMILIES: &[&[(&str, OpFn)]] = &[elementwise::OPS, shape::OPS, nn::OPS, reduce::OPS];
+const FAMILIES: &[&[(&str, OpFn)]] = &[
+    elementwise::OPS,
+    shape::OPS,
+    nn::OPS,
+    reduce::OPS,
+    quant::OPS,
+];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
 pub(crate) fn find(op_type: &str) -> Option<OpFn> {
@@ -54,6 +62,9 @@ pub(crate) struct Ctx<'a> {
     pub device: &'a Device,
     pub opset: i64,
     pub node: &'a crate::NodeProto,
+    /// The ONNX element types the graph declares for its values (inputs, initializers,
+    /// constants, value_info), by name.
+    pub types: &'a BTreeMap<String, crate::DataType>,
 }
 
 impl Ctx<'_> {
@@ -102,6 +113,12 @@ impl Ctx<'_> {
             .map_err(onnx_err)?
             .unwrap_or(default)
             .into())
+    }
+
+    /// The ONNX element type the graph declares for input `i`, if it does.
+    pub fn input_type(&self, i: usize) -> Option<crate::DataType> {
+        let name = self.node.input.get(i)?;
+        self.types.get(name.as_str()).copied()
     }
 
     /// Input `i` as a device tensor (an error names the input when it is absent).

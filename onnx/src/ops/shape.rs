@@ -2054,6 +2054,7 @@ mod tests {
                 device: &device,
                 opset,
                 node: &node,
+                types: &alloc::collections::BTreeMap::new(),
             },
             args,
         )
