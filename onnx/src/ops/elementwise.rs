@@ -70,6 +70,7 @@ pub(super) const OPS: &[(&str, OpFn)] = &[
     ("Where", where_),
     ("Cast", cast),
     ("CastLike", cast_like),
+    ("BitCast", bit_cast),
     ("Clip", clip),
     ("LeakyRelu", leaky_relu),
     ("PRelu", prelu),
@@ -721,6 +722,146 @@ fn cast_narrow(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
         Shape::from(x.dims()),
         c.device
     )?])
+}
+
+/// The width in bits of ONNX type `t` as BitCast sees it (`None` for the types it does not
+/// reinterpret: narrow types, strings).
+fn bit_width(t: DataType) -> Option<u32> {
+    use DataType as D;
+    Some(match t {
+        D::Bool | D::Int8 | D::Uint8 => 8,
+        D::Float16 | D::Int16 | D::Uint16 => 16,
+        D::Float | D::Int32 | D::Uint32 => 32,
+        D::Double | D::Int64 | D::Uint64 => 64,
+        _ => return None,
+    })
+}
+
+/// The ONNX type a value stands for: what the graph declares for input `i`, else what its
+/// kiln dtype says (an i32 tensor or host integers as int32 / int64).
+fn onnx_type(c: &Ctx<'_>, v: &Value, i: usize) -> Option<DataType> {
+    if let Some(t) = c.input_type(i) {
+        return Some(t);
+    }
+    Some(match v {
+        Value::Ints(x) if x.bool => DataType::Bool,
+        Value::Ints(_) => DataType::Int64,
+        Value::Tensor(t) => match t.dtype() {
+            DType::F32 => DataType::Float,
+            DType::F64 => DataType::Double,
+            DType::F16 => DataType::Float16,
+            DType::I32 => DataType::Int32,
+            DType::U32 => DataType::Uint32,
+            DType::Bool => DataType::Bool,
+        },
+        _ => return None,
+    })
+}
+
+/// BitCast: each element's bits reinterpreted as type `to` of the same width, on the host
+/// (a device tensor is read back). Integer results are host integers; float results tensors.
+fn bit_cast(c: &Ctx<'_>, a: &[Value]) -> Outputs {
+    use DataType as D;
+    let x = c.arg(a, 0)?;
+    let to = c.int("to", 0)?;
+    let to = i32::try_from(to)
+        .ok()
+        .and_then(|t| DataType::try_from(t).ok())
+        .ok_or_else(|| c.unsupported(format!("BitCast to type {to}")))?;
+    let from = onnx_type(c, x, 0).ok_or_else(|| {
+        Error::invalid(
+            "onnx",
+            format!("BitCast: expects a numeric tensor, gets {}", x.describe()),
+        )
+    })?;
+    let (Some(wf), Some(wt)) = (bit_width(from), bit_width(to)) else {
+        return Err(c.unsupported(format!(
+            "BitCast from {} to {}",
+            from.as_str_name(),
+            to.as_str_name()
+        )));
+    };
+    if wf != wt {
+        return Err(Error::invalid(
+            "onnx",
+            format!(
+                "BitCast: {} is {wf} bits, {} is {wt}",
+                from.as_str_name(),
+                to.as_str_name()
+            ),
+        ));
+    }
+    let mask = if wf == 64 { u64::MAX } else { (1u64 << wf) - 1 };
+    // every element's bits
+    let bits: Vec<u64> = match (x, from) {
+        (Value::Ints(i), _) => i.data.iter().map(|&v| v as u64 & mask).collect(),
+        (_, D::Float) => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| u64::from((v as f32).to_bits()))
+            .collect(),
+        (_, D::Double) => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| v.to_bits())
+            .collect(),
+        (_, D::Float16) => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| u64::from(half::f16::from_f64(v).to_bits()))
+            .collect(),
+        _ => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| v as i64 as u64 & mask)
+            .collect(),
+    };
+    let dims = x.dims();
+    let floats = |v: Vec<f64>| -> Outputs {
+        let dtype = kiln_dtype(c.device, to).unwrap_or(DType::F32);
+        let data = TensorData::new(v, Shape::from(dims.clone()))?.convert(dtype);
+        one(Tensor::from_data(&data, c.device)?)
+    };
+    match to {
+        D::Float => floats(
+            bits.iter()
+                .map(|&b| f64::from(f32::from_bits(b as u32)))
+                .collect(),
+        ),
+        D::Double => floats(bits.iter().map(|&b| f64::from_bits(b)).collect()),
+        D::Float16 => floats(
+            bits.iter()
+                .map(|&b| half::f16::from_bits(b as u16).to_f64())
+                .collect(),
+        ),
+        _ => {
+            let signed = matches!(to, D::Int8 | D::Int16 | D::Int32 | D::Int64);
+            let data = bits
+                .iter()
+                .map(|&b| {
+                    if signed {
+                        // sign-extended from bit `wt - 1`
+                        let shift = 64 - wt;
+                        Ok(((b << shift) as i64) >> shift)
+                    } else {
+                        i64::try_from(b).map_err(|_| {
+                            Error::unsupported(
+                                "onnx",
+                                format!("BitCast: uint64 value {b} is above i64's range"),
+                            )
+                        })
+                    }
+                })
+                .collect::<Result<Vec<i64>>>()?;
+            if to == D::Bool && data.iter().any(|&v| v > 1) {
+                return Err(Error::invalid(
+                    "onnx",
+                    "BitCast to BOOL: a byte other than 0 or 1",
+                ));
+            }
+            one_ints(Ints {
+                dims,
+                data,
+                bool: to == D::Bool,
+            })
+        }
+    }
 }
 
 // ------------------------------------------------------------------ clip and activations
