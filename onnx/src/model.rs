@@ -198,6 +198,15 @@ impl OnnxModel {
             })?;
             let outs = run(&ctx, &args).map_err(|e| e.context(node_label(node)))?;
             for (name, v) in node.output.iter().zip(outs) {
+                // a value the graph declares narrow (bfloat16, float8, ...) that an op computed
+                // in f32 (or i32) is rounded into its type
+                let v = match (&v, self.types.get(name.as_str())) {
+                    (Value::Tensor(_), Some(&ty)) if crate::narrow::is_narrow(ty) => {
+                        ops::to_narrow(&self.device, &v, ty, true, crate::narrow::RoundMode::Up)
+                            .map_err(|e| e.context(node_label(node)))?
+                    }
+                    _ => v,
+                };
                 if !name.is_empty() {
                     env.insert(name.as_str(), v);
                 }

@@ -711,16 +711,8 @@ fn cast_narrow(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
     let saturate = c.int("saturate", 1)? != 0;
     let mode = narrow::RoundMode::parse(&c.string("round_mode", "up")?)
         .map_err(|e| e.context("attribute round_mode"))?;
-    let vals = host_values(x, &format!("Cast to {}", to.as_str_name()))?;
-    let out = vals
-        .iter()
-        .map(|&v| narrow::round(to, v, saturate, mode))
-        .collect::<Result<Vec<f64>>>()?;
-    Ok(alloc::vec![Value::narrow_values(
-        to,
-        &out,
-        Shape::from(x.dims()),
-        c.device
+    Ok(alloc::vec![super::to_narrow(
+        c.device, x, to, saturate, mode
     )?])
 }
 

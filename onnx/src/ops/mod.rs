@@ -191,6 +191,23 @@ fn read_back(_: &Tensor, what: &str) -> Result<Vec<f64>> {
     ))
 }
 
+/// `t`'s values rounded into narrow type `ty` ([`crate::narrow::round`], with `saturate` and
+/// `mode` as a Cast's attributes say) as a [`Value::Narrow`]: the tensor is read back.
+pub(crate) fn to_narrow(
+    device: &Device,
+    x: &Value,
+    ty: crate::DataType,
+    saturate: bool,
+    mode: crate::narrow::RoundMode,
+) -> Result<Value> {
+    let vals = host_values(x, &format!("a value of type {}", ty.as_str_name()))?;
+    let out = vals
+        .iter()
+        .map(|&v| crate::narrow::round(ty, v, saturate, mode))
+        .collect::<Result<Vec<f64>>>()?;
+    Value::narrow_values(ty, &out, kiln_core::Shape::from(x.dims()), device)
+}
+
 /// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.
 pub(crate) fn axis(axis: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
