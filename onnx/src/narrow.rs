@@ -183,7 +183,7 @@ impl Format {
             };
         }
         let neg = x.is_sign_negative();
-        let a = x.abs();
+        let a = libm::fabs(x);
         let top = self.decode(max);
         let code = if a > top {
             // beyond the largest finite value: the next step up would be one ulp above it
@@ -280,7 +280,7 @@ pub fn e8m0_code(x: f64, saturate: bool, mode: RoundMode) -> u8 {
     if x.is_nan() {
         return 0xFF;
     }
-    let a = x.abs();
+    let a = libm::fabs(x);
     if a.is_infinite() {
         return if saturate { 0xFE } else { 0xFF };
     }
@@ -288,7 +288,7 @@ pub fn e8m0_code(x: f64, saturate: bool, mode: RoundMode) -> u8 {
         return 0;
     }
     // a = 2^e * (1 + f), f in [0, 1)
-    let mut e = a.log2().floor() as i32;
+    let mut e = libm::floor(libm::log2(a)) as i32;
     if pow2(e) > a {
         e -= 1;
     } else if pow2(e + 1) <= a {
@@ -327,7 +327,7 @@ pub fn float_code(t: DataType, x: f64, saturate: bool) -> Result<u8> {
 /// their range (two's complement), as a cast to int8 does; NaN becomes 0.
 pub fn round(t: DataType, x: f64, saturate: bool, mode: RoundMode) -> Result<f64> {
     if let Some((bits, signed)) = int_bits(t) {
-        let v = if x.is_nan() { 0 } else { x.trunc() as i64 };
+        let v = if x.is_nan() { 0 } else { libm::trunc(x) as i64 };
         let m = v & ((1 << bits) - 1);
         return Ok(if signed && m >= 1 << (bits - 1) {
             m - (1 << bits)
@@ -354,9 +354,10 @@ pub fn quantize(t: DataType, x: f64, saturate: bool) -> Result<f64> {
 
 /// `x` rounded to the nearest integer, ties to even (NaN stays NaN).
 pub fn round_even(x: f64) -> f64 {
-    let r = x.round();
-    if (r - x).abs() == 0.5 && r % 2.0 != 0.0 {
-        r - x.signum()
+    let r = libm::round(x); // half away from zero
+    if libm::fabs(r - x) == 0.5 && r % 2.0 != 0.0 {
+        // a tie that went to the odd neighbour: take the even one
+        if x > 0.0 { r - 1.0 } else { r + 1.0 }
     } else {
         r
     }
