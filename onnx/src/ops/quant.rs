@@ -69,6 +69,12 @@ fn broadcast_param(
         return p.reshape(Shape::scalar());
     }
     let axis = super::axis(axis, dims.len())?;
+    if axis >= dims.len() {
+        return Err(Error::shape(
+            "onnx",
+            format!("{what} of shape {pd:?} is per axis, but the input is a scalar"),
+        ));
+    }
     let bad = || {
         Error::shape(
             "onnx",
@@ -384,4 +390,203 @@ fn qlinear_conv(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let v = acc.mul(&sx.mul(&sw)?.div(&sy)?)?;
     let ty = out_type(c, a, 7)?;
     finish(c, a, v, ty, 7)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The quantizers' rounding, saturation and parameter shapes, against values worked out
+    //! from the ONNX definitions.
+    use super::*;
+    use crate::proto::attribute_proto::AttributeType;
+    use crate::proto::{AttributeProto, NodeProto};
+    use alloc::collections::BTreeMap;
+    use alloc::string::{String, ToString};
+    use kiln_core::Device;
+
+    /// Runs `f` on a node with inputs `x`, `s`, `z` (declared `types`) and int attributes.
+    fn run(
+        f: OpFn,
+        attrs: &[(&str, i64)],
+        types: &[(&str, DataType)],
+        args: &[Value],
+    ) -> Result<Vec<Value>> {
+        let device = Device::cpu();
+        let node = NodeProto {
+            input: ["x", "s", "z"][..args.len()]
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
+            attribute: attrs
+                .iter()
+                .map(|&(n, i)| AttributeProto {
+                    name: Some(n.into()),
+                    r#type: Some(AttributeType::Int as i32),
+                    i: Some(i),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let types: BTreeMap<String, DataType> =
+            types.iter().map(|&(n, t)| (n.to_string(), t)).collect();
+        let c = Ctx {
+            device: &device,
+            opset: 21,
+            node: &node,
+            types: &types,
+        };
+        f(&c, args)
+    }
+
+    fn floats(v: &[f32], dims: &[usize]) -> Value {
+        Value::Tensor(Tensor::from_slice(v, dims.to_vec(), &Device::cpu()).unwrap())
+    }
+
+    fn ints(v: &[i64], dims: &[usize]) -> Value {
+        Value::Ints(crate::value::Ints {
+            dims: dims.to_vec(),
+            data: v.to_vec(),
+            bool: false,
+        })
+    }
+
+    fn values(v: &Value) -> Vec<f64> {
+        host_values(v, "test").unwrap()
+    }
+
+    #[test]
+    fn quantize_rounds_half_to_even_and_saturates() {
+        // x / 1 = -300, -1.5, 2.5, 300: ties to even (-2, 2), then into int8's [-128, 127]
+        let x = floats(&[-300.0, -1.5, 2.5, 300.0], &[4]);
+        let out = run(
+            quantize_linear,
+            &[],
+            &[("z", DataType::Int8)],
+            &[x.clone(), floats(&[1.0], &[]), ints(&[0], &[])],
+        )
+        .unwrap();
+        assert_eq!(values(&out[0]), [-128.0, -2.0, 2.0, 127.0]);
+        // the same into uint8 with zero point 10: 10 + (-300, -2, 2, 300) into [0, 255]
+        let out = run(
+            quantize_linear,
+            &[],
+            &[("z", DataType::Uint8)],
+            &[x, floats(&[1.0], &[]), ints(&[10], &[])],
+        )
+        .unwrap();
+        assert_eq!(values(&out[0]), [0.0, 8.0, 12.0, 255.0]);
+    }
+
+    #[test]
+    fn quantize_blocked_and_per_axis() {
+        // x [2, 4], scales [2, 2] in blocks of 2 along axis 1: row 0 by 1, 1, 2, 2; row 1 by
+        // 4, 4, 8, 8
+        let x = floats(&[1.0, 2.0, 4.0, 8.0, 4.0, 8.0, 16.0, 32.0], &[2, 4]);
+        let s = floats(&[1.0, 2.0, 4.0, 8.0], &[2, 2]);
+        let out = run(
+            quantize_linear,
+            &[("axis", 1), ("block_size", 2)],
+            &[("z", DataType::Uint8)],
+            &[x.clone(), s, ints(&[0, 0, 0, 0], &[2, 2])],
+        )
+        .unwrap();
+        assert_eq!(values(&out[0]), [1.0, 2.0, 2.0, 4.0, 1.0, 2.0, 2.0, 4.0]);
+        // per axis 0: row 0 by 1, row 1 by 4; the uint8 default with no zero point
+        let out = run(
+            quantize_linear,
+            &[("axis", 0)],
+            &[],
+            &[x, floats(&[1.0, 4.0], &[2])],
+        )
+        .unwrap();
+        assert_eq!(values(&out[0]), [1.0, 2.0, 4.0, 8.0, 1.0, 2.0, 4.0, 8.0]);
+    }
+
+    #[test]
+    fn quantize_to_int4_and_float8() {
+        let x = floats(&[-20.0, 3.0, 20.0], &[3]);
+        let z = Value::Narrow {
+            ty: DataType::Int4,
+            tensor: Tensor::from_slice(&[0i32], [1], &Device::cpu()).unwrap(),
+        };
+        let out = run(
+            quantize_linear,
+            &[],
+            &[],
+            &[x.clone(), floats(&[1.0], &[]), z],
+        )
+        .unwrap();
+        assert!(matches!(
+            out[0],
+            Value::Narrow {
+                ty: DataType::Int4,
+                ..
+            }
+        ));
+        assert_eq!(values(&out[0]), [-8.0, 3.0, 7.0]);
+        // float8 e4m3fn by output_dtype: x / 0.01 = -2000, 300, 2000; e4m3fn steps by 32 in
+        // [256, 512), so 300 goes to 288, and 2000 saturates at 448
+        let out = run(
+            quantize_linear,
+            &[("output_dtype", DataType::Float8e4m3fn as i64)],
+            &[],
+            &[x, floats(&[0.01], &[])],
+        )
+        .unwrap();
+        assert_eq!(values(&out[0]), [-448.0, 288.0, 448.0]);
+    }
+
+    #[test]
+    fn dequantize_per_axis() {
+        // (x - z) * s along axis 1 of [1, 2]: (10 - 2) * 0.5, (10 - 4) * 2
+        let out = run(
+            dequantize_linear,
+            &[],
+            &[],
+            &[
+                ints(&[10, 10], &[1, 2]),
+                floats(&[0.5, 2.0], &[2]),
+                ints(&[2, 4], &[2]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(values(&out[0]), [4.0, 12.0]);
+    }
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        let x = floats(&[1.0, 2.0], &[2]);
+        // a scale of 3 values along an axis of 2
+        let e = run(
+            dequantize_linear,
+            &[("axis", 0)],
+            &[],
+            &[x.clone(), floats(&[1.0; 3], &[3])],
+        );
+        assert!(e.is_err());
+        // a per-axis scale for a scalar input
+        let e = run(
+            dequantize_linear,
+            &[],
+            &[],
+            &[floats(&[1.0], &[]), floats(&[1.0; 2], &[2])],
+        );
+        assert!(e.is_err());
+        // a zero point whose integer type the graph does not declare
+        let e = run(
+            quantize_linear,
+            &[],
+            &[],
+            &[x.clone(), floats(&[1.0], &[]), ints(&[0], &[])],
+        );
+        assert!(e.unwrap_err().to_string().contains("zero point"));
+        // output_dtype disagreeing with the zero point's type
+        let e = run(
+            quantize_linear,
+            &[("output_dtype", DataType::Int8 as i64)],
+            &[("z", DataType::Uint8)],
+            &[x, floats(&[1.0], &[]), ints(&[0], &[])],
+        );
+        assert!(e.is_err());
+    }
 }
