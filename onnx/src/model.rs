@@ -482,8 +482,8 @@ fn last_uses(nodes: &[NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
     dead
 }
 
-/// An [`OnnxModel`] as a kiln module, for tracing: its float initializers are the module's
-/// tensors (so the model file keeps their ONNX names) and its forward pass is [`OnnxModel::run`].
+/// An [`OnnxModel`] as a kiln module, for tracing: its float initializers (narrow ones as f32)
+/// are the module's tensors (so the model file keeps their ONNX names) and its forward pass is [`OnnxModel::run`].
 #[cfg(feature = "std")]
 struct Traceable<'a>(&'a OnnxModel);
 
@@ -496,7 +496,10 @@ impl kiln_core::nn::Module for Traceable<'_> {
             .constants
             .iter()
             .filter_map(|(name, v)| match v {
-                Value::Tensor(t) => Some((name.clone(), t.clone())),
+                // narrow ones (bfloat16, float8 weights) as the f32 values they hold
+                Value::Tensor(t) | Value::Narrow { tensor: t, .. } => {
+                    Some((name.clone(), t.clone()))
+                }
                 _ => None,
             })
             .collect()
