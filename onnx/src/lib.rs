@@ -23,6 +23,7 @@ extern crate std;
 mod attr;
 mod error;
 mod model;
+pub mod narrow;
 mod ops;
 mod tensor;
 pub mod value;

@@ -74,6 +74,8 @@ pub(crate) struct Graph {
     constants: BTreeMap<String, Value>,
     /// For each node, the values whose last use it is (dropped after it runs).
     last_uses: Vec<Vec<String>>,
+    /// The element types the graph declares, by value name (see [`declared_types`]).
+    types: BTreeMap<String, DataType>,
 }
 
 /// A node with its import and its prepared graph attributes (If's branches, Loop's body).
@@ -134,6 +136,7 @@ impl Graph {
             .filter(|n| !constants.contains_key(n))
             .collect();
         let outputs: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
+        let types = declared_types(&graph);
         let mut nodes = Vec::with_capacity(graph.node.len());
         for proto in graph.node {
             let mut graphs = BTreeMap::new();
@@ -161,7 +164,7 @@ impl Graph {
                 continue;
             };
             let node = Node { proto, run, graphs };
-            if !fold(&node, &mut constants, device, opset) {
+            if !fold(&node, &mut constants, &types, device, opset) {
                 nodes.push(node);
             }
         }
@@ -179,6 +182,7 @@ impl Graph {
             outputs,
             constants,
             last_uses,
+            types,
         })
     }
 
@@ -222,11 +226,14 @@ impl Graph {
                     node: proto,
                     graphs: &node.graphs,
                     scope: &scope,
+                    types: &self.types,
                 };
                 (node.run)(&ctx, &args).map_err(|e| e.context(node_label(proto)))?
             };
             for (name, v) in proto.output.iter().zip(outs) {
                 if !name.is_empty() {
+                    let v = settle(&self.types, device, name, v)
+                        .map_err(|e| e.context(node_label(proto)))?;
                     env.insert(name.as_str(), v);
                 }
             }
@@ -456,6 +463,67 @@ pub(crate) fn constant(t: &TensorProto, device: &Device) -> Result<Value> {
     Value::from_tensor(tensor_value(t).map_err(onnx_err)?, device)
 }
 
+/// The element types a graph declares for its values: graph inputs, outputs and `value_info`
+/// entries with a tensor type, initializers, and `Constant` nodes' tensors. Ops that need an
+/// integer value's exact ONNX type (a quantization's zero point: int8 or uint8?) look here,
+/// since integers are carried without it.
+fn declared_types(graph: &crate::GraphProto) -> BTreeMap<String, DataType> {
+    use crate::proto::type_proto::Value as T;
+    let mut types = BTreeMap::new();
+    for v in graph
+        .input
+        .iter()
+        .chain(&graph.output)
+        .chain(&graph.value_info)
+    {
+        if let Some(T::TensorType(tt)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
+            && let Ok(dt) = DataType::try_from(tt.elem_type())
+            && dt != DataType::Undefined
+        {
+            types.insert(v.name().to_string(), dt);
+        }
+    }
+    for t in &graph.initializer {
+        if let Ok(dt) = DataType::try_from(t.data_type()) {
+            types.insert(t.name().to_string(), dt);
+        }
+    }
+    // what the ops that say their output types give (Cast, the quantizers' uint8 outputs)
+    for n in &graph.node {
+        let to = n
+            .attribute
+            .iter()
+            .find(|a| a.name() == "to")
+            .and_then(|a| a.i);
+        let out: &[(usize, Option<i64>)] = match n.op_type() {
+            "Cast" => &[(0, to)],
+            "DynamicQuantizeLinear" => &[
+                (0, Some(DataType::Uint8 as i64)),
+                (2, Some(DataType::Uint8 as i64)),
+            ],
+            _ => &[],
+        };
+        for &(i, t) in out {
+            if let (Some(name), Some(dt)) = (
+                n.output.get(i),
+                t.and_then(|t| i32::try_from(t).ok())
+                    .and_then(|t| DataType::try_from(t).ok()),
+            ) {
+                types.insert(name.clone(), dt);
+            }
+        }
+    }
+    for n in graph.node.iter().filter(|n| n.op_type() == "Constant") {
+        let value = n.attribute.iter().find(|a| a.name() == "value");
+        if let (Some(t), Some(out)) = (value.and_then(|a| a.t.as_ref()), n.output.first())
+            && let Ok(dt) = DataType::try_from(t.data_type())
+        {
+            types.insert(out.clone(), dt);
+        }
+    }
+    types
+}
+
 fn model_input(v: &crate::ValueInfoProto) -> ModelInput {
     use crate::proto::tensor_shape_proto::dimension::Value as D;
     use crate::proto::type_proto::Value as T;
@@ -521,7 +589,13 @@ fn check_input(decl: &ModelInput, v: &Value) -> Result<()> {
 /// (`ConstantOfShape`, a transposed or reshaped initializer, `Constant`) cost nothing per run.
 /// Random ops and nodes with graphs stay; a node that fails here stays too, so its error
 /// comes when (and if) it runs. Returns whether `node` was folded.
-fn fold(node: &Node, constants: &mut BTreeMap<String, Value>, device: &Device, opset: i64) -> bool {
+fn fold(
+    node: &Node,
+    constants: &mut BTreeMap<String, Value>,
+    types: &BTreeMap<String, DataType>,
+    device: &Device,
+    opset: i64,
+) -> bool {
     let p = &node.proto;
     let random = ["Random", "Bernoulli", "Multinomial"]
         .iter()
@@ -554,19 +628,46 @@ fn fold(node: &Node, constants: &mut BTreeMap<String, Value>, device: &Device, o
             node: p,
             graphs: &node.graphs,
             scope: &scope,
+            types,
         };
         (node.run)(&ctx, &args)
     };
-    match outs {
-        Ok(outs) if outs.len() >= p.output.iter().filter(|o| !o.is_empty()).count() => {
-            for (name, v) in p.output.iter().zip(outs) {
-                if !name.is_empty() {
-                    constants.insert(name.clone(), v);
-                }
-            }
+    let Ok(outs) = outs else { return false };
+    let named: Vec<(&String, Value)> = p
+        .output
+        .iter()
+        .zip(outs)
+        .filter(|(name, _)| !name.is_empty())
+        .collect();
+    if named.len() < p.output.iter().filter(|o| !o.is_empty()).count() {
+        return false;
+    }
+    let settled: Result<Vec<(String, Value)>> = named
+        .into_iter()
+        .map(|(name, v)| Ok((name.clone(), settle(types, device, name, v)?)))
+        .collect();
+    match settled {
+        Ok(values) => {
+            constants.extend(values);
             true
         }
-        _ => false,
+        Err(_) => false,
+    }
+}
+
+/// Node output `name` as the graph declares it: a value the graph declares narrow (bfloat16,
+/// float8, ...) that an op computed in f32 (or i32) is rounded into its type.
+fn settle(
+    types: &BTreeMap<String, DataType>,
+    device: &Device,
+    name: &str,
+    v: Value,
+) -> Result<Value> {
+    match (&v, types.get(name)) {
+        (Value::Tensor(_), Some(&ty)) if crate::narrow::is_narrow(ty) => {
+            ops::to_narrow(device, &v, ty, true, crate::narrow::RoundMode::Up)
+        }
+        _ => Ok(v),
     }
 }
 
@@ -618,7 +719,10 @@ impl kiln_core::nn::Module for Traceable<'_> {
             .constants
             .iter()
             .filter_map(|(name, v)| match v {
-                Value::Tensor(t) => Some((name.clone(), t.clone())),
+                // narrow ones (bfloat16, float8 weights) as the f32 values they hold
+                Value::Tensor(t) | Value::Narrow { tensor: t, .. } => {
+                    Some((name.clone(), t.clone()))
+                }
                 _ => None,
             })
             .collect()

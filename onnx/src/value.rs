@@ -7,8 +7,12 @@
 //! data of a device op (indices of a `Gather` on a float tensor, an int64 model input) it is
 //! lowered to an i32 tensor, and a value outside i32's range is an error naming the node.
 //! Int64 results of device ops are i32 tensors.
+//!
+//! Element types that no kiln dtype holds (`BFLOAT16`, `FLOAT8*`, `FLOAT4E2M1`, `[U]INT4`,
+//! `[U]INT2`, ...) are [`Value::Narrow`]: a tensor of the type's values (floats in f32, the
+//! integers in i32) tagged with the ONNX type; [`crate::narrow`] makes those values.
 
-use crate::{DataType, TensorElems, TensorValue};
+use crate::{DataType, TensorElems, TensorValue, narrow};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -121,6 +125,15 @@ pub enum Value {
     Optional(Option<alloc::boxed::Box<Value>>),
     /// An optional input left empty (`""` in the node's input list).
     Absent,
+    /// A tensor of a narrow ONNX element type ([`crate::narrow`]): `tensor` holds exactly
+    /// the values of type `ty` (f32 for the float types, i32 for `[U]INT4` / `[U]INT2`).
+    /// Ops that do not care about the type compute on `tensor` as on any other.
+    Narrow {
+        /// The ONNX element type.
+        ty: DataType,
+        /// The values, on the model's device.
+        tensor: Tensor,
+    },
 }
 
 impl Value {
@@ -168,6 +181,17 @@ impl Value {
             },
             TensorElems::Bool(d) => ints(d.into_iter().map(i64::from).collect(), true),
             TensorElems::String(data) => Ok(Value::Strings(Strings { dims: v.dims, data })),
+            TensorElems::BF16(bits) => {
+                let d: Vec<f32> = bits.into_iter().map(narrow::bf16_value).collect();
+                Value::narrow(DataType::Bfloat16, TensorData::new(d, shape)?, device)
+            }
+            TensorElems::Codes { dtype, codes } if narrow::is_narrow(dtype) => {
+                let vals = codes
+                    .into_iter()
+                    .map(|c| narrow::decode(dtype, c))
+                    .collect::<Result<Vec<f64>>>()?;
+                Value::narrow_values(dtype, &vals, shape, device)
+            }
             other => Err(Error::unsupported(
                 "onnx",
                 format!(
@@ -179,10 +203,34 @@ impl Value {
         }
     }
 
+    /// A narrow value of type `ty` from its values' data (f32, or i32 for the integer types).
+    pub fn narrow(ty: DataType, data: TensorData, device: &Device) -> Result<Value> {
+        Ok(Value::Narrow {
+            ty,
+            tensor: Tensor::from_data(&data, device)?,
+        })
+    }
+
+    /// A narrow value of type `ty` from values already in the type (see [`crate::narrow`]):
+    /// stored as f32, or as i32 for the integer types.
+    pub fn narrow_values(
+        ty: DataType,
+        vals: &[f64],
+        shape: Shape,
+        device: &Device,
+    ) -> Result<Value> {
+        let data = if narrow::is_int(ty) {
+            TensorData::new(vals.iter().map(|&v| v as i32).collect::<Vec<i32>>(), shape)?
+        } else {
+            TensorData::new(vals.iter().map(|&v| v as f32).collect::<Vec<f32>>(), shape)?
+        };
+        Value::narrow(ty, data, device)
+    }
+
     /// The dimensions.
     pub fn dims(&self) -> Vec<usize> {
         match self {
-            Value::Tensor(t) => t.dims().to_vec(),
+            Value::Tensor(t) | Value::Narrow { tensor: t, .. } => t.dims().to_vec(),
             Value::Ints(i) => i.dims.clone(),
             Value::Strings(s) => s.dims.clone(),
             Value::Sequence(_) | Value::Optional(_) | Value::Absent => Vec::new(),
@@ -197,7 +245,7 @@ impl Value {
     /// The value as a device tensor (host integers are lowered to i32 or bool).
     pub fn tensor(&self, device: &Device, what: &str) -> Result<Tensor> {
         match self {
-            Value::Tensor(t) => Ok(t.clone()),
+            Value::Tensor(t) | Value::Narrow { tensor: t, .. } => Ok(t.clone()),
             Value::Ints(i) => i.to_tensor(device, what),
             Value::Absent => Err(Error::invalid("onnx", format!("{what}: input is absent"))),
             other => Err(Error::invalid(
@@ -243,6 +291,9 @@ impl Value {
     pub fn describe(&self) -> String {
         match self {
             Value::Tensor(t) => format!("{} {}", t.dtype(), t.shape()),
+            Value::Narrow { ty, tensor } => {
+                format!("{} {}", ty.as_str_name().to_lowercase(), tensor.shape())
+            }
             Value::Ints(i) => format!("ints {:?}", i.dims),
             Value::Strings(s) => format!("strings {:?}", s.dims),
             Value::Sequence(s) => format!("a sequence of {}", s.len()),

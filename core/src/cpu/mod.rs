@@ -151,6 +151,9 @@ impl Backend for CpuBackend {
         let Some((out_dtype, out_shape)) = outputs.first() else {
             return Err(Error::invalid(op.name(), "asked for no outputs"));
         };
+        for (dt, shape) in outputs {
+            check_allocatable(op, *dt, shape)?;
+        }
         let outs = if !native_f16(op)
             && (*out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
         {
@@ -186,6 +189,20 @@ impl Backend for CpuBackend {
 }
 
 /// Runs an op on f16 data in f32: f16 inputs widened (exactly), an f16 result rounded back.
+/// An output the process cannot allocate (a malformed model's shape, say) is an error rather
+/// than an abort: reserving the bytes up front and releasing them is cheap (the pages are never
+/// touched) and fails cleanly where the real allocation would abort.
+fn check_allocatable(op: &Op, dt: DType, shape: &Shape) -> Result<()> {
+    let bytes = shape.byte_len(dt, op.name())?;
+    if Vec::<u8>::new().try_reserve_exact(bytes).is_ok() {
+        return Ok(());
+    }
+    Err(Error::device(
+        op.name(),
+        alloc::format!("out of memory: a {dt} tensor of shape {shape} does not fit in memory"),
+    ))
+}
+
 fn execute_via_f32(
     op: &Op,
     inputs: &[View<'_>],

@@ -5,9 +5,9 @@
 //! Operands of one op may arrive as different kinds (host integers next to a float tensor, a
 //! bool tensor next to an int one): [`unify`] brings them to one device dtype first.
 
-use super::{Ctx, OpFn, Outputs, one, one_ints};
+use super::{Ctx, OpFn, Outputs, host_values, one, one_ints};
 use crate::value::{Ints, Value, kiln_dtype};
-use crate::{DataType, NodeAttrs};
+use crate::{DataType, NodeAttrs, narrow};
 use alloc::format;
 use alloc::vec::Vec;
 use core::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, FRAC_PI_2};
@@ -70,6 +70,7 @@ pub(super) const OPS: &[(&str, OpFn)] = &[
     ("Where", where_),
     ("Cast", cast),
     ("CastLike", cast_like),
+    ("BitCast", bit_cast),
     ("Clip", clip),
     ("LeakyRelu", leaky_relu),
     ("PRelu", prelu),
@@ -641,9 +642,10 @@ fn cast(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 }
 
 /// CastLike: cast to the type of input 1. A host integer or i32 tensor stands for any ONNX
-/// integer type, treated as int64 (no wrapping).
+/// integer type, treated as int64 (no wrapping); a narrow value names its type.
 fn cast_like(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let to = match c.arg(a, 1)? {
+        Value::Narrow { ty, .. } => *ty,
         Value::Ints(i) if i.bool => DataType::Bool,
         Value::Ints(_) => DataType::Int64,
         Value::Tensor(t) => match t.dtype() {
@@ -672,6 +674,9 @@ fn cast_like(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 /// integers truncate toward zero). int64 and the narrow integers live in i32 on devices.
 fn cast_to(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
     use DataType as D;
+    if narrow::is_narrow(to) {
+        return cast_narrow(c, x, to);
+    }
     let dtype = kiln_dtype(c.device, to)
         .ok_or_else(|| c.unsupported(format!("Cast to {}", to.as_str_name())))?;
     let wrap: Option<fn(i64) -> i64> = match to {
@@ -692,11 +697,162 @@ fn cast_to(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
             bool: to == D::Bool,
         }),
         (Value::Ints(i), None) => one(ints_as(c.device, i, dtype)?),
-        (Value::Tensor(t), _) => one(t.cast(dtype)?),
+        (Value::Tensor(t) | Value::Narrow { tensor: t, .. }, _) => one(t.cast(dtype)?),
         (other, _) => Err(Error::invalid(
             "onnx",
             format!("Cast: expects a tensor, gets {}", other.describe()),
         )),
+    }
+}
+
+/// Cast to a narrow type ([`narrow::round`]), on the host: the input is read back, rounded
+/// as the `saturate` and `round_mode` attributes say, and uploaded as a [`Value::Narrow`].
+fn cast_narrow(c: &Ctx<'_>, x: &Value, to: DataType) -> Outputs {
+    let saturate = c.int("saturate", 1)? != 0;
+    let mode = narrow::RoundMode::parse(&c.string("round_mode", "up")?)
+        .map_err(|e| e.context("attribute round_mode"))?;
+    Ok(alloc::vec![super::to_narrow(
+        c.device, x, to, saturate, mode
+    )?])
+}
+
+/// The width in bits of ONNX type `t` as BitCast sees it (`None` for the types it does not
+/// reinterpret: narrow types, strings).
+fn bit_width(t: DataType) -> Option<u32> {
+    use DataType as D;
+    Some(match t {
+        D::Bool | D::Int8 | D::Uint8 => 8,
+        D::Float16 | D::Int16 | D::Uint16 => 16,
+        D::Float | D::Int32 | D::Uint32 => 32,
+        D::Double | D::Int64 | D::Uint64 => 64,
+        _ => return None,
+    })
+}
+
+/// The ONNX type a value stands for: what the graph declares for input `i`, else what its
+/// kiln dtype says (an i32 tensor or host integers as int32 / int64).
+fn onnx_type(c: &Ctx<'_>, v: &Value, i: usize) -> Option<DataType> {
+    if let Some(t) = c.input_type(i) {
+        return Some(t);
+    }
+    Some(match v {
+        Value::Ints(x) if x.bool => DataType::Bool,
+        Value::Ints(_) => DataType::Int64,
+        Value::Tensor(t) => match t.dtype() {
+            DType::F32 => DataType::Float,
+            DType::F64 => DataType::Double,
+            DType::F16 => DataType::Float16,
+            DType::I32 => DataType::Int32,
+            DType::U32 => DataType::Uint32,
+            DType::Bool => DataType::Bool,
+        },
+        _ => return None,
+    })
+}
+
+/// BitCast: each element's bits reinterpreted as type `to` of the same width, on the host
+/// (a device tensor is read back). Integer results are host integers; float results tensors.
+fn bit_cast(c: &Ctx<'_>, a: &[Value]) -> Outputs {
+    use DataType as D;
+    let x = c.arg(a, 0)?;
+    let to = c.int("to", 0)?;
+    let to = i32::try_from(to)
+        .ok()
+        .and_then(|t| DataType::try_from(t).ok())
+        .ok_or_else(|| c.unsupported(format!("BitCast to type {to}")))?;
+    let from = onnx_type(c, x, 0).ok_or_else(|| {
+        Error::invalid(
+            "onnx",
+            format!("BitCast: expects a numeric tensor, gets {}", x.describe()),
+        )
+    })?;
+    let (Some(wf), Some(wt)) = (bit_width(from), bit_width(to)) else {
+        return Err(c.unsupported(format!(
+            "BitCast from {} to {}",
+            from.as_str_name(),
+            to.as_str_name()
+        )));
+    };
+    if wf != wt {
+        return Err(Error::invalid(
+            "onnx",
+            format!(
+                "BitCast: {} is {wf} bits, {} is {wt}",
+                from.as_str_name(),
+                to.as_str_name()
+            ),
+        ));
+    }
+    let mask = if wf == 64 { u64::MAX } else { (1u64 << wf) - 1 };
+    // every element's bits
+    let bits: Vec<u64> = match (x, from) {
+        (Value::Ints(i), _) => i.data.iter().map(|&v| v as u64 & mask).collect(),
+        (_, D::Float) => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| u64::from((v as f32).to_bits()))
+            .collect(),
+        (_, D::Double) => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| v.to_bits())
+            .collect(),
+        (_, D::Float16) => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| u64::from(half::f16::from_f64(v).to_bits()))
+            .collect(),
+        _ => host_values(x, "BitCast")?
+            .iter()
+            .map(|&v| v as i64 as u64 & mask)
+            .collect(),
+    };
+    let dims = x.dims();
+    let floats = |v: Vec<f64>| -> Outputs {
+        let dtype = kiln_dtype(c.device, to).unwrap_or(DType::F32);
+        let data = TensorData::new(v, Shape::from(dims.clone()))?.convert(dtype);
+        one(Tensor::from_data(&data, c.device)?)
+    };
+    match to {
+        D::Float => floats(
+            bits.iter()
+                .map(|&b| f64::from(f32::from_bits(b as u32)))
+                .collect(),
+        ),
+        D::Double => floats(bits.iter().map(|&b| f64::from_bits(b)).collect()),
+        D::Float16 => floats(
+            bits.iter()
+                .map(|&b| half::f16::from_bits(b as u16).to_f64())
+                .collect(),
+        ),
+        _ => {
+            let signed = matches!(to, D::Int8 | D::Int16 | D::Int32 | D::Int64);
+            let data = bits
+                .iter()
+                .map(|&b| {
+                    if signed {
+                        // sign-extended from bit `wt - 1`
+                        let shift = 64 - wt;
+                        Ok(((b << shift) as i64) >> shift)
+                    } else {
+                        i64::try_from(b).map_err(|_| {
+                            Error::unsupported(
+                                "onnx",
+                                format!("BitCast: uint64 value {b} is above i64's range"),
+                            )
+                        })
+                    }
+                })
+                .collect::<Result<Vec<i64>>>()?;
+            if to == D::Bool && data.iter().any(|&v| v > 1) {
+                return Err(Error::invalid(
+                    "onnx",
+                    "BitCast to BOOL: a byte other than 0 or 1",
+                ));
+            }
+            one_ints(Ints {
+                dims,
+                data,
+                bool: to == D::Bool,
+            })
+        }
     }
 }
 

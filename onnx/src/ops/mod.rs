@@ -10,6 +10,7 @@
 mod control;
 mod elementwise;
 mod nn;
+mod quant;
 mod reduce;
 mod sequence;
 mod shape;
@@ -38,6 +39,7 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
     reduce::OPS,
     control::OPS,
     sequence::OPS,
+    quant::OPS,
 ];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
@@ -68,6 +70,9 @@ pub(crate) struct Ctx<'a> {
     pub graphs: &'a BTreeMap<String, Graph>,
     /// The values visible at the node, which its graphs may read.
     pub scope: &'a Scope<'a>,
+    /// The ONNX element types the graph declares for its values (inputs, initializers,
+    /// constants, value_info), by name.
+    pub types: &'a BTreeMap<String, crate::DataType>,
 }
 
 impl Ctx<'_> {
@@ -129,6 +134,12 @@ impl Ctx<'_> {
             .into())
     }
 
+    /// The ONNX element type the graph declares for input `i`, if it does.
+    pub fn input_type(&self, i: usize) -> Option<crate::DataType> {
+        let name = self.node.input.get(i)?;
+        self.types.get(name.as_str()).copied()
+    }
+
     /// Input `i` as a device tensor (an error names the input when it is absent).
     pub fn tensor(&self, args: &[Value], i: usize) -> Result<Tensor> {
         self.arg(args, i)?
@@ -170,6 +181,19 @@ pub(crate) fn run_alone(
     node: &crate::NodeProto,
     args: &[Value],
 ) -> Outputs {
+    run_typed(f, device, opset, node, &BTreeMap::new(), args)
+}
+
+/// [`run_alone`] in a graph that declares the element `types` of some values.
+#[cfg(test)]
+pub(crate) fn run_typed(
+    f: OpFn,
+    device: &Device,
+    opset: i64,
+    node: &crate::NodeProto,
+    types: &BTreeMap<String, crate::DataType>,
+    args: &[Value],
+) -> Outputs {
     let (graphs, env, constants) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     let scope = Scope::new(&env, &constants);
     let ctx = Ctx {
@@ -178,6 +202,7 @@ pub(crate) fn run_alone(
         node,
         graphs: &graphs,
         scope: &scope,
+        types,
     };
     f(&ctx, args)
 }
@@ -198,7 +223,7 @@ pub(crate) fn one_ints(i: Ints) -> Outputs {
 pub(crate) fn host_values(v: &Value, what: &str) -> Result<Vec<f64>> {
     match v {
         Value::Ints(i) => Ok(i.data.iter().map(|&x| x as f64).collect()),
-        Value::Tensor(t) => read_back(t, what),
+        Value::Tensor(t) | Value::Narrow { tensor: t, .. } => read_back(t, what),
         Value::Absent => Ok(Vec::new()),
         other => Err(Error::invalid(
             "onnx",
@@ -218,6 +243,23 @@ fn read_back(_: &Tensor, what: &str) -> Result<Vec<f64>> {
         "onnx",
         format!("{what}: a computed tensor whose value decides the output shape"),
     ))
+}
+
+/// `t`'s values rounded into narrow type `ty` ([`crate::narrow::round`], with `saturate` and
+/// `mode` as a Cast's attributes say) as a [`Value::Narrow`]: the tensor is read back.
+pub(crate) fn to_narrow(
+    device: &Device,
+    x: &Value,
+    ty: crate::DataType,
+    saturate: bool,
+    mode: crate::narrow::RoundMode,
+) -> Result<Value> {
+    let vals = host_values(x, &format!("a value of type {}", ty.as_str_name()))?;
+    let out = vals
+        .iter()
+        .map(|&v| crate::narrow::round(ty, v, saturate, mode))
+        .collect::<Result<Vec<f64>>>()?;
+    Value::narrow_values(ty, &out, kiln_core::Shape::from(x.dims()), device)
 }
 
 /// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.

@@ -159,7 +159,8 @@ fn finish(y: Tensor, rank: usize) -> Result<Tensor> {
     if rank == 3 { y.squeeze(2) } else { Ok(y) }
 }
 
-fn conv(c: &Ctx<'_>, a: &[Value]) -> Outputs {
+/// ONNX Conv (1-D to 3-D), also run by the integer convolutions of the quantization ops.
+pub(super) fn conv(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let (x, weight) = (c.tensor(a, 0)?, c.tensor(a, 1)?);
     let rank = x.rank();
     if rank == 5 {
@@ -169,6 +170,16 @@ fn conv(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         return Err(Error::shape(
             "onnx",
             format!("Conv input {} has no spatial axes", x.shape()),
+        ));
+    }
+    if weight.rank() != rank {
+        return Err(Error::shape(
+            "onnx",
+            format!(
+                "Conv weight {} must have the rank of input {}",
+                weight.shape(),
+                x.shape()
+            ),
         ));
     }
     let kernel = &weight.dims()[2..];

@@ -137,7 +137,9 @@ fn values(v: &kiln_onnx::Value) -> Result<(Vec<usize>, Vec<f64>, bool), String> 
             i.data.iter().map(|&x| x as f64).collect(),
             true,
         )),
-        kiln_onnx::Value::Tensor(t) => {
+        // a narrow type's values (exactly the type's values on both sides) compare as floats
+        // or integers, as ONNX's runner compares them once widened
+        kiln_onnx::Value::Tensor(t) | kiln_onnx::Value::Narrow { tensor: t, .. } => {
             let d = t.to_data().map_err(|e| e.to_string())?;
             Ok((t.dims().to_vec(), d.to_f64_vec(), !t.dtype().is_float()))
         }
@@ -176,6 +178,19 @@ pub fn compare(name: &str, want: &kiln_onnx::Value, got: &kiln_onnx::Value) -> R
             ));
         }
         _ => {}
+    }
+    if let kiln_onnx::Value::Narrow { ty, .. } = want {
+        let got_ty = match got {
+            kiln_onnx::Value::Narrow { ty, .. } => Some(*ty),
+            _ => None,
+        };
+        if got_ty != Some(*ty) {
+            return Err(format!(
+                "output {name}: {}, expected type {}",
+                got.describe(),
+                ty.as_str_name()
+            ));
+        }
     }
     let (wd, w, exact) = values(want)?;
     let (gd, g, _) = values(got)?;
