@@ -11,6 +11,7 @@ mod elementwise;
 mod nn;
 mod reduce;
 mod shape;
+mod strings;
 
 use crate::NodeAttrs;
 use crate::model::onnx_err;
@@ -28,7 +29,13 @@ pub(crate) type Outputs = Result<Vec<Value>>;
 pub(crate) type OpFn = fn(&Ctx<'_>, &[Value]) -> Outputs;
 
 /// Every family's table of (ONNX op type, import).
-const FAMILIES: &[&[(&str, OpFn)]] = &[elementwise::OPS, shape::OPS, nn::OPS, reduce::OPS];
+const FAMILIES: &[&[(&str, OpFn)]] = &[
+    elementwise::OPS,
+    shape::OPS,
+    nn::OPS,
+    reduce::OPS,
+    strings::OPS,
+];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
 pub(crate) fn find(op_type: &str) -> Option<OpFn> {
@@ -172,6 +179,55 @@ fn read_back(_: &Tensor, what: &str) -> Result<Vec<f64>> {
         "onnx",
         format!("{what}: a computed tensor whose value decides the output shape"),
     ))
+}
+
+/// ONNX's multidirectional broadcast of operands of shapes `dims`: the result's dims and, per
+/// operand, the offset each result element (row-major) reads in it. For host values (integers,
+/// strings), whose ops run element by element.
+pub(crate) fn broadcast_offsets(dims: &[&[usize]]) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
+    let rank = dims.iter().map(|d| d.len()).max().unwrap_or(0);
+    let padded: Vec<Vec<usize>> = dims
+        .iter()
+        .map(|d| {
+            let mut v = vec![1; rank - d.len()];
+            v.extend_from_slice(d);
+            v
+        })
+        .collect();
+    let mut out = vec![1usize; rank];
+    for (k, o) in out.iter_mut().enumerate() {
+        for p in &padded {
+            if p[k] != 1 {
+                if *o != 1 && *o != p[k] {
+                    return Err(Error::shape(
+                        "onnx",
+                        format!("shapes {dims:?} do not broadcast"),
+                    ));
+                }
+                *o = p[k];
+            }
+        }
+    }
+    let n: usize = out.iter().product();
+    let offsets = padded
+        .iter()
+        .map(|d| {
+            (0..n)
+                .map(|i| {
+                    let (mut rest, mut at, mut stride) = (i, 0, 1);
+                    for k in (0..rank).rev() {
+                        if d[k] != 1 {
+                            at += (rest % out[k]) * stride;
+                        }
+                        rest /= out[k];
+                        stride *= d[k];
+                    }
+                    at
+                })
+                .collect()
+        })
+        .collect();
+    Ok((out, offsets))
 }
 
 /// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.
