@@ -127,10 +127,11 @@ fn float_fn(c: &Ctx<'_>, a: &[Value], f: impl Fn(&Tensor) -> Result<Tensor>) -> 
 /// `f(x)`, computed in f32 when `x` is f16 (or an integer tensor) and cast back to its dtype.
 fn in_f32(x: &Tensor, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     let dt = x.dtype();
-    if dt == DType::F32 || dt == DType::F64 {
+    let wd = super::work_dtype(dt);
+    if wd == dt {
         f(x)
     } else {
-        f(&x.cast(DType::F32)?)?.cast(dt)
+        f(&x.cast(wd)?)?.cast(dt)
     }
 }
 
@@ -844,7 +845,12 @@ fn shrink(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 /// Swish: `x * sigmoid(alpha * x)`.
 fn swish(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let alpha = f64::from(c.float("alpha", 1.0)?);
-    float_fn(c, a, |x| x.mul(&x.mul_scalar(alpha)?.sigmoid()?))
+    float_fn(c, a, |x| swish_of(x, alpha))
+}
+
+/// `x * sigmoid(alpha * x)` (Swish, and the gate of SwiGLU).
+pub(super) fn swish_of(x: &Tensor, alpha: f64) -> Result<Tensor> {
+    x.mul(&x.mul_scalar(alpha)?.sigmoid()?)
 }
 
 // ------------------------------------------------------------------ inverse trig, hyperbolic

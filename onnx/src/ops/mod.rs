@@ -8,6 +8,7 @@
 //! supports it (shape arithmetic), and lowered to i32 tensors otherwise.
 
 mod elementwise;
+mod llm;
 mod nn;
 mod reduce;
 mod shape;
@@ -20,7 +21,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use kiln_core::{Device, Error, Result, Tensor};
+use kiln_core::{DType, Device, Error, Result, Tensor};
 
 /// What an op import returns: its outputs in order.
 pub(crate) type Outputs = Result<Vec<Value>>;
@@ -35,6 +36,7 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
     nn::OPS,
     reduce::OPS,
     strings::OPS,
+    llm::OPS,
 ];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
@@ -179,6 +181,12 @@ fn read_back(_: &Tensor, what: &str) -> Result<Vec<f64>> {
         "onnx",
         format!("{what}: a computed tensor whose value decides the output shape"),
     ))
+}
+
+/// The dtype a composed float op computes in: f64 stays, narrower floats (and integers) widen
+/// to f32, so that a composition rounds once at the end rather than after every step.
+pub(crate) fn work_dtype(dt: DType) -> DType {
+    if dt == DType::F64 { dt } else { DType::F32 }
 }
 
 /// ONNX's multidirectional broadcast of operands of shapes `dims`: the result's dims and, per
