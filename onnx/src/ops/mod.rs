@@ -8,9 +8,11 @@
 //! supports it (shape arithmetic), and lowered to i32 tensors otherwise.
 
 mod elementwise;
+mod linalg;
 mod llm;
 mod nn;
 mod reduce;
+mod set;
 mod shape;
 mod strings;
 
@@ -37,6 +39,8 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
     reduce::OPS,
     strings::OPS,
     llm::OPS,
+    linalg::OPS,
+    set::OPS,
 ];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
