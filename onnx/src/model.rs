@@ -82,9 +82,7 @@ impl OnnxModel {
         let mut unsupported = Vec::new();
         for n in &graph.node {
             let domain = n.domain();
-            let known =
-                (domain.is_empty() || domain == "ai.onnx") && ops::find(n.op_type()).is_some();
-            if !known {
+            if ops::find(domain, n.op_type()).is_none() {
                 let d = if domain.is_empty() {
                     String::new()
                 } else {
@@ -188,7 +186,7 @@ impl OnnxModel {
                 opset: self.opset,
                 node,
             };
-            let run = ops::find(node.op_type()).ok_or_else(|| {
+            let run = ops::find(node.domain(), node.op_type()).ok_or_else(|| {
                 Error::unsupported("onnx", format!("no import for {}", node.op_type()))
             })?;
             let outs = run(&ctx, &args).map_err(|e| e.context(node_label(node)))?;

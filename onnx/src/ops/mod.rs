@@ -10,6 +10,7 @@
 mod elementwise;
 mod linalg;
 mod llm;
+mod ml;
 mod nn;
 mod reduce;
 mod set;
@@ -43,19 +44,29 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
     set::OPS,
 ];
 
-/// The import of ONNX op type `op_type` (default domain), if kiln has one.
-pub(crate) fn find(op_type: &str) -> Option<OpFn> {
-    FAMILIES
+/// The ops of the `ai.onnx.ml` domain kiln imports.
+const ML_FAMILIES: &[&[(&str, OpFn)]] = &[ml::OPS];
+
+/// The import of ONNX op type `op_type` of `domain` (`""` or `"ai.onnx"` for the default one,
+/// `"ai.onnx.ml"`), if kiln has one.
+pub(crate) fn find(domain: &str, op_type: &str) -> Option<OpFn> {
+    let families = match domain {
+        "" | "ai.onnx" => FAMILIES,
+        "ai.onnx.ml" => ML_FAMILIES,
+        _ => return None,
+    };
+    families
         .iter()
         .flat_map(|f| f.iter())
         .find(|(name, _)| *name == op_type)
         .map(|(_, f)| *f)
 }
 
-/// Every ONNX op type kiln imports, sorted.
+/// Every ONNX op type kiln imports (of every domain), sorted.
 pub fn supported_ops() -> Vec<&'static str> {
     let mut v: Vec<&str> = FAMILIES
         .iter()
+        .chain(ML_FAMILIES)
         .flat_map(|f| f.iter().map(|(n, _)| *n))
         .collect();
     v.sort_unstable();
