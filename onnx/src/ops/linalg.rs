@@ -61,3 +61,41 @@ fn det(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     }
     one(det.reshape(batch)?.cast(dt)?)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Pivoting and singular matrices, which the suites' random matrices do not reach.
+    use super::*;
+    use kiln_core::Device;
+
+    fn det_of(m: &[f32], dims: &[usize]) -> Vec<f32> {
+        let device = Device::cpu();
+        let node = crate::NodeProto::default();
+        let c = Ctx {
+            device: &device,
+            opset: 22,
+            node: &node,
+        };
+        let x = Tensor::from_slice(m, dims, &device).unwrap();
+        match det(&c, &[Value::Tensor(x)]).unwrap().remove(0) {
+            Value::Tensor(t) => t.to_vec::<f32>().unwrap(),
+            other => panic!("{}", other.describe()),
+        }
+    }
+
+    #[test]
+    fn row_swaps_and_singular_matrices() {
+        // a swap flips the sign; a zero column or dependent rows give 0
+        let got = det_of(
+            &[
+                0.0, 1.0, 1.0, 0.0, // swap: -1
+                1.0, 2.0, 2.0, 4.0, // dependent rows: 0
+                0.0, 1.0, 0.0, 2.0, // zero column: 0
+            ],
+            &[3, 2, 2],
+        );
+        assert_eq!(got, [-1.0, 0.0, 0.0]);
+        let got = det_of(&[0.0, 2.0, 1.0, 1.0, 0.0, 3.0, 2.0, 1.0, 0.0], &[3, 3]);
+        assert!((got[0] - 13.0).abs() < 1e-5, "{got:?}");
+    }
+}

@@ -138,3 +138,20 @@ fn float_order(p: &f64, q: &f64) -> Ordering {
         (a, b) => a.cmp(&b),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_group_as_numpy_does() {
+        // -0.0 equals 0.0; NaNs sort last, as one group
+        let v = [f64::NAN, 0.0, 1.0, -0.0, f64::NAN];
+        let g = distinct(&v, 1, v.len(), 1, true, float_order);
+        let members: Vec<&[usize]> = g.iter().map(|g| g.members.as_slice()).collect();
+        assert_eq!(members, [&[1, 3][..], &[2], &[0, 4]]);
+        let g = distinct(&v, 1, v.len(), 1, false, float_order);
+        let first: Vec<usize> = g.iter().map(|g| g.first).collect();
+        assert_eq!(first, [0, 1, 2]);
+    }
+}

@@ -209,3 +209,22 @@ fn split_whitespace(s: &str, maxsplit: usize) -> Vec<Vec<u8>> {
     }
     parts
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(parts: &[Vec<u8>]) -> Vec<&str> {
+        parts.iter().map(|p| text(p).unwrap()).collect()
+    }
+
+    #[test]
+    fn maxsplit_keeps_the_rest_whole() {
+        // as Python's str.split: the rest starts at its first non-space character
+        assert_eq!(texts(&split_whitespace("  a b  c ", 1)), ["a", "b  c "]);
+        assert_eq!(texts(&split_whitespace(" a  ", 1)), ["a"]);
+        assert!(split_whitespace("   ", usize::MAX).is_empty());
+        assert_eq!(texts(&split_at(b"a..b", b".", 1)), ["a", ".b"]);
+        assert_eq!(texts(&split_at(b"", b".", usize::MAX)), [""]);
+    }
+}
