@@ -145,13 +145,13 @@ fn linear_attention(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         }
         (true, None) => return Err(Error::invalid("onnx", "a delta update_rule needs beta")),
     };
-    let state_dt = match c.optional(a, 3) {
-        Some(p) => p.tensor(c.device, "past_state")?.dtype(),
-        None => dt,
-    };
-    let mut state = match c.optional(a, 3) {
+    let past = c
+        .optional(a, 3)
+        .map(|p| p.tensor(c.device, "past_state"))
+        .transpose()?;
+    let state_dt = past.as_ref().map_or(dt, Tensor::dtype);
+    let mut state = match past {
         Some(p) => {
-            let p = p.tensor(c.device, "past_state")?;
             check_dims(&p, &[b, hkv, dk, dv], "past_state (B, H_kv, d_k, d_v)")?;
             p.cast(wd)?
         }
