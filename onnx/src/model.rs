@@ -149,12 +149,7 @@ impl Graph {
                 }
             }
             let domain = proto.domain();
-            let run = if domain.is_empty() || domain == "ai.onnx" {
-                ops::find(proto.op_type())
-            } else {
-                None
-            };
-            let Some(run) = run else {
+            let Some(run) = ops::find(domain, proto.op_type()) else {
                 let d = if domain.is_empty() {
                     String::new()
                 } else {

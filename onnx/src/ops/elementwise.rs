@@ -128,10 +128,11 @@ fn float_fn(c: &Ctx<'_>, a: &[Value], f: impl Fn(&Tensor) -> Result<Tensor>) -> 
 /// `f(x)`, computed in f32 when `x` is f16 (or an integer tensor) and cast back to its dtype.
 fn in_f32(x: &Tensor, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     let dt = x.dtype();
-    if dt == DType::F32 || dt == DType::F64 {
+    let wd = super::work_dtype(dt);
+    if wd == dt {
         f(x)
     } else {
-        f(&x.cast(DType::F32)?)?.cast(dt)
+        f(&x.cast(wd)?)?.cast(dt)
     }
 }
 
@@ -140,17 +141,8 @@ fn in_f32(x: &Tensor, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
 /// Host elementwise map over broadcast operands (ONNX's multidirectional rule); `f` returns
 /// `None` for an overflow or a division by zero.
 fn host_map(xs: &[&Ints], f: impl Fn(&[i64]) -> Option<i64>) -> Result<Ints> {
-    let rank = xs.iter().map(|x| x.dims.len()).max().unwrap_or(0);
-    let padded: Vec<Vec<usize>> = xs
-        .iter()
-        .map(|x| {
-            let mut v = alloc::vec![1; rank - x.dims.len()];
-            v.extend_from_slice(&x.dims);
-            v
-        })
-        .collect();
-    for (x, d) in xs.iter().zip(&padded) {
-        if x.data.len() != d.iter().product::<usize>() {
+    for x in xs {
+        if x.data.len() != x.dims.iter().product::<usize>() {
             return Err(Error::invalid(
                 "onnx",
                 format!(
@@ -161,36 +153,14 @@ fn host_map(xs: &[&Ints], f: impl Fn(&[i64]) -> Option<i64>) -> Result<Ints> {
             ));
         }
     }
-    let mut dims = alloc::vec![1usize; rank];
-    for (k, d) in dims.iter_mut().enumerate() {
-        for p in &padded {
-            if p[k] != 1 {
-                if *d != 1 && *d != p[k] {
-                    let shapes: Vec<&Vec<usize>> = xs.iter().map(|x| &x.dims).collect();
-                    return Err(Error::shape(
-                        "onnx",
-                        format!("shapes {shapes:?} do not broadcast"),
-                    ));
-                }
-                *d = p[k];
-            }
-        }
-    }
+    let shapes: Vec<&[usize]> = xs.iter().map(|x| &x.dims[..]).collect();
+    let (dims, offsets) = super::broadcast_offsets(&shapes)?;
     let n: usize = dims.iter().product();
     let mut args = alloc::vec![0i64; xs.len()];
     let mut data = Vec::with_capacity(n);
     for i in 0..n {
-        for ((arg, x), d) in args.iter_mut().zip(xs).zip(&padded) {
-            let (mut rest, mut at, mut stride) = (i, 0, 1);
-            for k in (0..rank).rev() {
-                let coord = rest % dims[k];
-                rest /= dims[k];
-                if d[k] != 1 {
-                    at += coord * stride;
-                }
-                stride *= d[k];
-            }
-            *arg = x.data[at];
+        for ((arg, x), at) in args.iter_mut().zip(xs).zip(&offsets) {
+            *arg = x.data[at[i]];
         }
         data.push(f(&args).ok_or_else(|| {
             Error::invalid("onnx", "integer arithmetic overflows or divides by zero")
@@ -466,6 +436,9 @@ fn mean(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 
 fn compare(c: &Ctx<'_>, a: &[Value], op: CmpOp) -> Outputs {
     let a = &legacy_broadcast(c, a)?;
+    if let (Value::Strings(x), Value::Strings(y), CmpOp::Eq) = (c.arg(a, 0)?, c.arg(a, 1)?, op) {
+        return one_ints(super::strings::equal(x, y)?);
+    }
     if let (Value::Ints(x), Value::Ints(y)) = (c.arg(a, 0)?, c.arg(a, 1)?) {
         let f = move |p: i64, q: i64| {
             Some(i64::from(match op {
@@ -1028,7 +1001,12 @@ fn shrink(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 /// Swish: `x * sigmoid(alpha * x)`.
 fn swish(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let alpha = f64::from(c.float("alpha", 1.0)?);
-    float_fn(c, a, |x| x.mul(&x.mul_scalar(alpha)?.sigmoid()?))
+    float_fn(c, a, |x| swish_of(x, alpha))
+}
+
+/// `x * sigmoid(alpha * x)` (Swish, and the gate of SwiGLU).
+pub(super) fn swish_of(x: &Tensor, alpha: f64) -> Result<Tensor> {
+    x.mul(&x.mul_scalar(alpha)?.sigmoid()?)
 }
 
 // ------------------------------------------------------------------ inverse trig, hyperbolic

@@ -9,11 +9,16 @@
 
 mod control;
 mod elementwise;
+mod linalg;
+mod llm;
+mod ml;
 mod nn;
 mod quant;
 mod reduce;
 mod sequence;
+mod set;
 mod shape;
+mod strings;
 
 use crate::NodeAttrs;
 use crate::model::{Graph, Scope, onnx_err};
@@ -23,7 +28,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use kiln_core::{Device, Error, Result, Tensor};
+use kiln_core::{DType, Device, Error, Result, Tensor};
 
 /// What an op import returns: its outputs in order.
 pub(crate) type Outputs = Result<Vec<Value>>;
@@ -40,21 +45,35 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
     control::OPS,
     sequence::OPS,
     quant::OPS,
+    strings::OPS,
+    llm::OPS,
+    linalg::OPS,
+    set::OPS,
 ];
 
-/// The import of ONNX op type `op_type` (default domain), if kiln has one.
-pub(crate) fn find(op_type: &str) -> Option<OpFn> {
-    FAMILIES
+/// The ops of the `ai.onnx.ml` domain kiln imports.
+const ML_FAMILIES: &[&[(&str, OpFn)]] = &[ml::OPS];
+
+/// The import of ONNX op type `op_type` of `domain` (`""` or `"ai.onnx"` for the default one,
+/// `"ai.onnx.ml"`), if kiln has one.
+pub(crate) fn find(domain: &str, op_type: &str) -> Option<OpFn> {
+    let families = match domain {
+        "" | "ai.onnx" => FAMILIES,
+        "ai.onnx.ml" => ML_FAMILIES,
+        _ => return None,
+    };
+    families
         .iter()
         .flat_map(|f| f.iter())
         .find(|(name, _)| *name == op_type)
         .map(|(_, f)| *f)
 }
 
-/// Every ONNX op type kiln imports, sorted.
+/// Every ONNX op type kiln imports (of every domain), sorted.
 pub fn supported_ops() -> Vec<&'static str> {
     let mut v: Vec<&str> = FAMILIES
         .iter()
+        .chain(ML_FAMILIES)
         .flat_map(|f| f.iter().map(|(n, _)| *n))
         .collect();
     v.sort_unstable();
@@ -260,6 +279,61 @@ pub(crate) fn to_narrow(
         .map(|&v| crate::narrow::round(ty, v, saturate, mode))
         .collect::<Result<Vec<f64>>>()?;
     Value::narrow_values(ty, &out, kiln_core::Shape::from(x.dims()), device)
+}
+
+/// The dtype a composed float op computes in: f64 stays, narrower floats (and integers) widen
+/// to f32, so that a composition rounds once at the end rather than after every step.
+pub(crate) fn work_dtype(dt: DType) -> DType {
+    if dt == DType::F64 { dt } else { DType::F32 }
+}
+
+/// ONNX's multidirectional broadcast of operands of shapes `dims`: the result's dims and, per
+/// operand, the offset each result element (row-major) reads in it. For host values (integers,
+/// strings), whose ops run element by element.
+pub(crate) fn broadcast_offsets(dims: &[&[usize]]) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
+    let rank = dims.iter().map(|d| d.len()).max().unwrap_or(0);
+    let padded: Vec<Vec<usize>> = dims
+        .iter()
+        .map(|d| {
+            let mut v = vec![1; rank - d.len()];
+            v.extend_from_slice(d);
+            v
+        })
+        .collect();
+    let mut out = vec![1usize; rank];
+    for (k, o) in out.iter_mut().enumerate() {
+        for p in &padded {
+            if p[k] != 1 {
+                if *o != 1 && *o != p[k] {
+                    return Err(Error::shape(
+                        "onnx",
+                        format!("shapes {dims:?} do not broadcast"),
+                    ));
+                }
+                *o = p[k];
+            }
+        }
+    }
+    let n: usize = out.iter().product();
+    let offsets = padded
+        .iter()
+        .map(|d| {
+            (0..n)
+                .map(|i| {
+                    let (mut rest, mut at, mut stride) = (i, 0, 1);
+                    for k in (0..rank).rev() {
+                        if d[k] != 1 {
+                            at += (rest % out[k]) * stride;
+                        }
+                        rest /= out[k];
+                        stride *= d[k];
+                    }
+                    at
+                })
+                .collect()
+        })
+        .collect();
+    Ok((out, offsets))
 }
 
 /// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.

@@ -192,6 +192,28 @@ pub fn compare(name: &str, want: &kiln_onnx::Value, got: &kiln_onnx::Value) -> R
             ));
         }
     }
+    if let kiln_onnx::Value::Strings(w) = want {
+        let kiln_onnx::Value::Strings(g) = got else {
+            return Err(format!(
+                "output {name}: {}, expected strings",
+                got.describe()
+            ));
+        };
+        if w.dims != g.dims {
+            return Err(format!(
+                "output {name}: shape {:?}, expected {:?}",
+                g.dims, w.dims
+            ));
+        }
+        return match w.data.iter().zip(&g.data).position(|(a, b)| a != b) {
+            Some(i) => Err(format!(
+                "output {name}: element {i} is {:?}, expected {:?}",
+                String::from_utf8_lossy(&g.data[i]),
+                String::from_utf8_lossy(&w.data[i])
+            )),
+            None => Ok(()),
+        };
+    }
     let (wd, w, exact) = values(want)?;
     let (gd, g, _) = values(got)?;
     if wd != gd {
