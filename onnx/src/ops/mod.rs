@@ -10,6 +10,7 @@
 mod elementwise;
 mod nn;
 mod reduce;
+mod rnn;
 mod shape;
 
 use crate::NodeAttrs;
@@ -28,7 +29,8 @@ pub(crate) type Outputs = Result<Vec<Value>>;
 pub(crate) type OpFn = fn(&Ctx<'_>, &[Value]) -> Outputs;
 
 /// Every family's table of (ONNX op type, import).
-const FAMILIES: &[&[(&str, OpFn)]] = &[elementwise::OPS, shape::OPS, nn::OPS, reduce::OPS];
+const FAMILIES: &[&[(&str, OpFn)]] =
+    &[elementwise::OPS, shape::OPS, nn::OPS, reduce::OPS, rnn::OPS];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
 pub(crate) fn find(op_type: &str) -> Option<OpFn> {

@@ -455,7 +455,7 @@ fn index_tensor(c: &Ctx<'_>, v: &[usize]) -> Result<Tensor> {
 }
 
 /// A host-built bool tensor (masks computed from shapes only).
-fn mask_tensor(c: &Ctx<'_>, dims: Vec<usize>, mask: &[bool]) -> Result<Tensor> {
+pub(super) fn mask_tensor(c: &Ctx<'_>, dims: Vec<usize>, mask: &[bool]) -> Result<Tensor> {
     let bytes = mask.iter().map(|&b| u8::from(b)).collect();
     Tensor::from_data(
         &TensorData::from_bytes(bytes, DType::Bool, Shape::from(dims))?,
