@@ -12,6 +12,7 @@ mod nn;
 mod reduce;
 mod rnn;
 mod shape;
+mod signal;
 
 use crate::NodeAttrs;
 use crate::model::onnx_err;
@@ -20,7 +21,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use kiln_core::{Device, Error, Result, Tensor};
+use kiln_core::{DType, Device, Error, Result, Shape, Tensor, TensorData};
 
 /// What an op import returns: its outputs in order.
 pub(crate) type Outputs = Result<Vec<Value>>;
@@ -29,8 +30,14 @@ pub(crate) type Outputs = Result<Vec<Value>>;
 pub(crate) type OpFn = fn(&Ctx<'_>, &[Value]) -> Outputs;
 
 /// Every family's table of (ONNX op type, import).
-const FAMILIES: &[&[(&str, OpFn)]] =
-    &[elementwise::OPS, shape::OPS, nn::OPS, reduce::OPS, rnn::OPS];
+const FAMILIES: &[&[(&str, OpFn)]] = &[
+    elementwise::OPS,
+    shape::OPS,
+    nn::OPS,
+    reduce::OPS,
+    rnn::OPS,
+    signal::OPS,
+];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
 pub(crate) fn find(op_type: &str) -> Option<OpFn> {
@@ -174,6 +181,18 @@ fn read_back(_: &Tensor, what: &str) -> Result<Vec<f64>> {
         "onnx",
         format!("{what}: a computed tensor whose value decides the output shape"),
     ))
+}
+
+/// A table computed on the host from shapes and attributes (DFT matrices, windows, sampling
+/// positions) as a `dtype` tensor on `device`.
+pub(crate) fn float_table(
+    device: &Device,
+    data: Vec<f64>,
+    dims: Vec<usize>,
+    dtype: DType,
+) -> Result<Tensor> {
+    let d = TensorData::new(data, Shape::from(dims))?;
+    Tensor::from_data(&d.convert(crate::value::held(device, dtype)), device)
 }
 
 /// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.

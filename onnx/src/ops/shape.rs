@@ -444,7 +444,7 @@ fn fix_negative(idx: &Tensor, n: usize) -> Result<Tensor> {
 }
 
 /// Host indices as an i32 index tensor.
-fn index_tensor(c: &Ctx<'_>, v: &[usize]) -> Result<Tensor> {
+pub(super) fn index_tensor(c: &Ctx<'_>, v: &[usize]) -> Result<Tensor> {
     let data: Vec<i32> = v
         .iter()
         .map(|&i| {
@@ -1712,7 +1712,7 @@ fn trilu(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 
 /// The kiln dtype of an ONNX element type code for a device result (`Ok`), or `Err(is_bool)` for
 /// an integer or bool type, whose constant result stays on the host.
-fn onnx_dtype(c: &Ctx<'_>, code: i64) -> Result<core::result::Result<DType, bool>> {
+pub(super) fn onnx_dtype(c: &Ctx<'_>, code: i64) -> Result<core::result::Result<DType, bool>> {
     let t = i32::try_from(code)
         .ok()
         .and_then(|t| crate::DataType::try_from(t).ok());
