@@ -13,6 +13,7 @@ mod reduce;
 mod rnn;
 mod shape;
 mod signal;
+mod vision;
 
 use crate::NodeAttrs;
 use crate::model::onnx_err;
@@ -37,6 +38,7 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
     reduce::OPS,
     rnn::OPS,
     signal::OPS,
+    vision::OPS,
 ];
 
 /// The import of ONNX op type `op_type` (default domain), if kiln has one.
