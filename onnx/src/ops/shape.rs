@@ -619,7 +619,7 @@ fn to_dims(v: &[i64], what: &str) -> Result<Vec<usize>> {
 }
 
 /// The element count of `dims`, or an error where it overflows.
-fn numel(dims: &[usize]) -> Result<usize> {
+pub(super) fn numel(dims: &[usize]) -> Result<usize> {
     dims.iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .ok_or_else(|| Error::shape("onnx", format!("shape {dims:?} has too many elements")))
@@ -630,7 +630,7 @@ fn numel(dims: &[usize]) -> Result<usize> {
 const HOST_LIMIT: usize = 1 << 28;
 
 /// [`numel`] of a host integer value, refused above [`HOST_LIMIT`].
-fn host_numel(dims: &[usize]) -> Result<usize> {
+pub(super) fn host_numel(dims: &[usize]) -> Result<usize> {
     let n = numel(dims)?;
     if n > HOST_LIMIT {
         return Err(Error::unsupported(

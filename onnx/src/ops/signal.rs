@@ -2,7 +2,8 @@
 //! host (their sizes come from shapes and attributes), and the window and mel-filter generators,
 //! computed on the host from their scalar inputs.
 
-use super::{Ctx, OpFn, Outputs, axis, float_table, host_values, one, shape::onnx_dtype};
+use super::shape::{host_numel, index_tensor, onnx_dtype};
+use super::{Ctx, OpFn, Outputs, axis, float_table, host_values, one};
 use crate::value::{Ints, Value};
 use alloc::format;
 use alloc::vec;
@@ -67,6 +68,7 @@ fn transform(c: &Ctx<'_>, x: &Tensor, t: &Transform) -> Result<Tensor> {
     };
     // e^{s j theta}: s = -1 forward, +1 inverse; the inverse divides by the length, and a
     // one-sided inverse counts each bin strictly inside the half twice (its mirror image)
+    host_numel(&[n, bins])?;
     let (sign, scale) = if t.inverse {
         (1.0, 1.0 / l)
     } else {
@@ -195,13 +197,14 @@ fn stft(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         )));
     }
     let frames = (len - frame) / step + 1;
+    host_numel(&[frames, frame])?;
     let idx: Vec<usize> = (0..frames)
         .flat_map(|f| (0..frame).map(move |i| f * step + i))
         .collect();
     let parts = x.dims()[2];
-    let mut y = x
-        .index_select(1, &super::shape::index_tensor(c, &idx)?)?
-        .reshape([x.dims()[0], frames, frame, parts])?;
+    let mut y =
+        x.index_select(1, &index_tensor(c, &idx)?)?
+            .reshape([x.dims()[0], frames, frame, parts])?;
     if let Some(w) = window {
         y = y.mul(&w.cast(y.dtype())?.reshape([1, 1, frame, 1])?)?;
     }
@@ -231,6 +234,7 @@ fn typed_table(c: &Ctx<'_>, data: Vec<f64>, dims: Vec<usize>) -> Outputs {
 fn window(c: &Ctx<'_>, a: &[Value], [a0, a1, a2]: [f64; 3]) -> Outputs {
     let size = scalar(c.arg(a, 0)?, "size")?;
     let size = usize::try_from(size).map_err(|_| c.unsupported(format!("window size {size}")))?;
+    host_numel(&[size])?;
     let periodic = c.int("periodic", 1)? != 0;
     let n = if periodic {
         size
@@ -270,6 +274,7 @@ fn mel_weight_matrix(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         )));
     }
     let (mels, bins) = (mels as usize, dft_len as usize / 2 + 1);
+    host_numel(&[bins, mels])?;
     let mel = |f: f64| 2595.0 * libm::log10(1.0 + f / 700.0);
     let (lo, hi) = (mel(low), mel(high));
     let step = (hi - lo) / (mels + 2) as f64;

@@ -3,7 +3,8 @@
 //! grids and scatter tables that depend only on shapes built on the host (AffineGrid, Col2Im,
 //! MaxUnpool), and NonMaxSuppression, whose output size depends on the data, on the host.
 
-use super::{Ctx, OpFn, Outputs, float_table, host_values, one, one_ints, shape::index_tensor};
+use super::shape::{host_numel, index_tensor, numel};
+use super::{Ctx, OpFn, Outputs, float_table, host_values, one, one_ints};
 use crate::value::{Ints, Value};
 use alloc::format;
 use alloc::vec;
@@ -286,7 +287,8 @@ fn affine_grid(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             (2.0 * i + 1.0) / s - 1.0
         }
     };
-    let p: usize = spatial.iter().product();
+    let p = numel(spatial)?;
+    host_numel(&[p, d + 1])?;
     let mut base = Vec::with_capacity(p * (d + 1));
     let mut idx = vec![0usize; d];
     for _ in 0..p {
@@ -343,7 +345,7 @@ fn col2im(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let dil = spatial_attr(c, "dilations", d, 1, 1)?;
     let pads = spatial_attr(c, "pads", d, 2, 0)?;
     let strides = spatial_attr(c, "strides", d, 1, 1)?;
-    let k: usize = block.iter().product();
+    let k = numel(&block)?;
     let bad = || {
         c.unsupported(format!(
             "input {} for image {image:?}, block {block:?}",
@@ -362,8 +364,8 @@ fn col2im(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     // block positions along each axis
     let mut counts = Vec::with_capacity(d);
     for i in 0..d {
-        let span = dil[i] * (block[i] - 1) + 1;
-        let padded = image[i] + pads[i] + pads[d + i];
+        let span = dil[i].saturating_mul(block[i] - 1).saturating_add(1);
+        let padded = image[i].saturating_add(pads[i]).saturating_add(pads[d + i]);
         if padded < span {
             return Err(bad());
         }
@@ -373,7 +375,8 @@ fn col2im(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     if x.dims()[2] != l {
         return Err(bad());
     }
-    let pixels: usize = image.iter().product();
+    let pixels = numel(&image)?;
+    numel(&[x.dims()[0], x.dims()[1], pixels + 1])?;
     let mut table = Vec::with_capacity(k * l);
     for kk in 0..k {
         for ll in 0..l {
@@ -439,6 +442,7 @@ fn roi_align(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         )));
     }
     let (oh, ow, sr) = (oh as usize, ow as usize, sr as usize);
+    host_numel(&[oh.max(ow), sr])?;
     let scale = f64::from(c.float("spatial_scale", 1.0)?);
     let default = if c.opset >= 16 {
         "half_pixel"
@@ -565,7 +569,8 @@ fn max_unpool(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             x.shape()
         )));
     }
-    let total: usize = inferred.iter().product();
+    numel(&dims)?;
+    let total = numel(&inferred)?;
     if let Value::Ints(i) = idx
         && let Some(bad) = i.data.iter().find(|&&v| v < 0 || v as usize >= total)
     {
@@ -717,8 +722,9 @@ fn deform_conv(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         return Err(bad("channels do not divide into the groups"));
     }
     let span = |size: usize, p0: usize, p1: usize, kk: usize, d: usize, s: usize| {
-        (size + p0 + p1)
-            .checked_sub(d * (kk - 1) + 1)
+        let padded = size.saturating_add(p0).saturating_add(p1);
+        padded
+            .checked_sub(d.saturating_mul(kk - 1).saturating_add(1))
             .map(|v| v / s + 1)
     };
     let (Some(oh), Some(ow)) = (
