@@ -413,3 +413,363 @@ fn recurrent(c: &Ctx<'_>, a: &[Value], cell: Cell) -> Outputs {
     }
     Ok(outs)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The attributes the suites leave out (directions, sequence lengths, layout,
+    //! linear_before_reset, clip, input_forget, activations with alpha and beta): each against
+    //! an equivalent simpler run, or against the spec's equations for one step.
+    use super::*;
+    use crate::proto::attribute_proto::AttributeType;
+    use crate::proto::{AttributeProto, NodeProto};
+    use crate::value::Ints;
+    use kiln_core::Device;
+
+    enum A {
+        I(i64),
+        F(f32),
+        Fs(Vec<f32>),
+        S(&'static str),
+        Ss(Vec<&'static str>),
+    }
+
+    fn node(op: &str, attrs: Vec<(&str, A)>) -> NodeProto {
+        let attribute = attrs
+            .into_iter()
+            .map(|(name, a)| {
+                let mut p = AttributeProto {
+                    name: Some(name.into()),
+                    ..Default::default()
+                };
+                let t = match a {
+                    A::I(i) => {
+                        p.i = Some(i);
+                        AttributeType::Int
+                    }
+                    A::F(f) => {
+                        p.f = Some(f);
+                        AttributeType::Float
+                    }
+                    A::Fs(f) => {
+                        p.floats = f;
+                        AttributeType::Floats
+                    }
+                    A::S(s) => {
+                        p.s = Some(s.as_bytes().to_vec());
+                        AttributeType::String
+                    }
+                    A::Ss(s) => {
+                        p.strings = s.iter().map(|s| s.as_bytes().to_vec()).collect();
+                        AttributeType::Strings
+                    }
+                };
+                p.r#type = Some(t as i32);
+                p
+            })
+            .collect();
+        NodeProto {
+            op_type: Some(op.into()),
+            attribute,
+            ..Default::default()
+        }
+    }
+
+    fn run(node: &NodeProto, args: &[Value]) -> Vec<Vec<f64>> {
+        let device = Device::cpu();
+        let cell = match node.op_type() {
+            "RNN" => Cell::Rnn,
+            "GRU" => Cell::Gru,
+            _ => Cell::Lstm,
+        };
+        let c = Ctx {
+            device: &device,
+            opset: 22,
+            node,
+        };
+        recurrent(&c, args, cell)
+            .unwrap()
+            .iter()
+            .map(|v| match v {
+                Value::Tensor(t) => t.to_data().unwrap().to_f64_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    fn t(v: &[f64], dims: &[usize]) -> Value {
+        let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        Value::Tensor(Tensor::from_slice(&v, dims.to_vec(), &Device::cpu()).unwrap())
+    }
+
+    /// Deterministic values in [-1, 1).
+    fn fill(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn close(a: &[f64], b: &[f64], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() < 1e-5, "{what}: element {i}: {x} vs {y}");
+        }
+    }
+
+    /// Rows `[t, d, ...]` of a `[steps, dirs, rest]` output for direction `d`.
+    fn direction(y: &[f64], steps: usize, dirs: usize, rest: usize, d: usize) -> Vec<f64> {
+        (0..steps)
+            .flat_map(|t| y[(t * dirs + d) * rest..(t * dirs + d + 1) * rest].to_vec())
+            .collect()
+    }
+
+    const CELLS: [(&str, usize); 3] = [("RNN", 1), ("GRU", 3), ("LSTM", 4)];
+
+    #[test]
+    fn bidirectional_is_forward_then_reverse_and_layout_transposes() {
+        let (steps, batch, input, hidden) = (3, 2, 2, 3);
+        for (op, g) in CELLS {
+            let x = fill(steps * batch * input, 1);
+            let w = fill(2 * g * hidden * input, 2);
+            let r = fill(2 * g * hidden * hidden, 3);
+            let b = fill(2 * 2 * g * hidden, 4);
+            let h0 = fill(2 * batch * hidden, 5);
+            let half = |v: &[f64], d: usize| v[d * v.len() / 2..(d + 1) * v.len() / 2].to_vec();
+            let args = |d: Option<usize>| {
+                let n = if d.is_some() { 1 } else { 2 };
+                let pick = |v: &[f64]| d.map_or(v.to_vec(), |d| half(v, d));
+                vec![
+                    t(&x, &[steps, batch, input]),
+                    t(&pick(&w), &[n, g * hidden, input]),
+                    t(&pick(&r), &[n, g * hidden, hidden]),
+                    t(&pick(&b), &[n, 2 * g * hidden]),
+                    Value::Absent,
+                    t(&pick(&h0), &[n, batch, hidden]),
+                ]
+            };
+            let hs = ("hidden_size", A::I(hidden as i64));
+            let bi = run(
+                &node(op, vec![hs, ("direction", A::S("bidirectional"))]),
+                &args(None),
+            );
+            let hs = || ("hidden_size", A::I(hidden as i64));
+            let fw = run(&node(op, vec![hs()]), &args(Some(0)));
+            let rv = run(
+                &node(op, vec![hs(), ("direction", A::S("reverse"))]),
+                &args(Some(1)),
+            );
+            let rest = batch * hidden;
+            close(&direction(&bi[0], steps, 2, rest, 0), &fw[0], op);
+            close(&direction(&bi[0], steps, 2, rest, 1), &rv[0], op);
+            close(&half(&bi[1], 0), &fw[1], op);
+            close(&half(&bi[1], 1), &rv[1], op);
+            // the reverse direction is the forward one on the time-reversed input
+            let mut xr = Vec::new();
+            for s in (0..steps).rev() {
+                xr.extend_from_slice(&x[s * batch * input..(s + 1) * batch * input]);
+            }
+            let mut a = args(Some(1));
+            a[0] = t(&xr, &[steps, batch, input]);
+            let fr = run(&node(op, vec![hs()]), &a);
+            for s in 0..steps {
+                let back = steps - 1 - s;
+                close(
+                    &rv[0][s * rest..(s + 1) * rest],
+                    &fr[0][back * rest..(back + 1) * rest],
+                    op,
+                );
+            }
+            // batch-first: X [batch, steps, input], states [batch, dirs, hidden]
+            let swap = |v: &[f64], a: usize, b: usize, inner: usize| {
+                let mut o = Vec::with_capacity(v.len());
+                for j in 0..b {
+                    for i in 0..a {
+                        o.extend_from_slice(&v[(i * b + j) * inner..(i * b + j + 1) * inner]);
+                    }
+                }
+                o
+            };
+            let mut a = args(None);
+            a[0] = t(&swap(&x, steps, batch, input), &[batch, steps, input]);
+            a[5] = t(&swap(&h0, 2, batch, hidden), &[batch, 2, hidden]);
+            let bf = run(
+                &node(
+                    op,
+                    vec![
+                        hs(),
+                        ("direction", A::S("bidirectional")),
+                        ("layout", A::I(1)),
+                    ],
+                ),
+                &a,
+            );
+            // Y [batch, steps, dirs, hidden] against [steps, dirs, batch, hidden]
+            let mut y = Vec::new();
+            for bi_ in 0..batch {
+                for s in 0..steps {
+                    for d in 0..2 {
+                        let at = ((s * 2 + d) * batch + bi_) * hidden;
+                        y.extend_from_slice(&bi[0][at..at + hidden]);
+                    }
+                }
+            }
+            close(&bf[0], &y, op);
+            close(&bf[1], &swap(&bi[1], 2, batch, hidden), op);
+        }
+    }
+
+    #[test]
+    fn sequence_lens_stop_each_batch_entry() {
+        let (steps, batch, input, hidden) = (3, 2, 2, 2);
+        for (op, g) in CELLS {
+            for dir in ["forward", "reverse"] {
+                let x = fill(steps * batch * input, 7);
+                let w = t(&fill(g * hidden * input, 8), &[1, g * hidden, input]);
+                let r = t(&fill(g * hidden * hidden, 9), &[1, g * hidden, hidden]);
+                let n = || {
+                    node(
+                        op,
+                        vec![
+                            ("hidden_size", A::I(hidden as i64)),
+                            ("direction", A::S(dir)),
+                        ],
+                    )
+                };
+                let lens = Value::Ints(Ints::vector(vec![2, 3]));
+                let full = run(
+                    &n(),
+                    &[
+                        t(&x, &[steps, batch, input]),
+                        w.clone(),
+                        r.clone(),
+                        Value::Absent,
+                        lens,
+                    ],
+                );
+                // entry 0 alone, cut to its length
+                let x0: Vec<f64> = (0..2)
+                    .flat_map(|s| x[(s * batch) * input..(s * batch + 1) * input].to_vec())
+                    .collect();
+                let alone = run(&n(), &[t(&x0, &[2, 1, input]), w.clone(), r.clone()]);
+                let what = format!("{op} {dir}");
+                close(&full[1][..hidden], &alone[1], &what);
+                for s in 0..steps {
+                    let at = s * batch * hidden;
+                    let want = if s < 2 {
+                        alone[0][s * hidden..(s + 1) * hidden].to_vec()
+                    } else {
+                        vec![0.0; hidden]
+                    };
+                    close(&full[0][at..at + hidden], &want, &what);
+                }
+            }
+        }
+    }
+
+    fn sigmoid(v: f64) -> f64 {
+        1.0 / (1.0 + (-v).exp())
+    }
+
+    #[test]
+    fn one_step_equations() {
+        let one = |v: f64| t(&[v], &[1, 1, 1]);
+        let (x, h0, c0) = (0.7, -0.4, 0.3);
+        // GRU: z, r, h gates
+        let w = [0.5, -0.3, 0.8];
+        let r = [0.2, 0.9, -0.6];
+        let b = [0.1, -0.2, 0.3, -0.1, 0.05, 0.4];
+        let z = sigmoid(x * w[0] + h0 * r[0] + b[0] + b[3]);
+        let rg = sigmoid(x * w[1] + h0 * r[1] + b[1] + b[4]);
+        for lbr in [0, 1] {
+            let hh = if lbr == 0 {
+                (x * w[2] + rg * h0 * r[2] + b[5] + b[2]).tanh()
+            } else {
+                (x * w[2] + rg * (h0 * r[2] + b[5]) + b[2]).tanh()
+            };
+            let want = (1.0 - z) * hh + z * h0;
+            let got = run(
+                &node(
+                    "GRU",
+                    vec![("hidden_size", A::I(1)), ("linear_before_reset", A::I(lbr))],
+                ),
+                &[
+                    one(x),
+                    t(&w, &[1, 3, 1]),
+                    t(&r, &[1, 3, 1]),
+                    t(&b, &[1, 6]),
+                    Value::Absent,
+                    one(h0),
+                ],
+            );
+            close(&got[1], &[want], &format!("GRU linear_before_reset {lbr}"));
+        }
+        // LSTM: i, o, f, c gates; peepholes i, o, f; clip 0.5 and coupled input and forget
+        let w = [0.5, -0.3, 0.8, 1.5];
+        let r = [0.2, 0.9, -0.6, 0.7];
+        let b = [0.1, -0.2, 0.3, 0.6, -0.1, 0.05, 0.4, 0.2];
+        let p = [0.3, -0.5, 0.25];
+        let clip = |v: f64| v.clamp(-0.5, 0.5);
+        let pre = |k: usize| x * w[k] + h0 * r[k] + b[k] + b[4 + k];
+        let i = sigmoid(clip(pre(0) + p[0] * c0));
+        let f = 1.0 - i;
+        let cc = clip(pre(3)).tanh();
+        let c = f * c0 + i * cc;
+        let o = sigmoid(clip(pre(1) + p[1] * c));
+        let h = o * c.tanh();
+        let got = run(
+            &node(
+                "LSTM",
+                vec![
+                    ("hidden_size", A::I(1)),
+                    ("clip", A::F(0.5)),
+                    ("input_forget", A::I(1)),
+                ],
+            ),
+            &[
+                one(x),
+                t(&w, &[1, 4, 1]),
+                t(&r, &[1, 4, 1]),
+                t(&b, &[1, 8]),
+                Value::Absent,
+                one(h0),
+                one(c0),
+                t(&p, &[1, 3]),
+            ],
+        );
+        close(&got[1], &[h], "LSTM h");
+        close(&got[2], &[c], "LSTM c");
+        // RNN activations with alpha and beta: Affine, then LeakyRelu in reverse
+        let (w, r, b) = (0.5, -0.3, [0.1, -0.2]);
+        let pre = x * w + h0 * r + b[0] + b[1];
+        let got = run(
+            &node(
+                "RNN",
+                vec![
+                    ("hidden_size", A::I(1)),
+                    ("direction", A::S("bidirectional")),
+                    ("activations", A::Ss(vec!["Affine", "LeakyRelu"])),
+                    ("activation_alpha", A::Fs(vec![2.0, 0.1])),
+                    ("activation_beta", A::Fs(vec![1.0])),
+                ],
+            ),
+            &[
+                one(x),
+                t(&[w, -w], &[2, 1, 1]),
+                t(&[r, r], &[2, 1, 1]),
+                t(&[b[0], b[1], b[0], b[1]], &[2, 2]),
+                Value::Absent,
+                t(&[h0, h0], &[2, 1, 1]),
+            ],
+        );
+        let neg = -x * w + h0 * r + b[0] + b[1];
+        let leaky = if neg < 0.0 { 0.1 * neg } else { neg };
+        close(&got[1], &[2.0 * pre + 1.0, leaky], "RNN activations");
+    }
+}
