@@ -419,108 +419,14 @@ mod tests {
     //! The attributes the suites leave out (directions, sequence lengths, layout,
     //! linear_before_reset, clip, input_forget, activations with alpha and beta): each against
     //! an equivalent simpler run, or against the spec's equations for one step.
+    use super::super::testing::{A, close, fill, node, outputs, t};
     use super::*;
-    use crate::proto::attribute_proto::AttributeType;
-    use crate::proto::{AttributeProto, NodeProto};
+    use crate::proto::NodeProto;
     use crate::value::Ints;
-    use kiln_core::Device;
-
-    enum A {
-        I(i64),
-        F(f32),
-        Fs(Vec<f32>),
-        S(&'static str),
-        Ss(Vec<&'static str>),
-    }
-
-    fn node(op: &str, attrs: Vec<(&str, A)>) -> NodeProto {
-        let attribute = attrs
-            .into_iter()
-            .map(|(name, a)| {
-                let mut p = AttributeProto {
-                    name: Some(name.into()),
-                    ..Default::default()
-                };
-                let t = match a {
-                    A::I(i) => {
-                        p.i = Some(i);
-                        AttributeType::Int
-                    }
-                    A::F(f) => {
-                        p.f = Some(f);
-                        AttributeType::Float
-                    }
-                    A::Fs(f) => {
-                        p.floats = f;
-                        AttributeType::Floats
-                    }
-                    A::S(s) => {
-                        p.s = Some(s.as_bytes().to_vec());
-                        AttributeType::String
-                    }
-                    A::Ss(s) => {
-                        p.strings = s.iter().map(|s| s.as_bytes().to_vec()).collect();
-                        AttributeType::Strings
-                    }
-                };
-                p.r#type = Some(t as i32);
-                p
-            })
-            .collect();
-        NodeProto {
-            op_type: Some(op.into()),
-            attribute,
-            ..Default::default()
-        }
-    }
 
     fn run(node: &NodeProto, args: &[Value]) -> Vec<Vec<f64>> {
-        let device = Device::cpu();
-        let cell = match node.op_type() {
-            "RNN" => Cell::Rnn,
-            "GRU" => Cell::Gru,
-            _ => Cell::Lstm,
-        };
-        let c = Ctx {
-            device: &device,
-            opset: 22,
-            node,
-        };
-        recurrent(&c, args, cell)
-            .unwrap()
-            .iter()
-            .map(|v| match v {
-                Value::Tensor(t) => t.to_data().unwrap().to_f64_vec(),
-                _ => Vec::new(),
-            })
-            .collect()
-    }
-
-    fn t(v: &[f64], dims: &[usize]) -> Value {
-        let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-        Value::Tensor(Tensor::from_slice(&v, dims.to_vec(), &Device::cpu()).unwrap())
-    }
-
-    /// Deterministic values in [-1, 1).
-    fn fill(n: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-            })
-            .collect()
-    }
-
-    fn close(a: &[f64], b: &[f64], what: &str) {
-        assert_eq!(a.len(), b.len(), "{what}: lengths");
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() < 1e-5, "{what}: element {i}: {x} vs {y}");
-        }
+        let f = OPS.iter().find(|(n, _)| *n == node.op_type()).unwrap().1;
+        outputs(f, 22, node, args)
     }
 
     /// Rows `[t, d, ...]` of a `[steps, dirs, rest]` output for direction `d`.

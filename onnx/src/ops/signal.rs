@@ -305,3 +305,27 @@ fn mel_weight_matrix(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     }
     typed_table(c, out, vec![bins, mels])
 }
+
+#[cfg(test)]
+mod tests {
+    //! The input the suites leave out: DFT's `dft_length`, which zero-pads or cuts the signal.
+    use super::super::testing::{A, close, node, outputs, t};
+    use super::*;
+
+    #[test]
+    fn dft_length_pads_or_cuts_the_signal() {
+        let x = [0.5, -1.0, 2.0, 0.25, 1.5];
+        let n = node("DFT", vec![("axis", A::I(1))]);
+        let run = |v: &[f64], len: Option<i64>| {
+            let mut args = vec![t(v, &[1, v.len(), 1])];
+            if let Some(l) = len {
+                args.push(Value::Ints(Ints::scalar(l)));
+            }
+            outputs(dft, 19, &n, &args).remove(0)
+        };
+        let mut padded = x.to_vec();
+        padded.extend([0.0; 3]);
+        close(&run(&x, Some(8)), &run(&padded, None), "padded");
+        close(&run(&x, Some(3)), &run(&x[..3], None), "cut");
+    }
+}
