@@ -253,7 +253,7 @@ fn sizes(c: &Ctx<'_>, a: &[Value], i: usize, what: &str) -> Result<Vec<usize>> {
     host_values(c.arg(a, i)?, what)?
         .iter()
         .map(|&v| {
-            (v >= 0.0 && v.fract() == 0.0)
+            (v >= 0.0 && libm::trunc(v) == v)
                 .then_some(v as usize)
                 .ok_or_else(|| c.unsupported(format!("{what}: {v} is not a size")))
         })
@@ -408,11 +408,120 @@ fn col2im(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     one(y.reshape(dims)?)
 }
 
+/// RoiAlign's settings.
+struct Roi {
+    max: bool,
+    bins: [usize; 2],
+    scale: f64,
+    half_pixel: bool,
+}
+
+impl Roi {
+    /// A region's start and length along the axis whose corners are columns `k` and `k + 2`
+    /// of `rois` (device tensors `[R, 1]`), in input pixels.
+    fn span(&self, rois: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
+        let offset = if self.half_pixel { 0.5 } else { 0.0 };
+        let corner = |k: usize| -> Result<Tensor> {
+            rois.narrow(1, k, 1)?
+                .mul_scalar(self.scale)?
+                .sub_scalar(offset)
+        };
+        let start = corner(k)?;
+        let mut len = corner(k + 2)?.sub(&start)?;
+        if !self.half_pixel {
+            len = len.maximum_scalar(1.0)?;
+        }
+        Ok((start, len))
+    }
+}
+
+/// The bilinear taps `[R, bins * grid]` of the samples along one axis of `size` pixels: a
+/// sample more than a pixel outside gets weight 0, one past the last pixel reads the edge.
+fn roi_taps(
+    c: &Ctx<'_>,
+    (start, len): (Tensor, Tensor),
+    bins: usize,
+    grid: usize,
+    size: usize,
+) -> Result<[Tap; 2]> {
+    let frac: Vec<f64> = (0..bins * grid)
+        .map(|i| (i / grid) as f64 + ((i % grid) as f64 + 0.5) / grid as f64)
+        .collect();
+    let frac = float_table(c.device, frac, vec![1, bins * grid], start.dtype())?;
+    let v = start.add(&len.div_scalar(bins as f64)?.mul(&frac)?)?;
+    let outside = v.ne(&v.clamp(-1.0, size as f64)?)?;
+    let valid = outside.where_cond(&v.zeros_like()?, &v.ones_like()?)?;
+    let v = v.maximum_scalar(0.0)?;
+    let last = size as f64 - 1.0;
+    let lo = v.floor()?;
+    let at_end = lo.ge(&lo.scalar_like(last)?)?;
+    let lo = at_end.where_cond(&lo.scalar_like(last)?, &lo)?;
+    let hi = at_end.where_cond(&lo, &lo.add_scalar(1.0)?)?;
+    let v = at_end.where_cond(&lo, &v)?;
+    let l = v.sub(&lo)?;
+    let hw = l.neg()?.add_scalar(1.0)?.mul(&valid)?;
+    Ok([(lo, hw), (hi, l.mul(&valid)?)])
+}
+
+/// RoiAlign of the regions `rois` (`[R, 4]`, in `batch` `[R]`, both of x's dtype) with a
+/// `grid` of samples per bin: `[R, C, bins...]`.
+fn roi_bins(
+    c: &Ctx<'_>,
+    x: &Tensor,
+    rois: &Tensor,
+    batch: &Tensor,
+    p: &Roi,
+    [gy, gx]: [usize; 2],
+) -> Result<Tensor> {
+    let [n, ch, h, w] = [x.dims()[0], x.dims()[1], x.dims()[2], x.dims()[3]];
+    let [oh, ow] = p.bins;
+    let r = rois.dims()[0];
+    host_numel(&[oh, gy])?;
+    host_numel(&[ow, gx])?;
+    let ys = roi_taps(c, p.span(rois, 1)?, oh, gy, h)?;
+    let xs = roi_taps(c, p.span(rois, 0)?, ow, gx, w)?;
+    let (sy, sx) = (oh * gy, ow * gx);
+    let rows = x.permute(&[0, 2, 3, 1])?.reshape([n * h * w, ch])?;
+    let base = batch.mul_scalar((h * w) as f64)?.reshape([r, 1, 1])?;
+    let mut acc: Option<Tensor> = None;
+    for (yi, wy) in &ys {
+        for (xi, wx) in &xs {
+            let idx = base
+                .add(&yi.mul_scalar(w as f64)?.reshape([r, sy, 1])?)?
+                .add(&xi.reshape([r, 1, sx])?)?
+                .round()?
+                .cast(kiln_core::DType::I32)?
+                .reshape([r * sy * sx])?;
+            let wt = wy
+                .reshape([r, sy, 1, 1])?
+                .mul(&wx.reshape([r, 1, sx, 1])?)?;
+            let term = rows
+                .index_select(0, &idx)?
+                .reshape([r, sy, sx, ch])?
+                .mul(&wt)?;
+            acc = Some(match acc {
+                None => term,
+                Some(s) if p.max => s.maximum(&term)?,
+                Some(s) => s.add(&term)?,
+            });
+        }
+    }
+    let acc = acc.ok_or_else(|| Error::invalid("onnx", "no taps"))?;
+    let bins = acc.reshape([r, oh, gy, ow, gx, ch])?;
+    let y = if p.max {
+        bins.max(&[2, 4], false)?
+    } else {
+        bins.mean(&[2, 4], false)?
+    };
+    y.permute(&[0, 3, 1, 2])
+}
+
 /// RoiAlign: each region's `output_height x output_width` bins, each the average (or the
-/// maximum) of `sampling_ratio^2` bilinear samples, following the ONNX reference: a sample
-/// more than a pixel outside reads 0, and one past the last pixel reads the edge. The sample
-/// positions are computed on the device from the regions; the adaptive sampling ratio (0),
-/// whose grid depends on each region's size, is not supported.
+/// maximum) of a grid of bilinear samples, following the ONNX reference (for max, the largest
+/// weighted tap of any sample). The sample positions are computed on the device from the
+/// regions. The adaptive grid (`sampling_ratio` 0: `ceil(region size / bins)` samples per
+/// bin) depends on each region's size, so the regions are then read back (std only) and
+/// aligned one at a time.
 fn roi_align(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let x = c.tensor(a, 0)?;
     let rois = c.tensor(a, 1)?.cast(x.dtype())?;
@@ -436,14 +545,11 @@ fn roi_align(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         c.int("output_width", 1)?,
         c.int("sampling_ratio", 0)?,
     );
-    if oh <= 0 || ow <= 0 || sr <= 0 {
+    if oh <= 0 || ow <= 0 || sr < 0 {
         return Err(c.unsupported(format!(
-            "output {oh}x{ow} with sampling_ratio {sr} (positive sizes and ratio are; the adaptive ratio 0 is not)"
+            "output {oh}x{ow} with sampling_ratio {sr} (positive sizes and a ratio of 0 or more)"
         )));
     }
-    let (oh, ow, sr) = (oh as usize, ow as usize, sr as usize);
-    host_numel(&[oh.max(ow), sr])?;
-    let scale = f64::from(c.float("spatial_scale", 1.0)?);
     let default = if c.opset >= 16 {
         "half_pixel"
     } else {
@@ -457,74 +563,46 @@ fn roi_align(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         "output_half_pixel" => false,
         other => return Err(c.unsupported(format!("coordinate_transformation_mode {other}"))),
     };
-    let [n, ch, h, w] = [x.dims()[0], x.dims()[1], x.dims()[2], x.dims()[3]];
+    let p = Roi {
+        max,
+        bins: [oh as usize, ow as usize],
+        scale: f64::from(c.float("spatial_scale", 1.0)?),
+        half_pixel,
+    };
     let r = rois.dims()[0];
-    let offset = if half_pixel { 0.5 } else { 0.0 };
-    let corner = |k: usize| -> Result<Tensor> {
-        rois.narrow(1, k, 1)?.mul_scalar(scale)?.sub_scalar(offset)
-    };
-    // per axis: the samples' bilinear taps, `[R, samples]`
-    let axis = |start: Tensor, end: Tensor, bins: usize, size: usize| -> Result<[Tap; 2]> {
-        let mut len = end.sub(&start)?;
-        if !half_pixel {
-            len = len.maximum_scalar(1.0)?;
-        }
-        let frac: Vec<f64> = (0..bins * sr)
-            .map(|i| (i / sr) as f64 + ((i % sr) as f64 + 0.5) / sr as f64)
-            .collect();
-        let frac = float_table(c.device, frac, vec![1, bins * sr], x.dtype())?;
-        let v = start.add(&len.div_scalar(bins as f64)?.mul(&frac)?)?;
-        let zero = v.zeros_like()?;
-        let valid = v
-            .ge(&v.scalar_like(-1.0)?)?
-            .where_cond(&v.le(&v.scalar_like(size as f64)?)?.cast(v.dtype())?, &zero)?;
-        let v = v.maximum_scalar(0.0)?;
-        let last = size as f64 - 1.0;
-        let lo = v.floor()?;
-        let at_end = lo.ge(&lo.scalar_like(last)?)?;
-        let lo = at_end.where_cond(&lo.scalar_like(last)?, &lo)?;
-        let hi = at_end.where_cond(&lo, &lo.add_scalar(1.0)?)?;
-        let v = at_end.where_cond(&lo, &v)?;
-        let l = v.sub(&lo)?;
-        let hw = l.neg()?.add_scalar(1.0)?.mul(&valid)?;
-        Ok([(lo, hw), (hi, l.mul(&valid)?)])
-    };
-    let ys = axis(corner(1)?, corner(3)?, oh, h)?;
-    let xs = axis(corner(0)?, corner(2)?, ow, w)?;
-    let (sy, sx) = (oh * sr, ow * sr);
-    let rows = x.permute(&[0, 2, 3, 1])?.reshape([n * h * w, ch])?;
-    let base = batch.mul_scalar((h * w) as f64)?.reshape([r, 1, 1])?;
-    let mut acc: Option<Tensor> = None;
-    for (yi, wy) in &ys {
-        for (xi, wx) in &xs {
-            let idx = base
-                .add(&yi.mul_scalar(w as f64)?.reshape([r, sy, 1])?)?
-                .add(&xi.reshape([r, 1, sx])?)?
-                .round()?
-                .cast(kiln_core::DType::I32)?
-                .reshape([r * sy * sx])?;
-            let wt = wy
-                .reshape([r, sy, 1, 1])?
-                .mul(&wx.reshape([r, 1, sx, 1])?)?;
-            let term = rows
-                .index_select(0, &idx)?
-                .reshape([r, sy, sx, ch])?
-                .mul(&wt)?;
-            acc = Some(match acc {
-                None => term,
-                Some(s) if max => s.maximum(&term)?,
-                Some(s) => s.add(&term)?,
-            });
-        }
+    if r == 0 {
+        return one(Tensor::zeros(
+            [0, x.dims()[1], p.bins[0], p.bins[1]],
+            x.dtype(),
+            c.device,
+        )?);
     }
-    let acc = acc.ok_or_else(|| Error::invalid("onnx", "no taps"))?;
-    let bins = acc.reshape([r, oh, sr, ow, sr, ch])?;
-    let y = if max {
-        bins.max(&[2, 4], false)?
-    } else {
-        bins.mean(&[2, 4], false)?
-    };
-    one(y.permute(&[0, 3, 1, 2])?)
+    if sr > 0 {
+        let g = sr as usize;
+        return one(roi_bins(c, &x, &rois, &batch, &p, [g, g])?);
+    }
+    let host = host_values(&Value::Tensor(rois.clone()), "rois")?;
+    let mut parts = Vec::with_capacity(r);
+    for i in 0..r {
+        let b = &host[i * 4..i * 4 + 4];
+        let grid = |k: usize, bins: usize| {
+            let mut len = (b[k + 2] - b[k]) * p.scale;
+            if !half_pixel {
+                len = len.max(1.0);
+            }
+            (libm::ceil(len / bins as f64).max(1.0)) as usize
+        };
+        let g = [grid(1, p.bins[0]), grid(0, p.bins[1])];
+        parts.push(roi_bins(
+            c,
+            &x,
+            &rois.narrow(0, i, 1)?,
+            &batch.narrow(0, i, 1)?,
+            &p,
+            g,
+        )?);
+    }
+    one(Tensor::concat(&parts, 0)?)
 }
 
 /// MaxUnpool: the values scattered (added) into zeros at their flat indices, which count over
@@ -795,4 +873,35 @@ fn deform_conv(c: &Ctx<'_>, a: &[Value]) -> Outputs {
         y = y.add(&b.reshape([1, oc, 1])?)?;
     }
     one(y.reshape([n, oc, oh, ow])?)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The attribute the suites leave out: RoiAlign's adaptive sampling grid.
+    use super::super::testing::{A, close, fill, node, outputs, t};
+    use super::*;
+
+    #[test]
+    fn adaptive_roi_grid_is_the_region_size_over_the_bins() {
+        let x = t(&fill(2 * 10 * 10, 11), &[1, 2, 10, 10]);
+        // regions of 5.5 x 4 and 8 x 5 pixels into 3 x 2 bins: grids of 2 and 3 samples
+        let rois = t(&[1.0, 2.0, 6.5, 6.0, 0.5, 1.0, 8.5, 6.0], &[2, 4]);
+        let batch = Value::Ints(Ints::vector(vec![0, 0]));
+        let run = |ratio: i64| {
+            let n = node(
+                "RoiAlign",
+                vec![
+                    ("output_height", A::I(2)),
+                    ("output_width", A::I(3)),
+                    ("sampling_ratio", A::I(ratio)),
+                ],
+            );
+            outputs(roi_align, 22, &n, &[x.clone(), rois.clone(), batch.clone()]).remove(0)
+        };
+        let (adaptive, two, three) = (run(0), run(2), run(3));
+        let per = 2 * 2 * 3;
+        close(&adaptive[..per], &two[..per], "region 0");
+        close(&adaptive[per..], &three[per..], "region 1");
+        assert!((two[per] - three[per]).abs() > 1e-4, "the grids differ");
+    }
 }
