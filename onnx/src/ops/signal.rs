@@ -243,6 +243,10 @@ fn window(c: &Ctx<'_>, a: &[Value], [a0, a1, a2]: [f64; 3]) -> Outputs {
     } as f64;
     let data = (0..size)
         .map(|i| {
+            if n == 0.0 {
+                // a symmetric window of one point is its peak, 1 (as NumPy's and PyTorch's)
+                return 1.0;
+            }
             let t = 2.0 * PI * i as f64 / n;
             a0 - a1 * libm::cos(t) + a2 * libm::cos(2.0 * t)
         })
@@ -290,16 +294,19 @@ fn mel_weight_matrix(c: &Ctx<'_>, a: &[Value]) -> Outputs {
             out[j as usize * mels + m] = v;
         }
     };
+    // edges past the last bin (an upper edge above the Nyquist frequency) shape the slopes
+    // but are not visited
+    let end = bins as i64;
     for m in 0..mels {
         let (l, ce, r) = (edges[m], edges[m + 1], edges[m + 2]);
         if ce == l {
             set(ce, m, 1.0);
         } else {
-            for j in l..=ce {
+            for j in l..=ce.min(end - 1) {
                 set(j, m, (j - l) as f64 / (ce - l) as f64);
             }
         }
-        for j in ce..r {
+        for j in ce..r.min(end) {
             set(j, m, (r - j) as f64 / (r - ce) as f64);
         }
     }
