@@ -21,6 +21,7 @@ pub(super) const OPS: &[(&str, OpFn)] = &[
     ("DeformConv", deform_conv),
 ];
 
+/// How samples between pixels are interpolated.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Nearest,
@@ -28,6 +29,7 @@ enum Mode {
     Cubic,
 }
 
+/// What a sample outside the image reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Padding {
     Zeros,
@@ -119,6 +121,11 @@ fn axis_taps(
     Ok(taps)
 }
 
+/// Integer-valued float indices as i32.
+fn index_i32(i: &Tensor) -> Result<Tensor> {
+    i.round()?.cast(kiln_core::DType::I32)
+}
+
 /// Sum over every combination of one tap per axis of the gathered values: `xf` is
 /// `[batch, channels, pixels]` (row-major over `sizes`), each axis's taps `[batch, points]`;
 /// the result is `[batch, channels, points]`.
@@ -132,7 +139,8 @@ fn gather_taps(xf: &Tensor, sizes: &[usize], taps: &[Vec<Tap>]) -> Result<Tensor
         let mut stride = 1.0;
         for ax in (0..taps.len()).rev() {
             let (i, w) = &taps[ax][pick[ax]];
-            let term = i.mul_scalar(stride)?;
+            // in i32: a float flat index is inexact past 2^24 pixels
+            let term = index_i32(i)?.mul_scalar(stride)?;
             index = Some(match index {
                 None => term,
                 Some(s) => s.add(&term)?,
@@ -147,12 +155,7 @@ fn gather_taps(xf: &Tensor, sizes: &[usize], taps: &[Vec<Tap>]) -> Result<Tensor
             return Err(Error::invalid("onnx", "sampling over no axes"));
         };
         let p = index.dims()[1];
-        let index = index
-            .round()?
-            .cast(kiln_core::DType::I32)?
-            .unsqueeze(1)?
-            .expand([b, ch, p])?
-            .contiguous()?;
+        let index = index.unsqueeze(1)?.expand([b, ch, p])?.contiguous()?;
         let term = xf.gather(2, &index)?.mul(&weight.unsqueeze(1)?)?;
         acc = Some(match acc {
             None => term,
@@ -463,7 +466,7 @@ fn roi_taps(
     Ok([(lo, hw), (hi, l.mul(&valid)?)])
 }
 
-/// RoiAlign of the regions `rois` (`[R, 4]`, in `batch` `[R]`, both of x's dtype) with a
+/// RoiAlign of the regions `rois` (`[R, 4]`, x's dtype) of images `batch` (`[R]`, i32) with a
 /// `grid` of samples per bin: `[R, C, bins...]`.
 fn roi_bins(
     c: &Ctx<'_>,
@@ -487,10 +490,8 @@ fn roi_bins(
     for (yi, wy) in &ys {
         for (xi, wx) in &xs {
             let idx = base
-                .add(&yi.mul_scalar(w as f64)?.reshape([r, sy, 1])?)?
-                .add(&xi.reshape([r, 1, sx])?)?
-                .round()?
-                .cast(kiln_core::DType::I32)?
+                .add(&index_i32(yi)?.mul_scalar(w as f64)?.reshape([r, sy, 1])?)?
+                .add(&index_i32(xi)?.reshape([r, 1, sx])?)?
                 .reshape([r * sy * sx])?;
             let wt = wy
                 .reshape([r, sy, 1, 1])?
@@ -525,7 +526,7 @@ fn roi_bins(
 fn roi_align(c: &Ctx<'_>, a: &[Value]) -> Outputs {
     let x = c.tensor(a, 0)?;
     let rois = c.tensor(a, 1)?.cast(x.dtype())?;
-    let batch = c.tensor(a, 2)?.cast(x.dtype())?;
+    let batch = c.tensor(a, 2)?.cast(kiln_core::DType::I32)?;
     if x.rank() != 4 || rois.rank() != 2 || rois.dims()[1] != 4 || batch.dims() != [rois.dims()[0]]
     {
         return Err(c.unsupported(format!(
