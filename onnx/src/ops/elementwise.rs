@@ -955,7 +955,7 @@ fn celu(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 }
 
 /// `log(1 + e^x)` as `max(x, 0) + log(1 + e^-|x|)`, which does not overflow.
-fn softplus(x: &Tensor) -> Result<Tensor> {
+pub(super) fn softplus(x: &Tensor) -> Result<Tensor> {
     x.relu()?
         .add(&x.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?)
 }

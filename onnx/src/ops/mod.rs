@@ -15,10 +15,13 @@ mod ml;
 mod nn;
 mod quant;
 mod reduce;
+mod rnn;
 mod sequence;
 mod set;
 mod shape;
+mod signal;
 mod strings;
+mod vision;
 
 use crate::NodeAttrs;
 use crate::model::{Graph, Scope, onnx_err};
@@ -28,7 +31,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use kiln_core::{DType, Device, Error, Result, Tensor};
+use kiln_core::{DType, Device, Error, Result, Shape, Tensor, TensorData};
 
 /// What an op import returns: its outputs in order.
 pub(crate) type Outputs = Result<Vec<Value>>;
@@ -49,6 +52,9 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
     llm::OPS,
     linalg::OPS,
     set::OPS,
+    rnn::OPS,
+    signal::OPS,
+    vision::OPS,
 ];
 
 /// The ops of the `ai.onnx.ml` domain kiln imports.
@@ -336,6 +342,18 @@ pub(crate) fn broadcast_offsets(dims: &[&[usize]]) -> Result<(Vec<usize>, Vec<Ve
     Ok((out, offsets))
 }
 
+/// A table computed on the host from shapes and attributes (DFT matrices, windows, sampling
+/// positions) as a `dtype` tensor on `device`.
+pub(crate) fn float_table(
+    device: &Device,
+    data: Vec<f64>,
+    dims: Vec<usize>,
+    dtype: DType,
+) -> Result<Tensor> {
+    let d = TensorData::new(data, Shape::from(dims))?;
+    Tensor::from_data(&d.convert(crate::value::held(device, dtype)), device)
+}
+
 /// ONNX axis `axis` (negative counts from the end) of a rank-`rank` value.
 pub(crate) fn axis(axis: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
@@ -350,4 +368,102 @@ pub(crate) fn axis(axis: i64, rank: usize) -> Result<usize> {
     } else {
         axis as usize
     })
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Building single nodes and their inputs for the family files' unit tests.
+    use super::*;
+    use crate::proto::attribute_proto::AttributeType;
+    use crate::proto::{AttributeProto, NodeProto};
+    use kiln_core::Device;
+
+    /// An attribute value.
+    pub enum A {
+        I(i64),
+        F(f32),
+        Fs(Vec<f32>),
+        S(&'static str),
+        Ss(Vec<&'static str>),
+    }
+
+    /// A node of type `op` with `attrs`.
+    pub fn node(op: &str, attrs: Vec<(&str, A)>) -> NodeProto {
+        let attribute = attrs
+            .into_iter()
+            .map(|(name, a)| {
+                let mut p = AttributeProto {
+                    name: Some(name.into()),
+                    ..Default::default()
+                };
+                let t = match a {
+                    A::I(i) => {
+                        p.i = Some(i);
+                        AttributeType::Int
+                    }
+                    A::F(f) => {
+                        p.f = Some(f);
+                        AttributeType::Float
+                    }
+                    A::Fs(f) => {
+                        p.floats = f;
+                        AttributeType::Floats
+                    }
+                    A::S(s) => {
+                        p.s = Some(s.as_bytes().to_vec());
+                        AttributeType::String
+                    }
+                    A::Ss(s) => {
+                        p.strings = s.iter().map(|s| s.as_bytes().to_vec()).collect();
+                        AttributeType::Strings
+                    }
+                };
+                p.r#type = Some(t as i32);
+                p
+            })
+            .collect();
+        NodeProto {
+            op_type: Some(op.into()),
+            attribute,
+            ..Default::default()
+        }
+    }
+
+    /// The outputs of `f` on `node` and `args` (CPU, opset `opset`) as f64 values.
+    pub fn outputs(f: OpFn, opset: i64, node: &NodeProto, args: &[Value]) -> Vec<Vec<f64>> {
+        super::run_alone(f, &Device::cpu(), opset, node, args)
+            .unwrap()
+            .iter()
+            .map(|v| host_values(v, "output").unwrap())
+            .collect()
+    }
+
+    /// An f32 tensor of `v`.
+    pub fn t(v: &[f64], dims: &[usize]) -> Value {
+        let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        Value::Tensor(Tensor::from_slice(&v, dims.to_vec(), &Device::cpu()).unwrap())
+    }
+
+    /// Deterministic values in [-1, 1).
+    pub fn fill(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `a` and `b` agree within 1e-5.
+    pub fn close(a: &[f64], b: &[f64], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() < 1e-5, "{what}: element {i}: {x} vs {y}");
+        }
+    }
 }

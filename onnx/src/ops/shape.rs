@@ -487,7 +487,7 @@ fn fix_negative(idx: &Tensor, n: usize) -> Result<Tensor> {
 }
 
 /// Host indices as an i32 index tensor.
-fn index_tensor(c: &Ctx<'_>, v: &[usize]) -> Result<Tensor> {
+pub(super) fn index_tensor(c: &Ctx<'_>, v: &[usize]) -> Result<Tensor> {
     let data: Vec<i32> = v
         .iter()
         .map(|&i| {
@@ -498,7 +498,7 @@ fn index_tensor(c: &Ctx<'_>, v: &[usize]) -> Result<Tensor> {
 }
 
 /// A host-built bool tensor (masks computed from shapes only).
-fn mask_tensor(c: &Ctx<'_>, dims: Vec<usize>, mask: &[bool]) -> Result<Tensor> {
+pub(super) fn mask_tensor(c: &Ctx<'_>, dims: Vec<usize>, mask: &[bool]) -> Result<Tensor> {
     let bytes = mask.iter().map(|&b| u8::from(b)).collect();
     Tensor::from_data(
         &TensorData::from_bytes(bytes, DType::Bool, Shape::from(dims))?,
@@ -662,7 +662,7 @@ fn to_dims(v: &[i64], what: &str) -> Result<Vec<usize>> {
 }
 
 /// The element count of `dims`, or an error where it overflows.
-fn numel(dims: &[usize]) -> Result<usize> {
+pub(super) fn numel(dims: &[usize]) -> Result<usize> {
     dims.iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .ok_or_else(|| Error::shape("onnx", format!("shape {dims:?} has too many elements")))
@@ -673,7 +673,7 @@ fn numel(dims: &[usize]) -> Result<usize> {
 const HOST_LIMIT: usize = 1 << 28;
 
 /// [`numel`] of a host integer value, refused above [`HOST_LIMIT`].
-fn host_numel(dims: &[usize]) -> Result<usize> {
+pub(super) fn host_numel(dims: &[usize]) -> Result<usize> {
     let n = numel(dims)?;
     if n > HOST_LIMIT {
         return Err(Error::unsupported(
@@ -1761,7 +1761,7 @@ fn trilu(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 
 /// The kiln dtype of an ONNX element type code for a device result (`Ok`), or `Err(is_bool)` for
 /// an integer or bool type, whose constant result stays on the host.
-fn onnx_dtype(c: &Ctx<'_>, code: i64) -> Result<core::result::Result<DType, bool>> {
+pub(super) fn onnx_dtype(c: &Ctx<'_>, code: i64) -> Result<core::result::Result<DType, bool>> {
     let t = i32::try_from(code)
         .ok()
         .and_then(|t| crate::DataType::try_from(t).ok());
