@@ -619,7 +619,9 @@ pub(super) fn scalar_i64(c: &Ctx<'_>, v: &Value, what: &str) -> Result<i64> {
 fn scalar_f64(c: &Ctx<'_>, v: &Value, what: &str) -> Result<f64> {
     match v {
         Value::Ints(i) if i.data.len() == 1 => Ok(i.data[0] as f64),
-        Value::Tensor(t) if t.numel() == 1 => read_scalar(c, t, what),
+        Value::Tensor(t) | Value::Narrow { tensor: t, .. } if t.numel() == 1 => {
+            read_scalar(c, t, what)
+        }
         other => Err(Error::shape(
             "onnx",
             format!("{what}: expects one element, got {}", other.describe()),
