@@ -50,7 +50,8 @@ if [ -z "${KILN_WEB_DEV:-}" ]; then
   fi
   # The ONNX converter runs one trace per model file, so it is built for size throughout: its
   # own crates at opt-level z, and z for its fat-LTO link, which follows the cdylib's level
-  # (kiln-core is shared with the main module and built once, at the level above).
+  # (kiln-core is shared with the main module and built once, at the level above). Measured
+  # before wasm-opt: 392.2 KiB gzipped, against 430.5 KiB with both at 3 (362.2 KiB after -Oz).
   cargo_args+=(--config 'profile.release.package.kiln-onnx.opt-level="z"'
     --config 'profile.release.package.kiln-web-onnx.opt-level="z"')
 fi

@@ -1,80 +1,22 @@
 // ONNX files in the built npm package (Node, CPU backend): Model.load converts them through the
 // lazily loaded converter module (dist/kiln_web_onnx_bg.wasm). The reference is independent of
 // kiln: the ONNX Model Zoo's MNIST classifiers (shared/conformance/models/mnist) with the outputs
-// stored next to them in test_data_set_N/output_0.pb (TensorProtos, parsed here). Skips without
-// the conformance data ($KILN_ONNX_SUITES, else shared/conformance in the working directory or a
-// parent, as onnx/tests/common does).
+// stored next to them in test_data_set_N/output_0.pb (TensorProtos, parsed by ../onnx-data.mjs).
+// Skips without the conformance data ($KILN_ONNX_SUITES, else shared/conformance in the working
+// directory or a parent, as onnx/tests/common does).
 //   node --test tests/web/node/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
-import { dirname, join, resolve } from "node:path";
+import { join } from "node:path";
 import init, { Model, Tensor, convertOnnx, memory } from "../../../npm/index.js";
+import { floatTensor, mnistOnnxDir } from "../onnx-data.mjs";
 
 await init();
 
-function suitesDir() {
-  if (process.env.KILN_ONNX_SUITES) return process.env.KILN_ONNX_SUITES;
-  for (let d = resolve(process.cwd()); ; d = dirname(d)) {
-    const c = join(d, "shared", "conformance");
-    if (existsSync(c)) return c;
-    if (dirname(d) === d) return undefined;
-  }
-}
-const suites = suitesDir();
-const mnistDir = suites && join(suites, "models", "mnist");
-const skip = !(mnistDir && existsSync(mnistDir)) && "no shared/conformance/models/mnist found (set KILN_ONNX_SUITES)";
-
-/** A protobuf varint at `at`: [value, next offset]. */
-function varint(b, at) {
-  let v = 0;
-  for (let shift = 1; ; shift *= 128) {
-    const c = b[at++];
-    v += (c & 0x7f) * shift;
-    if (c < 0x80) return [v, at];
-  }
-}
-
-/**
- * The float32 TensorProto in `bytes` as { dims, data }: reads dims (field 1), data_type (2; must
- * be FLOAT, 1), float_data (4) and raw_data (9), and skips every other field.
- */
-function floatTensor(bytes) {
-  const b = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
-  const dims = [];
-  let floats = [];
-  let dataType;
-  for (let at = 0; at < b.length; ) {
-    let key;
-    [key, at] = varint(b, at);
-    const [field, wire] = [Math.floor(key / 8), key & 7];
-    if (wire === 0) {
-      let v;
-      [v, at] = varint(b, at);
-      if (field === 1) dims.push(v);
-      if (field === 2) dataType = v;
-    } else if (wire === 2) {
-      let len;
-      [len, at] = varint(b, at);
-      const end = at + len;
-      if (field === 1) for (let p = at; p < end; ) { let v; [v, p] = varint(b, p); dims.push(v); }
-      if (field === 4 || field === 9) {
-        floats = [];
-        for (let p = at; p < end; p += 4) floats.push(view.getFloat32(p, true));
-      }
-      at = end;
-    } else if (wire === 5) {
-      if (field === 4) floats.push(view.getFloat32(at, true));
-      at += 4;
-    } else if (wire === 1) at += 8;
-    else throw new Error(`TensorProto: wire type ${wire} unexpected`);
-  }
-  assert.equal(dataType, 1, "a FLOAT TensorProto");
-  assert.equal(floats.length, dims.reduce((a, d) => a * d, 1), "element count");
-  return { dims, data: Float32Array.from(floats) };
-}
+const mnistDir = mnistOnnxDir();
+const skip = !mnistDir && "no shared/conformance/models/mnist found (set KILN_ONNX_SUITES)";
 
 /** Within onnx's backend-test tolerances, as onnx/tests/conformance.rs compares. */
 function close(actual, expected, what) {
