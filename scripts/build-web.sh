@@ -65,25 +65,32 @@ done
 
 if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
   # wasm-opt is npm's binaryen, a JavaScript build: -Oz takes minutes on 2 cores. Its output is
-  # cached by the hash of its input, so an unchanged module is not optimised twice.
+  # cached by the hash of its input, so an unchanged module is not optimised twice. It runs on
+  # one core, so the two modules are optimised side by side: 177 s for both, against 132 + 128 s
+  # one after the other (measured on 2 cores shared with other builds).
   cache="${CARGO_TARGET_DIR:-$ROOT/target}/wasm-opt-cache"
-  for wasm in npm/dist/kiln_web_bg.wasm npm/dist/kiln_web_onnx_bg.wasm; do
+  optimise() {
+    local wasm=$1 key before t0
     key=$(sha256sum "$wasm" | cut -c1-32)
     before=$(stat -c %s "$wasm")
     if [ -f "$cache/$key.wasm" ]; then
       cp "$cache/$key.wasm" "$wasm"
       echo "wasm-opt -Oz $wasm: unchanged module, reused $cache/$key.wasm"
-    else
-      t0=$(date +%s)
-      wasm-opt -Oz --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
-        --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
-        "$wasm" -o "$wasm.opt"
-      mv "$wasm.opt" "$wasm"
-      mkdir -p "$cache"
-      cp "$wasm" "$cache/$key.wasm"
-      echo "wasm-opt -Oz $wasm: $before -> $(stat -c %s "$wasm") bytes in $(($(date +%s) - t0)) s"
+      return
     fi
-  done
+    t0=$(date +%s)
+    wasm-opt -Oz --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
+      --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+      "$wasm" -o "$wasm.opt"
+    mv "$wasm.opt" "$wasm"
+    mkdir -p "$cache"
+    cp "$wasm" "$cache/$key.wasm"
+    echo "wasm-opt -Oz $wasm: $before -> $(stat -c %s "$wasm") bytes in $(($(date +%s) - t0)) s"
+  }
+  optimise npm/dist/kiln_web_bg.wasm &
+  main_opt=$!
+  optimise npm/dist/kiln_web_onnx_bg.wasm
+  wait "$main_opt"
   node npm/check-size.mjs
 fi
 
