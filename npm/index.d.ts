@@ -71,6 +71,37 @@ export default init;
 /** The package version. */
 export function version(): string;
 
+/** Options of `convertOnnx` (and of `Model.load` for an ONNX file). */
+export interface OnnxOptions {
+  /**
+   * The shape of the sample input the ONNX graph is traced on, batch axis first, e.g.
+   * `[1, 3, 224, 224]`. Default: the model's declared input shape, every symbolic dimension 1.
+   * The batch axis of the result stays free when the ONNX file leaves it symbolic.
+   */
+  inputShape?: ArrayLike<number>;
+}
+
+/**
+ * Converts an ONNX file (one input, one output) into a kiln model file, resolving to its bytes,
+ * which `Model.load` takes: convert once and cache them (e.g. in IndexedDB). The first call loads
+ * the ONNX converter, a second WebAssembly module (`dist/kiln_web_onnx_bg.wasm`), which
+ * `init()` does not load. The conversion itself runs synchronously on kiln's CPU backend.
+ * Rejects with a `KilnError` naming what was wrong (not ONNX, an op kiln does not import, ...).
+ */
+export function convertOnnx(
+  source: string | URL | Response | ArrayBuffer | ArrayBufferView,
+  options?: OnnxOptions,
+): Promise<Uint8Array>;
+
+/**
+ * Loads and instantiates the ONNX converter module (once; later calls return the same promise).
+ * `convertOnnx` and `Model.load` of an ONNX file call it themselves; call it to load the module
+ * ahead of time or from another place (`source` as for `init`).
+ */
+export function initOnnx(
+  source?: string | URL | Response | BufferSource | WebAssembly.Module,
+): Promise<void>;
+
 export interface DeviceMemory {
   /** Live tensors (a loaded model counts each weight). */
   tensors: number;
@@ -280,11 +311,18 @@ export interface TensorInfo {
   dtype: DType;
 }
 
-/** A trained kiln model (the safetensors file `kiln train` writes: weights + graph). */
+/**
+ * A trained kiln model (the safetensors file `kiln train` writes: weights + graph), or an ONNX
+ * model converted to one.
+ */
 export class Model {
   private constructor();
   /**
    * From a URL, a Response or bytes, onto `options.device` (default: the CPU).
+   *
+   * An ONNX file (told from a kiln file by its first bytes) is converted first, as by
+   * `convertOnnx(source, options)` (`options.inputShape` applies); the ONNX converter module is
+   * loaded then, on the first ONNX file only.
    *
    * `device: "auto"` picks the faster backend for this model: the CPU when `Device.auto()` says
    * so; otherwise the choice remembered in `localStorage` for this adapter and these model bytes,
@@ -293,7 +331,7 @@ export class Model {
    */
   static load(
     source: string | URL | Response | ArrayBuffer | ArrayBufferView,
-    options?: { device?: DeviceLike | "auto" },
+    options?: { device?: DeviceLike | "auto" } & OnnxOptions,
   ): Promise<Model>;
   readonly inputs: TensorInfo[];
   readonly outputs: TensorInfo[];

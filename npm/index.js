@@ -1,11 +1,13 @@
 // kiln-ml: the entry point. The API itself lives in the WebAssembly module (dist/, built by
 // cargo and wasm-bindgen from kiln's web/ crate); this file only loads it the same way in browsers,
-// bundlers (Vite, webpack) and Node.
-import loadWasm from "./dist/kiln_web.js";
+// bundlers (Vite, webpack) and Node. ONNX files are converted to kiln model files by a second
+// module (dist/kiln_web_onnx*, from web-onnx/), imported only when the first ONNX file is met.
+import loadWasm, { Model } from "./dist/kiln_web.js";
 
 export { Device, Tensor, Model, TextModel, memoryReport as memory, version } from "./dist/kiln_web.js";
 
 let ready;
+let onnxReady;
 
 /**
  * Loads and instantiates kiln's WebAssembly module (once; later calls return the same promise).
@@ -20,15 +22,119 @@ export function init(source) {
   return ready;
 }
 
+const inNode = () => typeof process !== "undefined" && Boolean(process.versions?.node);
+
+// Node cannot fetch file: URLs: a .wasm file of dist/, read from disk. The name is in a variable
+// so that bundlers leave this Node-only import alone.
+async function readDist(file) {
+  const fsName = "node:fs/promises";
+  const fs = await import(/* @vite-ignore */ /* webpackIgnore: true */ fsName);
+  return fs.readFile(new URL(`./dist/${file}`, import.meta.url));
+}
+
 async function instantiate(source) {
-  if (source === undefined && typeof process !== "undefined" && process.versions?.node) {
-    // Node cannot fetch file: URLs; read the module from disk. The name is in a variable so
-    // that bundlers leave this Node-only import alone.
-    const fsName = "node:fs/promises";
-    const fs = await import(/* @vite-ignore */ /* webpackIgnore: true */ fsName);
-    source = await fs.readFile(new URL("./dist/kiln_web_bg.wasm", import.meta.url));
-  }
+  if (source === undefined && inNode()) source = await readDist("kiln_web_bg.wasm");
   await loadWasm(source === undefined ? undefined : { module_or_path: source });
 }
+
+/**
+ * Loads and instantiates the ONNX converter module (once; later calls return the same promise).
+ * `convertOnnx` and `Model.load` of an ONNX file call it themselves; call it only to load the
+ * module from elsewhere (`source` as for `init`) or ahead of time.
+ */
+export function initOnnx(source) {
+  onnxReady ??= instantiateOnnx(source).catch((e) => {
+    onnxReady = undefined;
+    throw e;
+  });
+  return onnxReady;
+}
+
+async function instantiateOnnx(source) {
+  // A literal path: bundlers split the converter into its own chunk, fetched on first use, and
+  // emit its .wasm next to it (wasm-bindgen's loader finds it through import.meta.url).
+  const onnx = await import("./dist/kiln_web_onnx.js");
+  if (source === undefined && inNode()) source = await readDist("kiln_web_onnx_bg.wasm");
+  await onnx.default(source === undefined ? undefined : { module_or_path: source });
+  return onnx;
+}
+
+/** An Error shaped as the wasm module's: kiln's `op: message`, name KilnError, kind and op. */
+function kilnError(kind, op, message) {
+  const e = new Error(`${op}: ${message}`);
+  e.name = "KilnError";
+  e.kind = kind;
+  e.op = op;
+  return e;
+}
+
+/** The bytes of a URL, Response, ArrayBuffer or typed array; undefined for anything else. */
+async function bytesOf(source, op) {
+  if (source instanceof ArrayBuffer) return new Uint8Array(source);
+  if (ArrayBuffer.isView(source)) return new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
+  let response = source;
+  if (typeof source === "string" || source instanceof URL) {
+    const url = String(source);
+    try {
+      response = await fetch(url);
+    } catch (e) {
+      throw kilnError("io", op, `fetching ${url} failed: ${e?.message ?? e}`);
+    }
+    if (!response.ok) throw kilnError("io", op, `fetching ${url}: HTTP ${response.status} ${response.statusText}`);
+  } else if (typeof Response === "undefined" || !(source instanceof Response)) {
+    return undefined;
+  }
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+// A kiln model file is safetensors: a little-endian u64 header length, then that many bytes of
+// JSON starting with `{`.
+function isKilnFile(b) {
+  if (b.length < 9 || b[8] !== 0x7b) return false;
+  const v = new DataView(b.buffer, b.byteOffset, 8);
+  return v.getUint32(0, true) + v.getUint32(4, true) * 2 ** 32 + 8 <= b.length;
+}
+
+// An ONNX file is a protobuf ModelProto, whose first field's tag is one of ModelProto's fields
+// 1..8 (exporters write ir_version, field 1, first: byte 0x08).
+const MODEL_PROTO_TAGS = new Set([0x08, 0x12, 0x1a, 0x22, 0x28, 0x32, 0x3a, 0x42]);
+const isOnnxFile = (b) => b.length > 0 && !isKilnFile(b) && MODEL_PROTO_TAGS.has(b[0]);
+
+/**
+ * Converts an ONNX file (a URL, a Response or bytes) into a kiln model file: resolves to its
+ * bytes (a Uint8Array), which `Model.load` takes and which can be cached (e.g. in IndexedDB) so
+ * that a page converts once. Loads the ONNX converter module on first use. `options.inputShape`
+ * (batch axis first) is the shape the graph is traced on; by default the model's declared input
+ * shape with every symbolic dimension 1.
+ */
+export async function convertOnnx(source, options) {
+  const op = "convertOnnx";
+  const bytes = await bytesOf(source, op);
+  if (bytes === undefined) {
+    const what = source === null ? "null" : (source?.constructor?.name ?? typeof source);
+    throw kilnError("invalid_argument", op, `source must be a URL, a Response, an ArrayBuffer or a Uint8Array, got ${what}`);
+  }
+  const shape = options?.inputShape;
+  if (shape != null && !Array.isArray(shape) && !ArrayBuffer.isView(shape)) {
+    throw kilnError("invalid_argument", op, `options.inputShape must be an array of numbers, got ${typeof shape}`);
+  }
+  const onnx = await initOnnx();
+  return onnx.convertOnnx(bytes, shape == null ? undefined : Float64Array.from(shape, Number));
+}
+
+// Model.load takes ONNX files too: the bytes are looked at here, and an ONNX file goes through
+// convertOnnx before the wasm module's own Model.load (kiln files only) sees it. The class stays
+// the wasm module's (only its static `load` is replaced), so `instanceof Model` still holds.
+// (This is why package.json lists index.js under sideEffects: a bundler must not skip it.)
+const loadKilnFile = Model.load;
+Object.defineProperty(Model, "load", {
+  configurable: true,
+  writable: true,
+  value: async function load(source, options) {
+    const bytes = await bytesOf(source, "Model.load");
+    if (bytes === undefined || !isOnnxFile(bytes)) return loadKilnFile.call(Model, bytes ?? source, options);
+    return loadKilnFile.call(Model, await convertOnnx(bytes, options), options);
+  },
+});
 
 export default init;

@@ -1,15 +1,19 @@
 // The packed npm tarball in a fresh Vite project: `npm install ./kiln-ml-*.tgz`, `vite build`,
 // then headless Chromium (playwright-core, Debian's chromium) opens the built page and checks
 // that kiln ran in it (a matmul and a softmax computed on the device Device.auto() chose, and on
-// the CPU when that was WebGPU), with every tensor disposed and no console error.
+// the CPU when that was WebGPU), with every tensor disposed and no console error. With the ONNX
+// conformance data (../onnx-data.mjs), the page also loads the zoo's mnist-8.onnx from a URL
+// through Model.load, which must fetch the converter module's .wasm (a chunk of its own) and
+// give test_data_set_0's stored output.
 //   node tests/web/vite/run.mjs   (after scripts/build-web.sh made npm/kiln-ml-*.tgz)
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
 import { createServer } from "node:http";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { floatTensor, mnistOnnxDir } from "../onnx-data.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 const tarball = readdirSync(join(ROOT, "npm")).find((f) => /^kiln-ml-.*\.tgz$/.test(f));
@@ -17,6 +21,18 @@ if (!tarball) throw new Error("no npm/kiln-ml-*.tgz: run scripts/build-web.sh fi
 const viteVersion = JSON.parse(readFileSync(join(ROOT, "tests/web/node_modules/vite/package.json"), "utf8")).version;
 
 const app = mkdtempSync(join(tmpdir(), "kiln-vite-"));
+// The ONNX case: mnist-8.onnx served from public/ (copied as is by vite build), its stored input.
+const onnxDir = mnistOnnxDir() && join(mnistOnnxDir(), "mnist-8");
+let onnxCase = null;
+if (onnxDir) {
+  mkdirSync(join(app, "public"));
+  copyFileSync(join(onnxDir, "model.onnx"), join(app, "public", "mnist-8.onnx"));
+  const set = join(onnxDir, "test_data_set_0");
+  onnxCase = {
+    input: floatTensor(readFileSync(join(set, "input_0.pb"))),
+    output: floatTensor(readFileSync(join(set, "output_0.pb"))),
+  };
+} else console.log("notice: no shared/conformance/models/mnist (set KILN_ONNX_SUITES): the ONNX case is skipped");
 writeFileSync(join(app, "package.json"), JSON.stringify({ name: "kiln-vite-check", private: true, type: "module" }));
 writeFileSync(
   join(app, "index.html"),
@@ -24,7 +40,7 @@ writeFileSync(
 );
 writeFileSync(
   join(app, "main.js"),
-  `import init, { Device, Tensor, memory, version } from "kiln-ml";
+  `import init, { Device, Tensor, Model, memory, version } from "kiln-ml";
 const out = document.getElementById("out");
 async function compute(device) {
   const a = Tensor.from([[1, 2], [3, 4]], null, { device });
@@ -45,7 +61,20 @@ try {
       results.push({ kind: device.kind, error: e.name + ": " + e.message });
     }
   }
-  out.textContent = JSON.stringify({ version: version(), results, live: memory().tensors });
+  let onnx = null;
+  const onnxInput = ${JSON.stringify(onnxCase && { data: Array.from(onnxCase.input.data), dims: onnxCase.input.dims })};
+  if (onnxInput) {
+    try {
+      const model = await Model.load("./mnist-8.onnx", { device: auto });
+      const x = Tensor.from(Float32Array.from(onnxInput.data), onnxInput.dims, { device: model.device });
+      const y = model.forward(x);
+      onnx = { kind: model.device.kind, logits: Array.from(await y.data()) };
+      x.dispose(); y.dispose(); model.dispose();
+    } catch (e) {
+      onnx = { error: e.name + ": " + e.message };
+    }
+  }
+  out.textContent = JSON.stringify({ version: version(), results, onnx, live: memory().tensors });
 } catch (e) {
   out.textContent = JSON.stringify({ error: e.name + ": " + e.message });
 }
@@ -72,6 +101,8 @@ let ok = false;
 try {
   const page = await browser.newPage();
   const errors = [];
+  const wasmRequests = [];
+  page.on("request", (r) => r.url().endsWith(".wasm") && wasmRequests.push(new URL(r.url()).pathname));
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
   await page.goto(`http://127.0.0.1:${server.address().port}/`);
@@ -87,6 +118,17 @@ try {
     Math.abs(x.softmax[2] - e1 / (1 + e1)) < 1e-6;
   for (const x of r.results ?? []) console.log(`${good(x) ? "ok  " : "FAIL"} ${x.kind}${x.error ? `: ${x.error}` : ""}`);
   ok = !r.error && r.results.length > 0 && r.results.every(good) && r.live === 0 && errors.length === 0;
+  if (onnxCase) {
+    const want = onnxCase.output.data;
+    const got = r.onnx?.logits ?? [];
+    const close = got.length === want.length && got.every((v, i) => Math.abs(v - want[i]) <= 1e-3 * Math.abs(want[i]) + 1e-5);
+    // The converter is its own .wasm file, fetched by the page (only when it met the ONNX file).
+    const converter = wasmRequests.some((p) => /kiln_web_onnx_bg.*\.wasm$/.test(p));
+    console.log(`${close && converter ? "ok  " : "FAIL"} mnist-8.onnx from a URL on ${r.onnx?.kind}` +
+      `${r.onnx?.error ? `: ${r.onnx.error}` : close ? "" : `: logits ${got} vs ${Array.from(want)}`}` +
+      ` (wasm fetched: ${wasmRequests.join(", ")})`);
+    ok &&= close && converter;
+  }
   if (errors.length) console.log(`console errors: ${errors.join(" | ")}`);
 } catch (e) {
   console.log(`FAIL: ${e.message}`);
