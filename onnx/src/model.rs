@@ -137,6 +137,15 @@ impl Graph {
             .collect();
         let outputs: Vec<String> = graph.output.iter().map(|v| v.name().to_string()).collect();
         let types = declared_types(&graph);
+        // how many nodes read each value (a value read once may be rewritten in place)
+        let mut readers: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &graph.node {
+            let mut names = Vec::new();
+            mentions(n, &mut names);
+            for name in names {
+                *readers.entry(name.to_string()).or_default() += 1;
+            }
+        }
         let mut nodes = Vec::with_capacity(graph.node.len());
         for proto in graph.node {
             let mut graphs = BTreeMap::new();
@@ -158,6 +167,11 @@ impl Graph {
                 unsupported.push(format!("{d}{} (node '{}')", proto.op_type(), proto.name()));
                 continue;
             };
+            if let Some(conv) = nodes.last_mut()
+                && into_conv(conv, &proto, &readers, &outputs, &mut constants)
+            {
+                continue;
+            }
             let node = Node { proto, run, graphs };
             if !fold(&node, &mut constants, &types, device, opset) {
                 nodes.push(node);
@@ -648,6 +662,101 @@ fn fold(
         }
         Err(_) => false,
     }
+}
+
+/// Folds an inference `BatchNormalization` (`bn`) into the `Conv` just before it (`conv`),
+/// when the convolution's output feeds only `bn` and the weights and statistics are constants:
+/// the weight is scaled per output channel by `scale / sqrt(var + eps)` and the bias becomes
+/// `(bias - mean) * that + B`, so the normalization costs nothing per run. Returns whether it
+/// folded (anything unusual leaves both nodes as they are).
+fn into_conv(
+    conv: &mut Node,
+    bn: &NodeProto,
+    readers: &BTreeMap<String, usize>,
+    outputs: &[String],
+    constants: &mut BTreeMap<String, Value>,
+) -> bool {
+    let c = &conv.proto;
+    let Some(y) = c.output.first() else {
+        return false;
+    };
+    let plain = |n: &NodeProto, op: &str| {
+        n.op_type() == op && (n.domain().is_empty() || n.domain() == "ai.onnx")
+    };
+    let simple = plain(c, "Conv")
+        && plain(bn, "BatchNormalization")
+        && c.output.len() == 1
+        && bn.input.len() == 5
+        && bn.input[0] == *y
+        && bn.output.iter().skip(1).all(String::is_empty)
+        && readers.get(y) == Some(&1)
+        && !outputs.contains(y)
+        && bn.attribute.iter().all(|a| match a.name() {
+            "epsilon" | "momentum" => true,
+            "spatial" => a.i() == 1,
+            "training_mode" => a.i() == 0,
+            _ => false,
+        });
+    if !simple {
+        return false;
+    }
+    let eps = bn
+        .attribute
+        .iter()
+        .find(|a| a.name() == "epsilon")
+        .map_or(1e-5, |a| f64::from(a.f()));
+    let tensor = |name: Option<&String>| match name.and_then(|n| constants.get(n)) {
+        Some(Value::Tensor(t)) if t.dtype().is_float() => Some(t.clone()),
+        _ => None,
+    };
+    let (Some(w), Some(scale), Some(shift), Some(mean), Some(var)) = (
+        tensor(c.input.get(1)),
+        tensor(bn.input.get(1)),
+        tensor(bn.input.get(2)),
+        tensor(bn.input.get(3)),
+        tensor(bn.input.get(4)),
+    ) else {
+        return false;
+    };
+    let bias = match c.input.get(2).filter(|n| !n.is_empty()) {
+        Some(_) => match tensor(c.input.get(2)) {
+            Some(b) => Some(b),
+            None => return false,
+        },
+        None => None,
+    };
+    let folded = (|| -> Result<(Tensor, Tensor)> {
+        use kiln_core::{BinaryOp, UnaryOp};
+        let k = var
+            .binary_scalar(BinaryOp::Add, eps)?
+            .unary(UnaryOp::Rsqrt)?
+            .binary(BinaryOp::Mul, &scale)?;
+        let mut per_out = alloc::vec![1; w.rank()];
+        per_out[0] = w.dims()[0];
+        let w = w.binary(BinaryOp::Mul, &k.reshape(per_out)?)?;
+        let centred = match bias {
+            Some(b) => b.binary(BinaryOp::Sub, &mean)?,
+            None => mean.unary(UnaryOp::Neg)?,
+        };
+        let b = centred
+            .binary(BinaryOp::Mul, &k)?
+            .binary(BinaryOp::Add, &shift)?;
+        Ok((w, b))
+    })();
+    let Ok((w, b)) = folded else { return false };
+    if w.dims().first() != b.dims().first() {
+        return false;
+    }
+    let out = bn.output[0].clone();
+    let (wn, bname) = (format!("{out}.weight"), format!("{out}.bias"));
+    constants.insert(wn.clone(), Value::Tensor(w));
+    constants.insert(bname.clone(), Value::Tensor(b));
+    let p = &mut conv.proto;
+    p.input.truncate(1);
+    p.input.push(wn);
+    p.input.push(bname);
+    p.output[0] = out;
+    true
 }
 
 /// Node output `name` as the graph declares it: a value the graph declares narrow (bfloat16,
