@@ -34,6 +34,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use kiln_core::{DType, Device, Error, Result, Shape, Tensor, TensorData};
 
+pub(crate) use training::{attach_forward, is_gradient};
+
 /// What an op import returns: its outputs in order.
 pub(crate) type Outputs = Result<Vec<Value>>;
 

@@ -2,17 +2,170 @@
 //! and `Momentum`, compositions of elementwise ops. Their inputs are the learning rate `R`, the
 //! update count `T`, then `k` groups of `n` tensors each (`X...`, `G...`, then the optimizer's
 //! state); the outputs are the `n` new `X`s, then the new state, group by group.
+//!
+//! `Gradient` differentiates part of its own graph: at load, [`attach_forward`] gives the node
+//! that part as a graph attribute, which the op reruns with kiln's autodiff.
 
 use super::{Ctx, OpFn, Outputs, host_values, work_dtype};
-use crate::NodeAttrs;
-use crate::model::onnx_err;
+use crate::model::{mentions, onnx_err};
+use crate::proto::attribute_proto::AttributeType;
+use crate::proto::{AttributeProto, GraphProto, NodeProto, ValueInfoProto};
 use crate::value::Value;
+use crate::{NodeAttrs, OnnxError};
+use alloc::collections::BTreeSet;
 use alloc::format;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use kiln_core::{Error, Result, Tensor};
 
-pub(super) const OPS: &[(&str, OpFn)] =
-    &[("Adagrad", adagrad), ("Adam", adam), ("Momentum", momentum)];
+pub(super) const OPS: &[(&str, OpFn)] = &[
+    ("Adagrad", adagrad),
+    ("Adam", adam),
+    ("Momentum", momentum),
+    ("Gradient", gradient),
+];
+
+/// The graph attribute [`attach_forward`] gives a `Gradient` node (a name no ONNX op has).
+const FORWARD: &str = "kiln.forward";
+
+/// Whether `node` is an `ai.onnx.preview.training` `Gradient`.
+pub(crate) fn is_gradient(node: &NodeProto) -> bool {
+    node.domain() == "ai.onnx.preview.training" && node.op_type() == "Gradient"
+}
+
+/// Gives `Gradient` node `node` its forward pass as graph attribute [`FORWARD`]: the nodes of
+/// `ahead` (those before it in its graph, as written: constant folding must not cut the path
+/// from `xs`) that its `y` depends on, with `xs` and `zs` as the graph's inputs and `y` as its
+/// output. Values the nodes read from elsewhere come from the enclosing scope; `infos` are the
+/// enclosing graph's declared values, whose types the forward graph keeps.
+pub(crate) fn attach_forward(
+    node: &mut NodeProto,
+    ahead: &[NodeProto],
+    infos: &[ValueInfoProto],
+) -> Result<()> {
+    let names = |a: &str| -> core::result::Result<Vec<String>, OnnxError> {
+        let v = node.attr_strings(a)?.unwrap_or_default();
+        Ok(v.into_iter().map(String::from).collect())
+    };
+    let (xs, zs) = (
+        names("xs").map_err(onnx_err)?,
+        names("zs").map_err(onnx_err)?,
+    );
+    let y = node
+        .attr_string("y")
+        .map_err(onnx_err)?
+        .ok_or_else(|| Error::invalid("onnx", "Gradient expects attribute 'y'"))?
+        .to_string();
+    let fed: Vec<String> = xs.into_iter().chain(zs).collect();
+    // back from y to the nodes it depends on, stopping at the fed values
+    let mut needed = BTreeSet::from([y.clone()]);
+    let mut picked = Vec::new();
+    for n in ahead.iter().rev() {
+        if n.output.iter().any(|o| needed.contains(o)) {
+            let mut read = Vec::new();
+            mentions(n, &mut read);
+            needed.extend(
+                read.into_iter()
+                    .filter(|r| !r.is_empty() && !fed.iter().any(|f| f == r))
+                    .map(String::from),
+            );
+            picked.push(n.clone());
+        }
+    }
+    picked.reverse();
+    let info = |name: &str| {
+        infos
+            .iter()
+            .find(|v| v.name() == name)
+            .cloned()
+            .unwrap_or_else(|| ValueInfoProto {
+                name: Some(name.into()),
+                ..Default::default()
+            })
+    };
+    let value_info = picked
+        .iter()
+        .flat_map(|n| &n.output)
+        .filter(|o| infos.iter().any(|v| v.name() == o.as_str()))
+        .map(|o| info(o))
+        .collect();
+    let forward = GraphProto {
+        name: Some(FORWARD.into()),
+        input: fed.iter().map(|f| info(f)).collect(),
+        output: alloc::vec![info(&y)],
+        node: picked,
+        value_info,
+        ..Default::default()
+    };
+    node.attribute.push(AttributeProto {
+        name: Some(FORWARD.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(forward),
+        ..Default::default()
+    });
+    Ok(())
+}
+
+/// Gradient: the gradients of `y` (of the sum of its elements, for a non-scalar `y`) with
+/// respect to `xs`, by reverse-mode autodiff through the forward graph [`attach_forward`]
+/// made, run on the node's inputs (`xs`, then `zs`) with the `xs` as leaves. A gradient that
+/// `y` does not depend on is zeros. Under tracing it is an error: the backward pass records
+/// no history, so a traced model would hold these gradients as constants.
+fn gradient(c: &Ctx<'_>, a: &[Value]) -> Outputs {
+    if kiln_core::autodiff::is_tracing() {
+        return Err(c.unsupported("Gradient in a traced model"));
+    }
+    let xs = c
+        .node
+        .attr_strings("xs")
+        .map_err(onnx_err)?
+        .unwrap_or_default()
+        .len();
+    let mut leaves = Vec::with_capacity(xs);
+    let mut inputs = Vec::with_capacity(a.len());
+    for (i, v) in a.iter().enumerate() {
+        if i < xs {
+            let t = c.tensor(a, i)?;
+            if !t.dtype().is_float() {
+                return Err(Error::unsupported(
+                    "onnx",
+                    format!("Gradient with respect to input {i}, of {}", t.dtype()),
+                ));
+            }
+            let leaf = t.detach().require_grad();
+            leaves.push(leaf.clone());
+            inputs.push(Value::Tensor(leaf));
+        } else {
+            inputs.push(v.clone());
+        }
+    }
+    if leaves.len() != xs {
+        return Err(Error::invalid(
+            "onnx",
+            format!("Gradient has {xs} xs but {} inputs", a.len()),
+        ));
+    }
+    let y = c.run_graph(FORWARD, inputs)?;
+    let y = y
+        .first()
+        .ok_or_else(|| Error::invalid("onnx", "Gradient's forward graph has no output"))?
+        .tensor(c.device, "Gradient's y")?;
+    let grads = if y.requires_grad() {
+        Some(y.backward()?)
+    } else {
+        None
+    };
+    leaves
+        .iter()
+        .map(|x| {
+            let g = match grads.as_ref().and_then(|g| g.get(x)) {
+                Some(g) => g.detach(),
+                None => x.detach().zeros_like()?,
+            };
+            Ok(Value::Tensor(g))
+        })
+        .collect()
+}
 
 /// The inputs of an optimizer step, every tensor in the dtype the step computes in.
 struct Step {
