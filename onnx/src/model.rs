@@ -147,7 +147,22 @@ impl Graph {
             }
         }
         let mut nodes = Vec::with_capacity(graph.node.len());
-        for proto in graph.node {
+        // a Gradient node gets the nodes ahead of it that its `y` depends on, as a graph
+        let (ahead, infos) = if graph.node.iter().any(ops::is_gradient) {
+            let infos = graph
+                .input
+                .iter()
+                .chain(&graph.output)
+                .chain(&graph.value_info);
+            (graph.node.clone(), infos.cloned().collect())
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        for (k, mut proto) in graph.node.into_iter().enumerate() {
+            if ops::is_gradient(&proto) {
+                ops::attach_forward(&mut proto, &ahead[..k], &infos)
+                    .map_err(|e| e.context(node_label(&proto)))?;
+            }
             let mut graphs = BTreeMap::new();
             for a in &proto.attribute {
                 if let Some(g) = &a.g {
@@ -796,7 +811,7 @@ fn last_uses(nodes: &[&NodeProto], outputs: &[String]) -> Vec<Vec<String>> {
 }
 
 /// The names `node` reads: its inputs, and the inputs and outputs of nodes in its graphs.
-fn mentions<'a>(node: &'a NodeProto, names: &mut Vec<&'a str>) {
+pub(crate) fn mentions<'a>(node: &'a NodeProto, names: &mut Vec<&'a str>) {
     names.extend(node.input.iter().map(String::as_str));
     for a in &node.attribute {
         for g in a.g.iter().chain(&a.graphs) {

@@ -64,6 +64,7 @@ pub(super) const OPS: &[(&str, OpFn)] = &[
     ("BitwiseAnd", |c, a| bitwise(c, a, |p, q| Some(p & q))),
     ("BitwiseOr", |c, a| bitwise(c, a, |p, q| Some(p | q))),
     ("BitwiseXor", |c, a| bitwise(c, a, |p, q| Some(p ^ q))),
+    ("BitwiseNot", bitwise_not),
     ("BitShift", bit_shift),
     ("IsNaN", is_nan),
     ("IsInf", is_inf),
@@ -516,6 +517,46 @@ fn bitwise(c: &Ctx<'_>, a: &[Value], f: fn(i64, i64) -> Option<i64>) -> Outputs 
             y.describe()
         ))),
     }
+}
+
+/// BitwiseNot on host integers. Signed values are sign-extended on the host, so `!v` is exact
+/// for every signed width; unsigned ones are zero-extended, so their NOT keeps only the type's
+/// bits (uint8: NOT 5 = 250), and the width is the type the graph declares. Without a declared
+/// type, a negative value says signed; values that are all non-negative could be unsigned of
+/// any width, an error. uint64 is an error too: its NOT of a host value is above i64's range.
+fn bitwise_not(c: &Ctx<'_>, a: &[Value]) -> Outputs {
+    use DataType as D;
+    let x = match c.arg(a, 0)? {
+        Value::Ints(x) if !x.bool => x,
+        x => {
+            return Err(c.unsupported(format!(
+                "BitwiseNot of {} (expects integers known on the host)",
+                x.describe()
+            )));
+        }
+    };
+    let bits = match c.input_type(0) {
+        Some(D::Int8 | D::Int16 | D::Int32 | D::Int64) => None,
+        Some(D::Uint8) => Some(8),
+        Some(D::Uint16) => Some(16),
+        Some(D::Uint32) => Some(32),
+        Some(t) => {
+            return Err(c.unsupported(format!(
+                "BitwiseNot of type {} (expects an integer type of at most 32 bits, or int64)",
+                t.as_str_name()
+            )));
+        }
+        None if x.data.is_empty() || x.data.iter().any(|&v| v < 0) => None,
+        None => {
+            return Err(c.unsupported(
+                "BitwiseNot of non-negative integers of no declared type (signed or unsigned, and how wide, decides the result)",
+            ));
+        }
+    };
+    one_ints(host_map(&[x], |v| match bits {
+        None => Some(!v[0]),
+        Some(b) => Some(!v[0] & ((1i64 << b) - 1)),
+    })?)
 }
 
 /// BitShift (unsigned types) on host integers. Host values do not carry their width, so a
@@ -1284,5 +1325,32 @@ mod tests {
         check(acos, f64::acos, &xs);
         check(atanh, f64::atanh, &xs[1..xs.len() - 1]);
         check(asinh, f64::asinh, &wide);
+    }
+
+    #[test]
+    fn bitwise_not_keeps_an_unsigned_type_s_bits() {
+        let mut n = node(&[]);
+        n.input = alloc::vec!["x".into()];
+        let not = |x: &[i64], t: Option<DataType>| {
+            let types = t.map(|t| ("x".into(), t)).into_iter().collect();
+            let x = Value::Ints(ints(x));
+            super::super::run_typed(bitwise_not, &Device::cpu(), 18, &n, &types, &[x])
+                .map(|mut o| values(&o.remove(0)))
+        };
+        let x = [0, 5, 255];
+        assert_eq!(not(&x, Some(DataType::Uint8)).unwrap(), [255.0, 250.0, 0.0]);
+        assert_eq!(
+            not(&x, Some(DataType::Uint16)).unwrap(),
+            [65535.0, 65530.0, 65280.0]
+        );
+        assert_eq!(
+            not(&x, Some(DataType::Int32)).unwrap(),
+            [-1.0, -6.0, -256.0]
+        );
+        assert!(not(&x, Some(DataType::Uint64)).is_err());
+        // without a declared type: non-negative values could be of any width, a negative one
+        // says signed
+        assert!(not(&x, None).is_err());
+        assert_eq!(not(&[-1, 5], None).unwrap(), [0.0, -6.0]);
     }
 }

@@ -21,6 +21,7 @@ mod set;
 mod shape;
 mod signal;
 mod strings;
+mod training;
 mod vision;
 
 use crate::NodeAttrs;
@@ -32,6 +33,8 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use kiln_core::{DType, Device, Error, Result, Shape, Tensor, TensorData};
+
+pub(crate) use training::{attach_forward, is_gradient};
 
 /// What an op import returns: its outputs in order.
 pub(crate) type Outputs = Result<Vec<Value>>;
@@ -60,12 +63,16 @@ const FAMILIES: &[&[(&str, OpFn)]] = &[
 /// The ops of the `ai.onnx.ml` domain kiln imports.
 const ML_FAMILIES: &[&[(&str, OpFn)]] = &[ml::OPS];
 
+/// The ops of the `ai.onnx.preview.training` domain kiln imports.
+const TRAINING_FAMILIES: &[&[(&str, OpFn)]] = &[training::OPS];
+
 /// The import of ONNX op type `op_type` of `domain` (`""` or `"ai.onnx"` for the default one,
-/// `"ai.onnx.ml"`), if kiln has one.
+/// `"ai.onnx.ml"`, `"ai.onnx.preview.training"`), if kiln has one.
 pub(crate) fn find(domain: &str, op_type: &str) -> Option<OpFn> {
     let families = match domain {
         "" | "ai.onnx" => FAMILIES,
         "ai.onnx.ml" => ML_FAMILIES,
+        "ai.onnx.preview.training" => TRAINING_FAMILIES,
         _ => return None,
     };
     families
@@ -80,6 +87,7 @@ pub fn supported_ops() -> Vec<&'static str> {
     let mut v: Vec<&str> = FAMILIES
         .iter()
         .chain(ML_FAMILIES)
+        .chain(TRAINING_FAMILIES)
         .flat_map(|f| f.iter().map(|(n, _)| *n))
         .collect();
     v.sort_unstable();
