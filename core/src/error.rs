@@ -26,6 +26,27 @@ pub enum ErrorKind {
     InvalidArgument,
 }
 
+impl ErrorKind {
+    /// A short lowercase name (`"shape"`, `"invalid_argument"`), as JS errors carry it in their
+    /// `kind` property.
+    ///
+    /// ```
+    /// assert_eq!(kiln_core::ErrorKind::InvalidArgument.name(), "invalid_argument");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Shape => "shape",
+            ErrorKind::DType => "dtype",
+            ErrorKind::Index => "index",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Device => "device",
+            ErrorKind::Format => "format",
+            ErrorKind::Io => "io",
+            ErrorKind::InvalidArgument => "invalid_argument",
+        }
+    }
+}
+
 /// An error from any kiln operation. Displays as `op: message`.
 ///
 /// ```

@@ -18,7 +18,7 @@
 //! ```
 
 use js_sys::{Error as JsErr, Reflect};
-use kiln_core::{Device, Error, ErrorKind};
+use kiln_core::{Device, Error};
 use kiln_onnx::OnnxModel;
 use wasm_bindgen::prelude::*;
 
@@ -62,17 +62,7 @@ pub fn input_shape(dims: &[f64]) -> kiln_core::Result<Vec<usize>> {
 fn to_js(e: &Error) -> JsValue {
     let err = JsErr::new(&e.to_string());
     err.set_name("KilnError");
-    let kind = match e.kind() {
-        ErrorKind::Shape => "shape",
-        ErrorKind::DType => "dtype",
-        ErrorKind::Index => "index",
-        ErrorKind::Unsupported => "unsupported",
-        ErrorKind::Device => "device",
-        ErrorKind::Format => "format",
-        ErrorKind::Io => "io",
-        ErrorKind::InvalidArgument => "invalid_argument",
-        _ => "other",
-    };
+    let kind = e.kind().name();
     // Setting plain data properties on a fresh Error object cannot fail.
     let _ = Reflect::set(&err, &"kind".into(), &kind.into());
     let _ = Reflect::set(&err, &"op".into(), &e.op().into());
@@ -166,7 +156,7 @@ mod tests {
             "{no_shape}"
         );
         let garbage = convert(b"\x08\x07\x3a\xff", None).unwrap_err();
-        assert_eq!(garbage.kind(), ErrorKind::Format, "{garbage}");
+        assert_eq!(garbage.kind(), kiln_core::ErrorKind::Format, "{garbage}");
         assert!(garbage.to_string().contains("ONNX"), "{garbage}");
         let bad = input_shape(&[1.0, 2.5]).unwrap_err();
         assert!(bad.to_string().contains("2.5"), "{bad}");

@@ -2,7 +2,7 @@
 //! with `name = "KilnError"` and `kind`/`op` properties so callers can react without parsing.
 
 use js_sys::{Error as JsErr, Reflect};
-use kiln_core::{Error, ErrorKind};
+use kiln_core::Error;
 use wasm_bindgen::JsValue;
 
 /// What every exported function returns on failure.
@@ -12,17 +12,7 @@ pub type JsResult<T> = Result<T, JsValue>;
 pub fn to_js(e: &Error) -> JsValue {
     let err = JsErr::new(&e.to_string());
     err.set_name("KilnError");
-    let kind = match e.kind() {
-        ErrorKind::Shape => "shape",
-        ErrorKind::DType => "dtype",
-        ErrorKind::Index => "index",
-        ErrorKind::Unsupported => "unsupported",
-        ErrorKind::Device => "device",
-        ErrorKind::Format => "format",
-        ErrorKind::Io => "io",
-        ErrorKind::InvalidArgument => "invalid_argument",
-        _ => "other",
-    };
+    let kind = e.kind().name();
     // Setting plain data properties on a fresh Error object cannot fail.
     let _ = Reflect::set(&err, &"kind".into(), &kind.into());
     let _ = Reflect::set(&err, &"op".into(), &e.op().into());

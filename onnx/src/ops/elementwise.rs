@@ -1119,23 +1119,13 @@ fn atanh(x: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     //! The device paths the suites reach only through host integers: each against the host.
+    use super::super::testing::A;
     use super::*;
-    use crate::proto::attribute_proto::AttributeType;
-    use crate::proto::{AttributeProto, NodeProto};
+    use crate::proto::NodeProto;
 
     fn node(ints: &[(&str, i64)]) -> NodeProto {
-        NodeProto {
-            attribute: ints
-                .iter()
-                .map(|&(n, i)| AttributeProto {
-                    name: Some(n.into()),
-                    r#type: Some(AttributeType::Int as i32),
-                    i: Some(i),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
+        let attrs = ints.iter().map(|&(n, i)| (n, A::I(i))).collect();
+        super::super::testing::node("", attrs)
     }
 
     fn run(f: OpFn, node: &NodeProto, args: &[Value]) -> Value {

@@ -396,9 +396,8 @@ fn qlinear_conv(c: &Ctx<'_>, a: &[Value]) -> Outputs {
 mod tests {
     //! The quantizers' rounding, saturation and parameter shapes, against values worked out
     //! from the ONNX definitions.
+    use super::super::testing::A;
     use super::*;
-    use crate::proto::attribute_proto::AttributeType;
-    use crate::proto::{AttributeProto, NodeProto};
     use alloc::collections::BTreeMap;
     use alloc::string::{String, ToString};
     use kiln_core::Device;
@@ -411,22 +410,12 @@ mod tests {
         args: &[Value],
     ) -> Result<Vec<Value>> {
         let device = Device::cpu();
-        let node = NodeProto {
-            input: ["x", "s", "z"][..args.len()]
-                .iter()
-                .map(|n| n.to_string())
-                .collect(),
-            attribute: attrs
-                .iter()
-                .map(|&(n, i)| AttributeProto {
-                    name: Some(n.into()),
-                    r#type: Some(AttributeType::Int as i32),
-                    i: Some(i),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        };
+        let attrs = attrs.iter().map(|&(n, i)| (n, A::I(i))).collect();
+        let mut node = super::super::testing::node("", attrs);
+        node.input = ["x", "s", "z"][..args.len()]
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
         let types: BTreeMap<String, DataType> =
             types.iter().map(|&(n, t)| (n.to_string(), t)).collect();
         super::super::run_typed(f, &device, 21, &node, &types, args)
