@@ -197,7 +197,8 @@ impl Graph {
         for n in &nodes {
             mentions(&n.proto, &mut used);
         }
-        constants.retain(|name, _| used.contains(&name.as_str()));
+        let used: alloc::collections::BTreeSet<&str> = used.into_iter().collect();
+        constants.retain(|name, _| used.contains(name.as_str()));
         let protos: Vec<&NodeProto> = nodes.iter().map(|n| &n.proto).collect();
         let last_uses = last_uses(&protos, &outputs);
         Ok(Graph {
