@@ -190,4 +190,14 @@ impl SplitMix64 {
     pub fn symmetric(&mut self, bound: f32) -> f32 {
         (2.0 * self.next_f32() - 1.0) * bound
     }
+
+    /// Uniform in `[0, 1)` (53 random bits).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `0..n` up to a modulo bias below `n / 2^64` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
 }

@@ -3,25 +3,8 @@
 
 mod common;
 
+use kiln_core::random::SplitMix64 as Rng;
 use kiln_onnx::{NodeAttrs, decode_model, decode_tensor, tensor_value};
-
-/// SplitMix64: small, seedable, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform-enough in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// One to three random edits: bit flips, truncation, byte overwrites, duplicated or removed
 /// ranges.
@@ -37,7 +20,7 @@ fn mutate(bytes: &mut Vec<u8>, rng: &mut Rng) {
             1 => bytes.truncate(at),
             2 => bytes[at..at + span.min(16)]
                 .iter_mut()
-                .for_each(|b| *b = rng.next() as u8),
+                .for_each(|b| *b = rng.next_u64() as u8),
             3 => {
                 let copy = bytes[at..at + span].to_vec();
                 let to = rng.below(bytes.len() + 1);
@@ -133,7 +116,7 @@ fn mutated_files_never_panic() {
             false,
         ),
     ];
-    let mut rng = Rng(0x6b69_6c6e_6f6e_6e78);
+    let mut rng = Rng::new(0x6b69_6c6e_6f6e_6e78);
     let mut out = Outcomes::default();
     for (path, is_model) in &inputs {
         let original = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -454,17 +454,8 @@ pub(crate) mod testing {
 
     /// Deterministic values in [-1, 1).
     pub fn fill(n: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-            })
-            .collect()
+        let mut rng = kiln_core::random::SplitMix64::new(seed);
+        (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect()
     }
 
     /// `a` and `b` agree within 1e-5.

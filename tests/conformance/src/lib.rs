@@ -1,6 +1,7 @@
 //! Helpers of the conformance suite: devices under test, random inputs, and the comparison of
 //! every op (forward and backward) against the CPU oracle.
 
+use kiln_core::random::SplitMix64;
 use kiln_core::{DType, Device, ErrorKind, Result, Tensor, TensorData};
 use std::sync::OnceLock;
 
@@ -50,19 +51,10 @@ fn open(name: &str) -> Result<Device> {
     }
 }
 
-/// Deterministic values in `[lo, hi)` (a 64-bit LCG; never all zeros).
+/// Deterministic values in `[lo, hi)` (never all zeros).
 pub fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| lo + (hi - lo) * rng.next_f64()).collect()
 }
 
 /// Random data of `shape` and `dtype` in `[lo, hi)`.
