@@ -25,5 +25,6 @@ pub mod learn;
 pub mod lm;
 pub mod models;
 pub mod npy;
+pub mod profile;
 pub mod serve;
 pub mod train;

@@ -325,6 +325,10 @@ enum BenchTask {
         /// The input shape, e.g. `1,3,224,224` (default: the declared one).
         #[arg(long, value_delimiter = ',')]
         shape: Option<Vec<usize>>,
+        /// Then time every op over the same number of runs and print where the time goes, by
+        /// op (on a GPU each op is waited for, which serialises the work).
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -496,9 +500,16 @@ fn run(cli: Cli) -> Result<()> {
                     device,
                     runs,
                     shape,
+                    profile,
                 },
         } => {
-            let device = kiln::device::select(&device)?;
+            let mut device = kiln::device::select(&device)?;
+            // Only a profiled run pays for the profiler (on a GPU, a wait after every op).
+            let profiler = profile.then(|| {
+                let (timed, profiler) = kiln::profile::Profiler::wrap(&device);
+                device = timed;
+                profiler
+            });
             let model = kiln::onnx::OnnxModel::load(&read(&file)?, &device)?;
             let x = model.sample_input(shape.as_deref())?;
             let r = kiln::bench::onnx(&model, &x, runs.max(1))?;
@@ -511,6 +522,15 @@ fn run(cli: Cli) -> Result<()> {
                 r.min_ms,
                 r.max_ms
             );
+            if let Some(profiler) = profiler {
+                profiler.reset();
+                for _ in 0..runs.max(1) {
+                    for y in model.run(std::slice::from_ref(&x))? {
+                        y.to_data()?;
+                    }
+                }
+                println!("\n{}", profiler.table(runs.max(1) as u64));
+            }
             Ok(())
         }
         Command::Import {
