@@ -1,6 +1,6 @@
 //! Batched matrix multiplication with broadcast batch dims and NumPy's rank-1 promotion.
-//! Floats go to matrixmultiply's GEMM (multi-threaded under `std`), reading strided inputs in
-//! place; integers use a plain wrapping loop.
+//! Floats go to `Float::gemm` (multi-threaded under `std`), reading strided inputs in place;
+//! integers use a plain wrapping loop.
 
 use super::num::{Float, Num, sum_into_first};
 use super::par;

@@ -3,8 +3,9 @@
 //! Buffers are plain vectors ([`CpuStorage`]); inputs are read through their layouts in place
 //! (strided, broadcast, offset) and every output is a fresh row-major buffer (under `std`, large
 //! ones reuse the memory of dropped tensors). f16 is computed in f32. Matmul and convolution run
-//! on a GEMM (the `gemm` crate natively, matrixmultiply elsewhere); under `std`, these and the
-//! large elementwise, reduction and pooling loops use all cores.
+//! on a GEMM (the `gemm` crate natively; elsewhere kiln's SIMD128 `gemm::sgemm` for f32 and
+//! matrixmultiply for f64); under `std`, these and the large elementwise, reduction and pooling
+//! loops use all cores.
 //!
 //! ```
 //! use kiln_core::{DType, Device, Tensor};
@@ -16,6 +17,7 @@
 
 mod conv;
 mod elementwise;
+mod gemm;
 mod matmul;
 mod movement;
 mod num;

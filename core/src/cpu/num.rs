@@ -228,11 +228,12 @@ pub(crate) trait Float:
     fn powf(self, p: Self) -> Self;
     /// `if m { a } else { b }` on the bits: never a branch, which mispredicts on data.
     fn select(m: bool, a: Self, b: Self) -> Self;
-    /// matrixmultiply's GEMM for this type: the no_std and wasm32 path, where it is the smaller.
+    /// The GEMM of the no_std and wasm32 builds, where the `gemm` crate is too large: kiln's
+    /// SIMD128 kernel ([`super::gemm`]) for f32, matrixmultiply's for f64.
     #[cfg_attr(all(feature = "std", not(target_arch = "wasm32")), allow(dead_code))]
-    const MATRIXMULTIPLY: MatrixMultiply<Self>;
+    const PORTABLE_GEMM: MatrixMultiply<Self>;
     /// `c = a b + beta * c` with arbitrary strides: the `gemm` crate on native `std` builds,
-    /// matrixmultiply elsewhere. `parallel`: spread it over the thread pool (callers already
+    /// [`Float::PORTABLE_GEMM`] elsewhere. `parallel`: spread it over the thread pool (callers already
     /// running one GEMM per thread pass `false`).
     ///
     /// # Safety
@@ -274,7 +275,7 @@ pub(crate) trait Float:
         let _ = parallel;
         #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
         unsafe {
-            (Self::MATRIXMULTIPLY)(
+            (Self::PORTABLE_GEMM)(
                 m,
                 k,
                 n,
@@ -294,7 +295,7 @@ pub(crate) trait Float:
     }
 }
 
-/// The signature of `matrixmultiply::{sgemm, dgemm}`.
+/// The signature of `matrixmultiply::{sgemm, dgemm}` (and of `gemm::sgemm`).
 pub(crate) type MatrixMultiply<T> = unsafe fn(
     usize,
     usize,
@@ -405,7 +406,7 @@ impl Float for f32 {
     fn powf(self, p: Self) -> Self {
         libm::powf(self, p)
     }
-    const MATRIXMULTIPLY: MatrixMultiply<f32> = matrixmultiply::sgemm;
+    const PORTABLE_GEMM: MatrixMultiply<f32> = super::gemm::sgemm;
 }
 
 impl Float for f64 {
@@ -450,5 +451,5 @@ impl Float for f64 {
     fn powf(self, p: Self) -> Self {
         libm::pow(self, p)
     }
-    const MATRIXMULTIPLY: MatrixMultiply<f64> = matrixmultiply::dgemm;
+    const PORTABLE_GEMM: MatrixMultiply<f64> = matrixmultiply::dgemm;
 }

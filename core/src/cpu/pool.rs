@@ -287,6 +287,17 @@ fn tiled_plane<T: Float>(
     [oh, ow]: [usize; 2],
     [kh, kw]: [usize; 2],
 ) {
+    if g.is_none() && (kh, kw) == (2, 2) && ow > 0 {
+        // The forward 2x2 window (the common CNN pool): pairwise maxima, ties to the first.
+        for (oy, d) in dst[..oh * ow].chunks_exact_mut(ow).enumerate() {
+            let r0 = &plane[2 * oy * w..][..2 * ow];
+            let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
+            for ((d, a), b) in d.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
+                *d = a[0].maximum(a[1]).maximum(b[0].maximum(b[1]));
+            }
+        }
+        return;
+    }
     let mut args = vec![0u32; ow];
     for oy in 0..oh {
         for (ox, arg) in args.iter_mut().enumerate() {
