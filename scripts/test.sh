@@ -30,8 +30,15 @@ source scripts/lib/ensure.sh
 ensure_rust_targets
 # lavapipe: Vulkan on the CPU, so the wgpu backend's conformance suite runs without a GPU.
 ensure_apt mesa-vulkan-drivers libvulkan1
+# hipcc (clang-15, ROCm 5.2's device libraries and HIP headers; about 70 MB, 25 s): every planned
+# kernel is compiled as HIP for AMD GPUs (kernels/tests/hip_compile.rs), which must not skip here.
+hip_started=$(date +%s)
+ensure_apt --no-install-recommends hipcc
+echo "hipcc: installed in $(($(date +%s) - hip_started)) s"
+export KILN_REQUIRE_HIPCC=1
 if [ "${KILN_FRESH_INSTALLS:-0}" = 1 ]; then
   check_apt_from_nothing mesa-vulkan-drivers libvulkan1 chromium chromium-driver
+  check_apt_from_nothing --no-install-recommends hipcc
   ensure_wasm_bindgen
   ensure_npm_tools
   for tool in wasm-bindgen wasm-bindgen-test-runner wasm-opt; do
