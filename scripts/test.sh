@@ -7,7 +7,7 @@
 #                                      scripts install into throwaway places, as on a machine that
 #                                      has none of them, and fails when one fails; the rest of the
 #                                      run then uses those tools, so the proof costs no extra build
-# GPU-only suites (CUDA, and wgpu when no Vulkan adapter exists) print a notice and skip.
+# GPU-only suites (CUDA, ROCm, and wgpu when no Vulkan adapter exists) print a notice and skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -50,6 +50,7 @@ stage "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p kiln --features cuda --all-targets -- -D warnings
+cargo clippy -p kiln --features rocm --all-targets -- -D warnings
 
 stage "kiln-core and kiln-onnx without std: wasm32 and bare metal"
 cargo build -p kiln-core --no-default-features --target wasm32-unknown-unknown
@@ -60,6 +61,9 @@ stage "Rust tests: CPU oracle, autodiff, nn, model file, CLI, wgpu on lavapipe, 
 cargo test --workspace
 # The CUDA backend builds in CI (no GPU); its tests skip with a notice.
 cargo test -p kiln --features cuda
+# The HIP backend: only its own tests (the rest of the crate ran above). Without an AMD GPU they
+# check the errors and compile translated kernels with hipRTC; the GPU tests skip with a notice.
+cargo test -p kiln --features rocm --lib rocm
 
 if [ "${KILN_SKIP_WEB:-0}" = 1 ]; then
   stage "web tests skipped (KILN_SKIP_WEB=1)"
