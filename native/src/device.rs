@@ -1,39 +1,47 @@
-//! Choosing the device a command runs on, by name (`--device cpu|wgpu|cuda|cuda:N`).
+//! Choosing the device a command runs on, by name (`--device cpu|wgpu|cuda[:N]|rocm[:N]`).
 
 use crate::core::{Device, Error, Result};
 
 /// The device names `kiln` knows, whether or not this build includes them.
-pub const NAMES: [&str; 3] = ["cpu", "wgpu", "cuda"];
+pub const NAMES: [&str; 4] = ["cpu", "wgpu", "cuda", "rocm"];
 
 /// The device called `name`: `cpu` (always), `wgpu` or `webgpu` (the default GPU through wgpu:
-/// Vulkan, Metal, DX12 or GL) and `cuda` or `cuda:N` (GPU `N`, 0 by default; builds with the
-/// `cuda` feature). Unknown names and devices missing from this build or this machine are
-/// errors that say which devices exist.
+/// Vulkan, Metal, DX12 or GL), `cuda` or `cuda:N` (NVIDIA GPU `N`, 0 by default; builds with
+/// the `cuda` feature) and `rocm` or `rocm:N` (AMD GPU `N` through HIP; builds with the `rocm`
+/// feature). Unknown names and devices missing from this build or this machine are errors that
+/// say which devices exist or what is missing.
 ///
 /// ```
 /// let cpu = kiln::device::select("cpu")?;
 /// assert_eq!(cpu.name(), "cpu");
 /// assert!(kiln::device::select("tpu").is_err());
 /// assert!(kiln::device::select("cuda:x").is_err());
+/// assert!(kiln::device::select("rocm:x").is_err());
 /// # Ok::<(), kiln::core::Error>(())
 /// ```
 pub fn select(name: &str) -> Result<Device> {
-    match name.to_ascii_lowercase().as_str() {
-        "cpu" => Ok(Device::cpu()),
-        "wgpu" | "webgpu" => kiln_kernels::wgpu_device(),
-        "cuda" => cuda(0),
-        other => match other.strip_prefix("cuda:") {
-            Some(index) => cuda(index.parse().map_err(|_| {
+    let name = name.to_ascii_lowercase();
+    let (kind, index) = match name.split_once(':') {
+        Some((kind @ ("cuda" | "rocm"), n)) => {
+            let index = n.parse().map_err(|_| {
                 Error::invalid(
                     "device",
-                    format!("expected cuda:N with N a GPU index (cuda:0), found {other:?}"),
+                    format!("expected {kind}:N with N a GPU index ({kind}:0), found {name:?}"),
                 )
-            })?),
-            None => Err(Error::invalid(
-                "device",
-                format!("expected one of {NAMES:?} or cuda:N, found {other:?}"),
-            )),
-        },
+            })?;
+            (kind, index)
+        }
+        _ => (name.as_str(), 0),
+    };
+    match kind {
+        "cpu" => Ok(Device::cpu()),
+        "wgpu" | "webgpu" => kiln_kernels::wgpu_device(),
+        "cuda" => cuda(index),
+        "rocm" => rocm(index),
+        _ => Err(Error::invalid(
+            "device",
+            format!("expected one of {NAMES:?}, cuda:N or rocm:N, found {name:?}"),
+        )),
     }
 }
 
@@ -48,6 +56,21 @@ fn cuda(index: usize) -> Result<Device> {
         "device",
         format!(
             "cuda:{index}: this build of kiln has no CUDA backend; rebuild with `--features cuda`"
+        ),
+    ))
+}
+
+#[cfg(feature = "rocm")]
+fn rocm(index: usize) -> Result<Device> {
+    crate::rocm::device(index)
+}
+
+#[cfg(not(feature = "rocm"))]
+fn rocm(index: usize) -> Result<Device> {
+    Err(Error::device(
+        "device",
+        format!(
+            "rocm:{index}: this build of kiln has no ROCm (HIP) backend; rebuild with `--features rocm`"
         ),
     ))
 }

@@ -21,10 +21,14 @@ pub mod checkpoint;
 pub mod cuda;
 pub mod data;
 pub mod device;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+mod gpu;
 pub mod learn;
 pub mod lm;
 pub mod models;
 pub mod npy;
 pub mod profile;
+#[cfg(feature = "rocm")]
+pub mod rocm;
 pub mod serve;
 pub mod train;

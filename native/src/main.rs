@@ -75,7 +75,7 @@ enum Command {
         /// Seed of the draws.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Device: cpu, wgpu or cuda.
+        /// Device: cpu, wgpu, cuda[:N] or rocm[:N].
         #[arg(long, default_value = "cpu")]
         device: String,
     },
@@ -107,7 +107,7 @@ enum Command {
         /// An output `.npy` file, once per model output, in order.
         #[arg(long = "output", required = true)]
         outputs: Vec<PathBuf>,
-        /// Device: cpu, wgpu or cuda.
+        /// Device: cpu, wgpu, cuda[:N] or rocm[:N].
         #[arg(long, default_value = "cpu")]
         device: String,
     },
@@ -130,7 +130,7 @@ struct DataArgs {
     /// MNIST directory (default: $KILN_MNIST_DIR, else shared/data/mnist in a parent directory).
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Device: cpu, wgpu or cuda.
+    /// Device: cpu, wgpu, cuda[:N] or rocm[:N].
     #[arg(long, default_value = "cpu")]
     device: String,
 }
@@ -224,7 +224,7 @@ struct TextArgs {
     /// else shared/data/shakespeare in a parent directory).
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Device: cpu, wgpu or cuda.
+    /// Device: cpu, wgpu, cuda[:N] or rocm[:N].
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Works held out for validation (file stems, comma-separated).
@@ -281,7 +281,7 @@ struct TextArgs {
 enum BenchTask {
     /// Training throughput of the MNIST CNN (images/s).
     TrainMnist {
-        /// Device: cpu, wgpu or cuda.
+        /// Device: cpu, wgpu, cuda[:N] or rocm[:N].
         #[arg(long, default_value = "cpu")]
         device: String,
         /// Images per step.
@@ -301,7 +301,7 @@ enum BenchTask {
         /// weights and a 65-character vocabulary: the timing does not depend on the weights).
         #[arg(long)]
         model: Option<PathBuf>,
-        /// Device: cpu, wgpu or cuda.
+        /// Device: cpu, wgpu, cuda[:N] or rocm[:N].
         #[arg(long, default_value = "cpu")]
         device: String,
         /// Tokens generated (at most the context less one).
@@ -316,7 +316,7 @@ enum BenchTask {
     Onnx {
         /// The `.onnx` file.
         file: PathBuf,
-        /// Device: cpu, wgpu or cuda.
+        /// Device: cpu, wgpu, cuda[:N] or rocm[:N].
         #[arg(long, default_value = "cpu")]
         device: String,
         /// Timed runs (after 3 warm-up runs).

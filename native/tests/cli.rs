@@ -184,3 +184,31 @@ fn bad_input_is_reported_not_panicked() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// `--device rocm` without the `rocm` feature, without ROCm or without an AMD GPU is an error
+/// saying which of them is missing.
+#[test]
+fn rocm_device_names_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.safetensors");
+    std::fs::write(&junk, b"not a model").unwrap();
+    let junk = junk.to_str().unwrap();
+    let o = kiln(&["predict", junk, junk, "--device", "rocm"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    let wanted: &[&str] = if cfg!(feature = "rocm") {
+        // (with an AMD GPU the device opens and the junk model is what fails)
+        &[
+            "no AMD GPU found",
+            "could not load libamdhip64.so",
+            "junk.safetensors",
+        ]
+    } else {
+        &["no ROCm (HIP) backend; rebuild with `--features rocm`"]
+    };
+    assert!(
+        err.starts_with("error: ") && wanted.iter().any(|w| err.contains(w)),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

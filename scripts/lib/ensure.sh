@@ -29,19 +29,22 @@ ensure_rust_targets() {
   done
 }
 
-# ensure_apt PKG... : installs Debian packages that are not installed yet (needs root or sudo).
+# ensure_apt [--no-install-recommends] PKG... : installs Debian packages that are not installed
+# yet (needs root or sudo); leading options go to apt-get install.
 ensure_apt() {
-  local missing=()
+  local opts=() missing=()
+  while [[ ${1:-} == -* ]]; do opts+=("$1"); shift; done
   for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${opts[@]}" "${missing[@]}"
 }
 
-# check_apt_from_nothing PKG... : proves that PKG... and everything they depend on install on a
-# machine that has none of them (apt resolves against an empty package list, simulating only).
+# check_apt_from_nothing [--no-install-recommends] PKG... : proves that PKG... and everything
+# they depend on install on a machine that has none of them (apt resolves against an empty
+# package list, simulating only); leading options go to apt-get install, as for ensure_apt.
 check_apt_from_nothing() {
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"

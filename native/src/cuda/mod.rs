@@ -21,14 +21,14 @@
 
 mod blas;
 
+use crate::gpu::{self, KernelCache};
 use cudarc::driver::{result as cu, sys};
 use kiln_core::{
     Backend, DType, Device, Error, Meta, Op, ReadFuture, Result, Storage, TensorData, View,
 };
-use kiln_kernels::cuda::{Dialect, ParamKind};
+use kiln_kernels::cuda::Dialect;
 use kiln_kernels::exec::{GpuBackend, Launch, Runtime};
 use kiln_kernels::plan::KernelKey;
-use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,9 +81,6 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// Alignment of each dispatch's params within a plan's one params upload.
-const PARAMS_ALIGN: usize = 256;
-
 fn driver_err(what: &str) -> impl Fn(cu::DriverError) -> Error + '_ {
     move |e| Error::device("cuda", format!("{what}: {e:?}"))
 }
@@ -111,7 +108,7 @@ struct Inner {
     raw: Raw,
     name: String,
     arch: String,
-    kernels: Mutex<HashMap<KernelKey, Arc<Compiled>>>,
+    kernels: KernelCache<Compiled>,
     blas: Mutex<Option<blas::Blas>>,
     /// `None` when pinned memory could not be had; uploads then copy from pageable memory.
     staging: Mutex<Option<Staging>>,
@@ -223,11 +220,9 @@ impl Drop for Inner {
             if let Ok(Some(b)) = self.blas.get_mut().map(Option::take) {
                 let _ = cudarc::cublas::result::destroy_handle(b.handle);
             }
-            if let Ok(kernels) = self.kernels.get_mut() {
-                for (_, k) in kernels.drain() {
-                    let _ = cu::module::unload(k.module);
-                }
-            }
+            self.kernels.drain(|k| {
+                let _ = cu::module::unload(k.module);
+            });
             let _ = cu::stream::destroy(self.raw.stream);
         }
     }
@@ -323,7 +318,7 @@ impl CudaBackend {
                 raw: Raw { stream },
                 name: format!("cuda:{index}: {name} (sm_{major}{minor})"),
                 arch: format!("compute_{major}{minor}"),
-                kernels: Mutex::new(HashMap::new()),
+                kernels: KernelCache::new("cuda"),
                 blas: Mutex::new(None),
                 staging: Mutex::new(Staging::new().ok()),
                 allocated: AtomicU64::new(0),
@@ -385,16 +380,19 @@ impl CudaRuntime {
 
     /// The compiled kernel of `key`, translating and compiling it on first use.
     fn kernel(&self, key: &KernelKey) -> Result<Arc<Compiled>> {
-        if let Some(k) = self.inner.kernels.lock().map_err(poisoned)?.get(key) {
-            return Ok(k.clone());
-        }
+        self.inner.kernels.get_or_compile(
+            key,
+            || self.compile(key),
+            // SAFETY: this module was never launched or shared.
+            |k| unsafe {
+                let _ = cu::module::unload(k.module);
+            },
+        )
+    }
+
+    fn compile(&self, key: &KernelKey) -> Result<Compiled> {
+        let (source, kernel) = gpu::translate(key, Dialect::Cuda, "cuda")?;
         let label = key.label();
-        let wgsl = key.wgsl()?;
-        let translated = kiln_kernels::cuda::translate(&wgsl, &label, Dialect::Cuda)?;
-        let kernel =
-            translated.kernels.first().cloned().ok_or_else(|| {
-                Error::invalid("cuda", format!("{label}: no compute entry point"))
-            })?;
         // SAFETY: only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(Error::device(
@@ -409,7 +407,7 @@ impl CudaRuntime {
             ],
             ..Default::default()
         };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(&translated.source, opts)
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, opts)
             .map_err(|e| Error::device("cuda", format!("NVRTC rejected {label}: {e:?}")))?;
         let image = CString::new(ptx.to_src())
             .map_err(|_| Error::device("cuda", format!("{label}: PTX with a NUL byte")))?;
@@ -428,20 +426,11 @@ impl CudaRuntime {
                 return Err(driver_err("finding a kernel")(e));
             }
         };
-        let compiled = Arc::new(Compiled {
+        Ok(Compiled {
             module,
             function,
             kernel,
-        });
-        let mut cache = self.inner.kernels.lock().map_err(poisoned)?;
-        // Another thread may have compiled the same variant meanwhile: keep the first.
-        if let Some(k) = cache.get(key) {
-            // SAFETY: this module was never launched or shared.
-            let _ = unsafe { cu::module::unload(compiled.module) };
-            return Ok(k.clone());
-        }
-        cache.insert(key.clone(), compiled.clone());
-        Ok(compiled)
+        })
     }
 }
 
@@ -468,61 +457,14 @@ impl Runtime for CudaRuntime {
 
     /// Uploads every dispatch's params at once, then launches the kernels on the stream.
     fn launch(&self, name: &str, dispatches: &[Launch<'_, CudaBuffer>]) -> Result<()> {
-        // Every dispatch's params in one upload, each at a multiple of PARAMS_ALIGN bytes.
-        let mut words: Vec<u8> = Vec::new();
-        let mut at = Vec::with_capacity(dispatches.len());
-        for d in dispatches {
-            words.resize(words.len().next_multiple_of(PARAMS_ALIGN), 0);
-            at.push((words.len() as u64, 4 * d.params.len() as u64));
-            words.extend(d.params.iter().flat_map(|w| w.to_le_bytes()));
-        }
+        let (words, at) = gpu::pack_params(dispatches);
         let params = self.upload_bytes(&words)?;
         for (d, &(offset, len)) in dispatches.iter().zip(&at) {
             let k = self.kernel(d.kernel)?;
-            // (device pointer, bytes) of binding `b`
-            let buffer = |b: usize| -> Result<(u64, u64)> {
-                if b == 0 {
-                    return Ok((params.ptr + offset, len));
-                }
-                d.buffers
-                    .get(b - 1)
-                    .map(|buf| (buf.ptr, buf.bytes))
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            name.to_string(),
-                            format!(
-                                "{}: binding {b} has no buffer in the plan",
-                                d.kernel.label()
-                            ),
-                        )
-                    })
-            };
-            // Parameter values, then pointers to them (cuLaunchKernel's convention).
-            let mut values: Vec<u64> = Vec::with_capacity(k.kernel.params.len());
-            for p in &k.kernel.params {
-                values.push(match p.kind {
-                    ParamKind::Storage { binding, .. } => buffer(binding as usize)?.0,
-                    ParamKind::ArrayLength {
-                        binding,
-                        offset,
-                        stride,
-                        ..
-                    } => {
-                        let bytes = buffer(binding as usize)?.1;
-                        (bytes.saturating_sub(u64::from(offset)) / u64::from(stride.max(1))) as u32
-                            as u64
-                    }
-                    ParamKind::Uniform { .. } => {
-                        return Err(Error::unsupported(
-                            name.to_string(),
-                            format!(
-                                "{}: uniform buffers are not used by kiln's plans",
-                                d.kernel.label()
-                            ),
-                        ));
-                    }
-                });
-            }
+            let mut values =
+                gpu::kernel_args(name, d, &k.kernel, (params.ptr + offset, len), |b| {
+                    (b.ptr, b.bytes)
+                })?;
             let mut args: Vec<*mut c_void> = values
                 .iter_mut()
                 .map(|v| (v as *mut u64).cast::<c_void>())
@@ -605,7 +547,7 @@ impl Runtime for CudaRuntime {
 }
 
 fn poisoned<T>(_: T) -> Error {
-    Error::device("cuda", "a kernel-cache lock was poisoned by a panic")
+    Error::device("cuda", "a lock was poisoned by a panic")
 }
 
 /// Every method is [`GpuBackend`]'s, the executor the wgpu backend shares.

@@ -6,7 +6,8 @@ use kiln_core::{DType, Device, ErrorKind, Result, Tensor, TensorData};
 use std::sync::OnceLock;
 
 /// The environment variable that picks the device under test: `wgpu` (the default), `cuda` or
-/// `cuda:N` (with the `cuda` feature), or `cpu` (the oracle against itself).
+/// `cuda:N` (with the `cuda` feature), `rocm` or `rocm:N` (with the `rocm` feature), or `cpu`
+/// (the oracle against itself).
 pub const DEVICE_VAR: &str = "KILN_CONFORMANCE_DEVICE";
 
 /// The device under test (see [`DEVICE_VAR`]), opened once, or `None` (with a printed notice)
@@ -32,22 +33,34 @@ pub fn device() -> Option<Device> {
     .clone()
 }
 
-/// Opens the device called `name` through `kiln::device::select`, which knows every backend.
-#[cfg(feature = "cuda")]
+/// Opens the device called `name`: `wgpu` and `cpu` always, `cuda` and `rocm` through
+/// `kiln::device::select` in builds with their feature.
 fn open(name: &str) -> Result<Device> {
+    let lower = name.to_ascii_lowercase();
+    for (backend, built) in [
+        ("cuda", cfg!(feature = "cuda")),
+        ("rocm", cfg!(feature = "rocm")),
+    ] {
+        if lower.starts_with(backend) && !built {
+            panic!(
+                "{DEVICE_VAR}={name}: this build has no {backend} backend; run `cargo test -p kiln-conformance --features {backend}`"
+            );
+        }
+    }
+    open_built(&lower)
+}
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+fn open_built(name: &str) -> Result<Device> {
     kiln::device::select(name)
 }
 
-/// Opens the device called `name`; without the `cuda` feature only `wgpu` and `cpu` exist.
-#[cfg(not(feature = "cuda"))]
-fn open(name: &str) -> Result<Device> {
-    match name.to_ascii_lowercase().as_str() {
+#[cfg(not(any(feature = "cuda", feature = "rocm")))]
+fn open_built(name: &str) -> Result<Device> {
+    match name {
         "wgpu" | "webgpu" => kiln_kernels::wgpu_device(),
         "cpu" => Ok(Device::cpu()),
-        other if other.starts_with("cuda") => panic!(
-            "{DEVICE_VAR}={other}: this build has no CUDA backend; run `cargo test -p kiln-conformance --features cuda`"
-        ),
-        other => panic!("{DEVICE_VAR}: expected wgpu, cuda, cuda:N or cpu, found {other:?}"),
+        other => panic!("{DEVICE_VAR}: expected wgpu, cuda[:N], rocm[:N] or cpu, found {other:?}"),
     }
 }
 

@@ -1,0 +1,287 @@
+//! What the CUDA and HIP backends share: compiled-kernel caches keyed by variant, the
+//! translation of a variant, the kernel arguments of a launch, and the mapping of a matmul's
+//! views onto a BLAS GEMM. Each backend keeps only its API calls.
+
+use kiln_core::{Error, Result, Shape, View};
+use kiln_kernels::cuda::{Dialect, Kernel, ParamKind};
+use kiln_kernels::exec::Launch;
+use kiln_kernels::plan::KernelKey;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Alignment of each dispatch's params within a plan's one params upload.
+pub(crate) const PARAMS_ALIGN: usize = 256;
+
+/// The source of variant `key` in `dialect` and its one kernel; errors name `backend`.
+pub(crate) fn translate(
+    key: &KernelKey,
+    dialect: Dialect,
+    backend: &str,
+) -> Result<(String, Kernel)> {
+    let label = key.label();
+    let wgsl = key.wgsl()?;
+    let m = kiln_kernels::cuda::translate(&wgsl, &label, dialect)?;
+    let kernel = m.kernels.into_iter().next().ok_or_else(|| {
+        Error::invalid(
+            backend.to_string(),
+            format!("{label}: no compute entry point"),
+        )
+    })?;
+    Ok((m.source, kernel))
+}
+
+/// Compiled kernels by variant, each compiled once.
+pub(crate) struct KernelCache<T> {
+    map: Mutex<HashMap<KernelKey, Arc<T>>>,
+    backend: &'static str,
+}
+
+impl<T> KernelCache<T> {
+    pub(crate) fn new(backend: &'static str) -> Self {
+        KernelCache {
+            map: Mutex::new(HashMap::new()),
+            backend,
+        }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<KernelKey, Arc<T>>>> {
+        self.map
+            .lock()
+            .map_err(|_| Error::device(self.backend, "a kernel-cache lock was poisoned by a panic"))
+    }
+
+    /// The kernel of `key`, from `compile` on first use. Compiling runs outside the lock; when
+    /// another thread compiled the same variant meanwhile, its kernel is kept and ours goes to
+    /// `discard`.
+    pub(crate) fn get_or_compile(
+        &self,
+        key: &KernelKey,
+        compile: impl FnOnce() -> Result<T>,
+        discard: impl FnOnce(T),
+    ) -> Result<Arc<T>> {
+        if let Some(k) = self.lock()?.get(key) {
+            return Ok(k.clone());
+        }
+        let compiled = compile()?;
+        let mut map = self.lock()?;
+        if let Some(k) = map.get(key) {
+            discard(compiled);
+            return Ok(k.clone());
+        }
+        let compiled = Arc::new(compiled);
+        map.insert(key.clone(), compiled.clone());
+        Ok(compiled)
+    }
+
+    /// Empties the cache (on the backend's drop), handing every kernel to `release`.
+    pub(crate) fn drain(&mut self, mut release: impl FnMut(Arc<T>)) {
+        if let Ok(map) = self.map.get_mut() {
+            for (_, k) in map.drain() {
+                release(k);
+            }
+        }
+    }
+}
+
+/// Every dispatch's params as one upload, each at a multiple of [`PARAMS_ALIGN`] bytes, and
+/// the (offset, bytes) of each dispatch's share.
+pub(crate) fn pack_params<B>(dispatches: &[Launch<'_, B>]) -> (Vec<u8>, Vec<(u64, u64)>) {
+    let mut words: Vec<u8> = Vec::new();
+    let mut at = Vec::with_capacity(dispatches.len());
+    for d in dispatches {
+        words.resize(words.len().next_multiple_of(PARAMS_ALIGN), 0);
+        at.push((words.len() as u64, 4 * d.params.len() as u64));
+        words.extend(d.params.iter().flat_map(|w| w.to_le_bytes()));
+    }
+    (words, at)
+}
+
+/// The values of `kernel`'s parameters for dispatch `d` of `op`, one u64 each (pointers, and
+/// u32 lengths in the low bytes: little-endian launches read the first 4). `buffer(b)` gives
+/// the (device address, bytes) bound at binding `b` (0: the dispatch's params).
+pub(crate) fn kernel_args<B>(
+    op: &str,
+    d: &Launch<'_, B>,
+    kernel: &Kernel,
+    params: (u64, u64),
+    buffer: impl Fn(&B) -> (u64, u64),
+) -> Result<Vec<u64>> {
+    let binding = |b: u32| -> Result<(u64, u64)> {
+        if b == 0 {
+            return Ok(params);
+        }
+        d.buffers
+            .get(b as usize - 1)
+            .map(|buf| buffer(buf))
+            .ok_or_else(|| {
+                Error::invalid(
+                    op.to_string(),
+                    format!(
+                        "{}: binding {b} has no buffer in the plan",
+                        d.kernel.label()
+                    ),
+                )
+            })
+    };
+    kernel
+        .params
+        .iter()
+        .map(|p| match p.kind {
+            ParamKind::Storage { binding: b, .. } => Ok(binding(b)?.0),
+            ParamKind::ArrayLength {
+                binding: b,
+                offset,
+                stride,
+                ..
+            } => {
+                let bytes = binding(b)?.1;
+                Ok(
+                    (bytes.saturating_sub(u64::from(offset)) / u64::from(stride.max(1))) as u32
+                        as u64,
+                )
+            }
+            ParamKind::Uniform { .. } => Err(Error::unsupported(
+                op.to_string(),
+                format!(
+                    "{}: uniform buffers are not used by kiln's plans",
+                    d.kernel.label()
+                ),
+            )),
+        })
+        .collect()
+}
+
+/// A row-major f32 matmul (possibly batched) as one column-major strided-batched GEMM:
+/// `C^T = B^T A^T`, the form cuBLAS and rocBLAS take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gemm {
+    /// Rows of the output, columns of the output, the inner dimension.
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    /// Whether A (the left input) and B are transposed, and their leading dimensions.
+    pub ta: bool,
+    pub lda: i32,
+    pub tb: bool,
+    pub ldb: i32,
+    /// Matrices in the batch, and the element strides between them in A, B and C.
+    pub batch: i32,
+    pub stride_a: i64,
+    pub stride_b: i64,
+    pub stride_c: i64,
+    /// Element offsets of A and B in their buffers.
+    pub offset_a: u64,
+    pub offset_b: u64,
+}
+
+/// (transposed, leading dimension) of a `rows x cols` row-major view with strides `(sr, sc)`,
+/// seen as the column-major transpose BLAS consumes.
+fn operand(rows: usize, cols: usize, sr: isize, sc: isize) -> Option<(bool, usize)> {
+    let (sr, sc) = (usize::try_from(sr).ok()?, usize::try_from(sc).ok()?);
+    if sc == 1 || cols == 1 {
+        let ld = if rows == 1 { cols.max(1) } else { sr };
+        if ld >= cols.max(1) {
+            return Some((false, ld));
+        }
+    }
+    if sr == 1 || rows == 1 {
+        let ld = if cols == 1 { rows.max(1) } else { sc };
+        if ld >= rows.max(1) {
+            return Some((true, ld));
+        }
+    }
+    None
+}
+
+impl Gemm {
+    /// The GEMM of an f32 matmul of `inputs` into a fresh contiguous `out`, or `None` when the
+    /// views do not map to one (the planned kernels run it then): each operand's last two axes
+    /// row- or column-contiguous, batch axes that coalesce to one stride, sizes that fit `i32`.
+    pub(crate) fn of(inputs: &[View<'_>], out: &Shape) -> Option<Gemm> {
+        let (x, y) = (inputs.first()?, inputs.get(1)?);
+        let (xd, yd) = (x.layout.shape().dims(), y.layout.shape().dims());
+        if xd.len() < 2 || yd.len() < 2 || x.dtype != kiln_core::DType::F32 {
+            return None;
+        }
+        let (xs, ys) = (x.layout.strides(), y.layout.strides());
+        let (m, k, n) = (xd[xd.len() - 2], xd[xd.len() - 1], yd[yd.len() - 1]);
+        if m == 0 || n == 0 || k == 0 {
+            return None;
+        }
+        let (ta, lda) = operand(m, k, xs[xs.len() - 2], xs[xs.len() - 1])?;
+        let (tb, ldb) = operand(k, n, ys[ys.len() - 2], ys[ys.len() - 1])?;
+        // Batch axes: broadcast strides of each operand against the output's batch shape.
+        let od = out.dims();
+        let nb = od.len() - 2;
+        let batch_strides = |d: &[usize], s: &[isize]| -> Option<Vec<usize>> {
+            let off = nb + 2 - d.len();
+            (0..nb)
+                .map(|i| {
+                    if i < off || d[i - off] == 1 {
+                        Some(0)
+                    } else {
+                        usize::try_from(s[i - off]).ok()
+                    }
+                })
+                .collect()
+        };
+        let (xb, yb) = (batch_strides(xd, xs)?, batch_strides(yd, ys)?);
+        let ob: Vec<usize> = {
+            let mut acc = m * n;
+            let mut v = vec![0; nb];
+            for i in (0..nb).rev() {
+                v[i] = acc;
+                acc *= od[i];
+            }
+            v
+        };
+        let (dims, strides) = kiln_kernels::plan::coalesce(&od[..nb], vec![xb, yb, ob]);
+        if dims.len() > 1 {
+            return None;
+        }
+        let batch = dims.first().copied().unwrap_or(1);
+        let pick = |i: usize| strides.get(i).and_then(|s| s.first()).copied().unwrap_or(0);
+        let (sa, sb, sc) = if batch == 1 {
+            (0, 0, m * n)
+        } else {
+            (pick(0), pick(1), pick(2))
+        };
+        let int = |v: usize| i32::try_from(v).ok();
+        let long = |v: usize| i64::try_from(v).ok();
+        Some(Gemm {
+            m: int(m)?,
+            n: int(n)?,
+            k: int(k)?,
+            ta,
+            lda: int(lda)?,
+            tb,
+            ldb: int(ldb)?,
+            batch: int(batch)?,
+            stride_a: long(sa)?,
+            stride_b: long(sb)?,
+            stride_c: long(sc)?,
+            offset_a: x.layout.offset() as u64,
+            offset_b: y.layout.offset() as u64,
+        })
+    }
+
+    /// Bytes of the output.
+    pub(crate) fn out_bytes(&self) -> u64 {
+        4 * self.batch as u64 * self.m as u64 * self.n as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::operand;
+
+    #[test]
+    fn operands_map_to_blas_layouts() {
+        assert_eq!(operand(3, 4, 4, 1), Some((false, 4))); // row-major
+        assert_eq!(operand(3, 4, 1, 3), Some((true, 3))); // column-major (a transposed view)
+        assert_eq!(operand(3, 4, 8, 1), Some((false, 8))); // a slice of wider rows
+        assert_eq!(operand(1, 4, 0, 1), Some((false, 4))); // a broadcast single row
+        assert_eq!(operand(3, 4, 2, 2), None); // neither axis contiguous
+        assert_eq!(operand(3, 4, -4, 1), None);
+    }
+}
