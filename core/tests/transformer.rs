@@ -8,8 +8,8 @@ use common::{Arr, Rng, assert_close, assert_err, dev, read, tensor};
 use kiln_core::cpu::CpuStorage;
 use kiln_core::nn::gpt::{Generator, Gpt, GptConfig, Sampling};
 use kiln_core::nn::{
-    Forward, GELUTanh, Init, KvCache, Module, MultiHeadAttention, Param, RmsNorm, TransformerBlock,
-    scaled_dot_product_attention,
+    Dropout, Forward, GELUTanh, Init, KvCache, Module, MultiHeadAttention, Param, RmsNorm,
+    TransformerBlock, scaled_dot_product_attention,
 };
 use kiln_core::{DType, ErrorKind, Result, Tensor};
 
@@ -478,6 +478,63 @@ fn generation_past_the_context_rebuilds_the_cache_from_its_last_half() -> Result
 }
 
 #[test]
+fn attention_dropout_drops_probabilities_in_training_only() -> Result<()> {
+    let (b, c, heads) = (4, 12, 3);
+    let dh = c / heads;
+    let mut init = Init::new(&dev(), 5).with_dtype(DType::F64);
+    let mut attn = MultiHeadAttention::new(&mut init, c, heads, 0.5, 8)?;
+    // only the attention probabilities dropped
+    attn.dropout = Dropout::new(0.0, 0)?;
+    let mut rng = Rng::new(9);
+    // One position: each head's one weight (1) is dropped (0) or kept and doubled (2).
+    let x1 = random(&mut rng, &[b, 1, c], -1.0, 1.0);
+    let probe = attn.attn_dropout.clone(); // the same seed and step: the same mask
+    let y = attn.forward(&tensor(&x1, DType::F64))?;
+    let ones = Tensor::ones([b, heads, 1, 1], DType::F64, &dev())?;
+    let mask = read(&probe.forward(&ones)?)?.data;
+    assert!(mask.iter().all(|&m| m == 0.0 || m == 2.0), "{mask:?}");
+    assert!(mask.contains(&0.0) && mask.contains(&2.0), "{mask:?}");
+    let p = |n: &str| param(&attn, n);
+    let mut want = Vec::new();
+    for (i, seq) in rows(&x1).into_iter().enumerate() {
+        let qkv = linear(&seq, &p("qkv.weight"), &p("qkv.bias"));
+        let mut v = qkv[0][2 * c..].to_vec();
+        for (h, head) in v.chunks_mut(dh).enumerate() {
+            head.iter_mut().for_each(|e| *e *= mask[i * heads + h]);
+        }
+        want.push(linear(&[v], &p("proj.weight"), &p("proj.bias")));
+    }
+    assert_close("one position", &y, &stack(want), DType::F64, 1e-12, 1e-12);
+    assert_eq!(attn.attn_dropout.steps(), 1);
+    // a new mask per training pass
+    let x = random(&mut rng, &[2, 6, c], -1.0, 1.0);
+    let xt = tensor(&x, DType::F64);
+    assert_ne!(
+        read(&attn.forward(&xt)?)?.data,
+        read(&attn.forward(&xt)?)?.data
+    );
+    assert_eq!(attn.attn_dropout.steps(), 3);
+    // evaluation: none, and no mask drawn
+    attn.set_training(false);
+    let want = stack(
+        rows(&x)
+            .iter()
+            .map(|s| mha_ref(&attn, "", s, heads))
+            .collect(),
+    );
+    assert_close(
+        "evaluation",
+        &attn.forward(&xt)?,
+        &want,
+        DType::F64,
+        1e-12,
+        1e-12,
+    );
+    assert_eq!(attn.attn_dropout.steps(), 3);
+    Ok(())
+}
+
+#[test]
 fn block_layout_and_dropout() -> Result<()> {
     let mut init = Init::new(&dev(), 3);
     let block = TransformerBlock::new(&mut init, 12, 3, 0.0, 0)?;
@@ -503,7 +560,14 @@ fn block_layout_and_dropout() -> Result<()> {
     assert_eq!(block.fc1.weight.tensor().dims(), [48, 12]);
     let mut counters = Vec::new();
     block.visit_counters(&mut |n, _| counters.push(n.to_string()));
-    assert_eq!(counters, ["attn.dropout.step", "dropout.step"]);
+    assert_eq!(
+        counters,
+        [
+            "attn.dropout.step",
+            "attn.attn_dropout.step",
+            "dropout.step"
+        ]
+    );
     // p = 0 in training: deterministic, no mask drawn
     let x = Tensor::rand_normal([2, 5, 12], 0.0, 1.0, 1, DType::F32, &dev())?;
     let (a, b) = (read(&block.forward(&x)?)?, read(&block.forward(&x)?)?);

@@ -34,6 +34,17 @@ pub fn scaled_dot_product_attention(
     v: &Tensor,
     causal: bool,
 ) -> Result<Tensor> {
+    attention(q, k, v, causal, None)
+}
+
+/// [`scaled_dot_product_attention`], with `dropout` on the attention probabilities.
+fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+    dropout: Option<&Dropout>,
+) -> Result<Tensor> {
     let bad = |why: &str| {
         Err(Error::shape(
             "scaled_dot_product_attention",
@@ -59,7 +70,11 @@ pub fn scaled_dot_product_attention(
         let mask = causal_mask(tq, tk, scores.device())?;
         scores = mask.where_cond(&scores, &scores.scalar_like(MASKED)?)?;
     }
-    scores.softmax(-1)?.matmul(v)
+    let probs = scores.softmax(-1)?;
+    match dropout {
+        Some(d) => d.forward(&probs)?.matmul(v),
+        None => probs.matmul(v),
+    }
 }
 
 /// `[Tq, Tk]`, true where query `i` may see key `j`: `j <= Tk - Tq + i`. Built on the device
@@ -193,8 +208,8 @@ impl KvCache {
 }
 
 /// Causal multi-head self-attention on `[B, T, C]`: one fused projection to queries, keys and
-/// values (`qkv`, `C -> 3C`), `heads` heads of `C / heads` features, the output projection
-/// (`proj`) and dropout on its result.
+/// values (`qkv`, `C -> 3C`), `heads` heads of `C / heads` features, dropout on the attention
+/// probabilities (`attn_dropout`), the output projection (`proj`) and dropout on its result.
 ///
 /// ```
 /// use kiln_core::nn::{Forward, Init, KvCache, MultiHeadAttention};
@@ -220,11 +235,14 @@ pub struct MultiHeadAttention {
     heads: usize,
     /// on the projected output
     pub dropout: Dropout,
+    /// on the attention probabilities (each query's weights over the keys)
+    pub attn_dropout: Dropout,
 }
 
 impl MultiHeadAttention {
     /// Attention over `dim` features in `heads` heads (`dim % heads == 0`), with dropout
-    /// probability `dropout_p` drawn from `seed`.
+    /// probability `dropout_p` (on the attention probabilities and on the output) drawn from
+    /// `seed`.
     pub fn new(
         init: &mut Init,
         dim: usize,
@@ -243,6 +261,7 @@ impl MultiHeadAttention {
             proj: Linear::new(init, dim, dim)?,
             heads,
             dropout: Dropout::new(dropout_p, seed)?,
+            attn_dropout: Dropout::new(dropout_p, mix(seed, 1))?,
         })
     }
     /// Number of heads.
@@ -254,7 +273,7 @@ impl MultiHeadAttention {
     pub fn forward_cached(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let (q, k, v) = self.split_heads(x)?;
         let (k, v) = cache.append(&k, &v)?;
-        self.join_heads(&scaled_dot_product_attention(&q, &k, &v, true)?)
+        self.join_heads(&attention(&q, &k, &v, true, Some(&self.attn_dropout))?)
     }
     /// `[B, T, C]` to queries, keys and values, each `[B, H, T, C / H]` (views of one tensor).
     fn split_heads(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
@@ -280,7 +299,7 @@ impl Forward for MultiHeadAttention {
     /// Causal self-attention of `x` `[B, T, C]` on itself.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (q, k, v) = self.split_heads(x)?;
-        self.join_heads(&scaled_dot_product_attention(&q, &k, &v, true)?)
+        self.join_heads(&attention(&q, &k, &v, true, Some(&self.attn_dropout))?)
     }
 }
 
@@ -319,8 +338,8 @@ pub struct TransformerBlock {
 }
 
 impl TransformerBlock {
-    /// A block of `dim` features and `heads` heads, with dropout `dropout_p` (attention and MLP
-    /// outputs) drawn from `seed`.
+    /// A block of `dim` features and `heads` heads, with dropout `dropout_p` (attention
+    /// probabilities, attention and MLP outputs) drawn from `seed`.
     pub fn new(
         init: &mut Init,
         dim: usize,
