@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the npm package kiln-ml (npm/) from web/ (the main module) and web-onnx/ (the ONNX
 # converter, a second module that npm/index.js loads only when a page first meets an ONNX file)
-# and assembles the draw-a-digit page in www/,
+# and assembles the draw-a-digit page in www/ and the text demo in www/text/,
 # installing what the build needs when it is missing (scripts/lib/ensure.sh): the wasm32 target,
 # wasm-bindgen-cli at the version web's wasm-bindgen is pinned to, and tests/web's npm tools
 # (binaryen's wasm-opt). scripts/test-web.sh runs the web tests on top of this.
@@ -109,4 +109,9 @@ tar -xzf "$tarball" -C www/vendor/kiln-ml --strip-components=1
 # www/ is a build output (ignored by git); it serves the committed model (scripts/demo.sh puts
 # the model it trains there afterwards).
 cp demos/mnist/models/mnist.safetensors demos/mnist/models/mnist-train.jsonl www/models/
+
+step "page: demos/text -> www/text/"
+mkdir -p www/text/models
+cp demos/text/index.html demos/text/app.js demos/text/text.css www/text/
+cp demos/text/models/shakespeare.safetensors demos/text/models/shakespeare-curve.json www/text/models/
 echo "www/ is ready: serve it with 'kiln serve www'"

@@ -118,7 +118,7 @@ echo "www/models: $model/mnist.safetensors"
 
 if [ -n "$SERVE" ]; then
   stage "serve www/ (Ctrl-C to stop)"
-  echo "open the URL below and draw a digit"
+  echo "open the URL below and draw a digit (the text demo is at /text/)"
   exec "$KILN" serve www --port "$PORT"
 fi
 stage "done: serve it with $KILN serve www"

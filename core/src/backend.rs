@@ -29,6 +29,14 @@ impl Storage {
     pub fn same(&self, other: &Storage) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
+    /// The backend buffer for writing, if it is a `T` and no other handle shares it.
+    pub fn get_mut<T: Any>(&mut self) -> Option<&mut T> {
+        Arc::get_mut(&mut self.0)?.downcast_mut::<T>()
+    }
+    /// `true` when no other handle shares this buffer (so writing it changes no other tensor).
+    pub fn is_unique(&mut self) -> bool {
+        Arc::get_mut(&mut self.0).is_some()
+    }
 }
 
 impl fmt::Debug for Storage {
@@ -67,6 +75,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>>;
     /// Reads the elements of a view back to the host, in row-major order.
     fn read(&self, input: View<'_>) -> ReadFuture;
+    /// Overwrites `dst`'s elements from `offset` on with those of `src` (same dtype), in place,
+    /// after the work already queued. `dst` is no other tensor's ([`Storage::is_unique`]) and
+    /// contiguous. Returns `false` where the backend cannot, and the caller copies instead
+    /// ([`crate::Tensor::write_at`]).
+    fn write(&self, dst: &mut Storage, offset: usize, src: View<'_>) -> Result<bool> {
+        let _ = (dst, offset, src);
+        Ok(false)
+    }
     /// Whether this device can hold and compute with `dtype` (f16 needs `shader-f16` on WebGPU).
     fn supports(&self, dtype: DType) -> bool {
         let _ = dtype;

@@ -820,6 +820,66 @@ impl Tensor {
 
     // ------------------------------------------------------------------ data movement
 
+    /// Overwrites this tensor's elements from `offset` on (row-major) with those of `src` (same
+    /// dtype and device), keeping its shape. In place when this handle alone holds its
+    /// contiguous buffer and the device can write one (the CPU, WebGPU), otherwise into a new
+    /// buffer: no other tensor ever sees the change. Not recorded by autodiff (`src` is
+    /// detached): it is for state such as a KV cache.
+    ///
+    /// ```
+    /// use kiln_core::{Device, Tensor};
+    /// let dev = Device::cpu();
+    /// let mut t = Tensor::zeros([2, 3], kiln_core::DType::F32, &dev)?;
+    /// t.write_at(2, &Tensor::from_vec(vec![1.0f32, 2.0], [2], &dev)?)?;
+    /// assert_eq!(t.to_vec::<f32>()?, [0.0, 0.0, 1.0, 2.0, 0.0, 0.0]);
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    pub fn write_at(&mut self, offset: usize, src: &Tensor) -> Result<()> {
+        let (n, m) = (self.numel(), src.numel());
+        if src.dtype() != self.dtype() || !src.device().same(self.device()) || offset + m > n {
+            return Err(Error::invalid(
+                "write_at",
+                alloc::format!(
+                    "expected {m} {} elements on {} to fit in {n} from {offset}, found {} on {}",
+                    self.dtype(),
+                    self.device().name(),
+                    src.dtype(),
+                    src.device().name()
+                ),
+            ));
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let src = src.detach().contiguous()?;
+        if let Some(inner) = Arc::get_mut(&mut self.0)
+            && inner.node.is_none()
+            && inner.layout.is_contiguous()
+            && inner.storage.is_unique()
+        {
+            let at = inner.layout.offset() + offset;
+            if inner
+                .device
+                .backend()
+                .write(&mut inner.storage, at, src.view())?
+            {
+                return Ok(());
+            }
+        }
+        // A copy: the elements before, `src`, the elements after.
+        let flat = self.detach().reshape([n])?;
+        let parts: Vec<Tensor> = [
+            flat.narrow(0, 0, offset)?,
+            src.reshape([m])?,
+            flat.narrow(0, offset + m, n - offset - m)?,
+        ]
+        .into_iter()
+        .filter(|t| t.numel() > 0)
+        .collect();
+        *self = Tensor::concat(&parts, 0)?.reshape(self.shape().clone())?;
+        Ok(())
+    }
+
     /// Joins tensors along an existing axis.
     pub fn concat(tensors: &[Tensor], axis: isize) -> Result<Tensor> {
         let first = tensors

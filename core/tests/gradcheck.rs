@@ -1141,3 +1141,24 @@ fn transformer_block_gradients() {
     check_param_grads(&block.attn, |a| a.forward(&xt), 1e-6);
     assert!(block.num_params() > 400);
 }
+
+#[test]
+fn attention_dropout_gradients() {
+    use kiln_core::nn::{Dropout, Forward, Init, MultiHeadAttention};
+    let mut init = Init::new(&dev(), 23).with_dtype(DType::F64);
+    let mut attn = MultiHeadAttention::new(&mut init, 6, 3, 0.3, 4).unwrap();
+    attn.dropout = Dropout::new(0.0, 0).unwrap(); // only the attention probabilities dropped
+    let x = Input::new(&[2, 5, 6], 990, any);
+    // One mask throughout: the step counter is reset before every pass.
+    let f = |a: &MultiHeadAttention, x: &Tensor| {
+        a.attn_dropout.set_steps(0);
+        a.forward(x)
+    };
+    check_grad(|xs| f(&attn, &xs[0]), std::slice::from_ref(&x));
+    let xt = x.tensor();
+    check_param_grads(&attn, |a| f(a, &xt), 1e-6);
+    // the mask is in effect: evaluation (no dropout) gives another output
+    let train = read(&f(&attn, &xt).unwrap());
+    attn.set_training(false);
+    assert_ne!(train, read(&attn.forward(&xt).unwrap()));
+}

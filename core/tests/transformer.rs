@@ -5,9 +5,11 @@
 mod common;
 
 use common::{Arr, Rng, assert_close, assert_err, dev, read, tensor};
+use kiln_core::cpu::CpuStorage;
+use kiln_core::nn::gpt::{Generator, Gpt, GptConfig, Sampling};
 use kiln_core::nn::{
-    Forward, GELUTanh, Init, KvCache, Module, MultiHeadAttention, RmsNorm, TransformerBlock,
-    scaled_dot_product_attention,
+    Dropout, Forward, GELUTanh, Init, KvCache, Module, MultiHeadAttention, Param, RmsNorm,
+    TransformerBlock, scaled_dot_product_attention,
 };
 use kiln_core::{DType, ErrorKind, Result, Tensor};
 
@@ -293,7 +295,7 @@ fn in_pieces(
     x: &Tensor,
     f: &dyn Fn(&Tensor, &mut KvCache) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    let mut cache = KvCache::new();
+    let mut cache = KvCache::new(x.dims()[1]);
     let mut outs = Vec::new();
     let mut start = 0;
     for &n in sizes {
@@ -343,6 +345,195 @@ fn cached_forward_matches_full_forward() -> Result<()> {
     Ok(())
 }
 
+/// The address of a CPU tensor's f32 elements (to tell a write in place from a copy).
+fn f32_buffer(t: &Tensor) -> *const f32 {
+    match t.storage().downcast::<CpuStorage>() {
+        Some(CpuStorage::F32(v)) => v.as_ptr(),
+        other => panic!("expected an f32 cpu buffer, found {other:?}"),
+    }
+}
+
+#[test]
+fn write_at_writes_in_place_only_where_no_other_tensor_sees_it() -> Result<()> {
+    let mut rng = Rng::new(5);
+    let a = random(&mut rng, &[4, 6], -1.0, 1.0);
+    let src = tensor(&random(&mut rng, &[2, 5], -1.0, 1.0), DType::F32);
+    let orig = read(&tensor(&a, DType::F32))?.data;
+    let mut want = orig.clone();
+    want[7..17].copy_from_slice(&read(&src)?.data);
+    // alone: the same buffer, written
+    let mut t = tensor(&a, DType::F32);
+    let before = f32_buffer(&t);
+    t.write_at(7, &src)?;
+    assert_eq!(f32_buffer(&t), before);
+    assert_eq!(t.dims(), [4, 6]);
+    assert_close(
+        "in place",
+        &t,
+        &Arr::new(&[4, 6], want.clone()),
+        DType::F32,
+        0.0,
+        0.0,
+    );
+    // shared with a view: a new buffer, the view unchanged
+    let mut t = tensor(&a, DType::F32);
+    let view = t.narrow(0, 1, 2)?;
+    t.write_at(7, &src)?;
+    assert_ne!(f32_buffer(&t), f32_buffer(&view));
+    assert_close("copy", &t, &Arr::new(&[4, 6], want), DType::F32, 0.0, 0.0);
+    assert_eq!(read(&view)?.data, orig[6..18]);
+    // too long, another dtype
+    assert_err(
+        t.write_at(20, &src),
+        ErrorKind::InvalidArgument,
+        "write_at",
+        &["10", "24", "20"],
+    );
+    let ints = Tensor::zeros([2], DType::I32, &dev())?;
+    assert_err(
+        t.write_at(0, &ints),
+        ErrorKind::InvalidArgument,
+        "write_at",
+        &["i32"],
+    );
+    Ok(())
+}
+
+#[test]
+fn kv_cache_refuses_more_than_its_capacity() -> Result<()> {
+    let mut cache = KvCache::new(4);
+    let k = Tensor::rand_normal([1, 2, 3, 5], 0.0, 1.0, 1, DType::F32, &dev())?;
+    cache.append(&k, &k)?;
+    assert_err(
+        cache.append(&k, &k),
+        ErrorKind::Shape,
+        "KvCache",
+        &["at most 4", "found 6"],
+    );
+    assert_eq!(cache.len(), 3);
+    // after a clear, the same room is reused
+    cache.clear();
+    let (keys, _) = cache.append(&k, &k)?;
+    assert_eq!(read(&keys)?.data, read(&k)?.data);
+    let other = Tensor::rand_normal([2, 2, 1, 5], 0.0, 1.0, 1, DType::F32, &dev())?;
+    assert_err(
+        cache.append(&other, &other),
+        ErrorKind::Shape,
+        "KvCache",
+        &["[2, 2, 1, 5]"],
+    );
+    Ok(())
+}
+
+#[test]
+fn generation_past_the_context_rebuilds_the_cache_from_its_last_half() -> Result<()> {
+    let config = GptConfig {
+        vocab: 11,
+        context: 8,
+        dim: 16,
+        layers: 2,
+        heads: 4,
+        dropout: 0.0,
+    };
+    let mut model = Gpt::new(config, &mut Init::new(&dev(), 4), 0)?;
+    model.set_training(false);
+    // Embeddings of N(0, 1) rather than 0.02, so that every position changes the logits.
+    for e in [&mut model.tok, &mut model.pos] {
+        let d = e.weight.tensor().dims().to_vec();
+        e.weight = Param::new(Tensor::rand_normal(d, 0.0, 1.0, 3, DType::F32, &dev())?);
+    }
+    let prompt = [1u32, 5, 2];
+    let sampling = Sampling {
+        temperature: 1.0,
+        top_k: None,
+        seed: 7,
+    };
+    let mut g = Generator::new(&model, &prompt, sampling)?;
+    let mut seq = prompt.to_vec();
+    let mut window_start = 0;
+    // 3 + 20 tokens through a context of 8: rebuilt at 9, 13, 17, 21 tokens
+    for step in 0..20 {
+        if seq.len() - window_start > 8 {
+            window_start = seq.len() - 4;
+        }
+        let ids: Vec<i32> = seq[window_start..].iter().map(|&t| t as i32).collect();
+        let n = ids.len();
+        let full = kiln_core::autodiff::no_grad(|| {
+            model.forward(&Tensor::from_vec(ids, [1, n], &dev())?)
+        })?;
+        let want = read(&full.narrow(1, n - 1, 1)?)?;
+        let got = g.logits()?;
+        assert_close(
+            &format!("step {step}"),
+            &got,
+            &Arr::new(&[11], want.data),
+            DType::F32,
+            1e-4,
+            1e-5,
+        );
+        seq.push(g.choose(&got.to_vec::<f32>()?));
+    }
+    assert!(seq[3..].windows(2).any(|w| w[0] != w[1]), "{seq:?}");
+    Ok(())
+}
+
+#[test]
+fn attention_dropout_drops_probabilities_in_training_only() -> Result<()> {
+    let (b, c, heads) = (4, 12, 3);
+    let dh = c / heads;
+    let mut init = Init::new(&dev(), 5).with_dtype(DType::F64);
+    let mut attn = MultiHeadAttention::new(&mut init, c, heads, 0.5, 8)?;
+    // only the attention probabilities dropped
+    attn.dropout = Dropout::new(0.0, 0)?;
+    let mut rng = Rng::new(9);
+    // One position: each head's one weight (1) is dropped (0) or kept and doubled (2).
+    let x1 = random(&mut rng, &[b, 1, c], -1.0, 1.0);
+    let probe = attn.attn_dropout.clone(); // the same seed and step: the same mask
+    let y = attn.forward(&tensor(&x1, DType::F64))?;
+    let ones = Tensor::ones([b, heads, 1, 1], DType::F64, &dev())?;
+    let mask = read(&probe.forward(&ones)?)?.data;
+    assert!(mask.iter().all(|&m| m == 0.0 || m == 2.0), "{mask:?}");
+    assert!(mask.contains(&0.0) && mask.contains(&2.0), "{mask:?}");
+    let p = |n: &str| param(&attn, n);
+    let mut want = Vec::new();
+    for (i, seq) in rows(&x1).into_iter().enumerate() {
+        let qkv = linear(&seq, &p("qkv.weight"), &p("qkv.bias"));
+        let mut v = qkv[0][2 * c..].to_vec();
+        for (h, head) in v.chunks_mut(dh).enumerate() {
+            head.iter_mut().for_each(|e| *e *= mask[i * heads + h]);
+        }
+        want.push(linear(&[v], &p("proj.weight"), &p("proj.bias")));
+    }
+    assert_close("one position", &y, &stack(want), DType::F64, 1e-12, 1e-12);
+    assert_eq!(attn.attn_dropout.steps(), 1);
+    // a new mask per training pass
+    let x = random(&mut rng, &[2, 6, c], -1.0, 1.0);
+    let xt = tensor(&x, DType::F64);
+    assert_ne!(
+        read(&attn.forward(&xt)?)?.data,
+        read(&attn.forward(&xt)?)?.data
+    );
+    assert_eq!(attn.attn_dropout.steps(), 3);
+    // evaluation: none, and no mask drawn
+    attn.set_training(false);
+    let want = stack(
+        rows(&x)
+            .iter()
+            .map(|s| mha_ref(&attn, "", s, heads))
+            .collect(),
+    );
+    assert_close(
+        "evaluation",
+        &attn.forward(&xt)?,
+        &want,
+        DType::F64,
+        1e-12,
+        1e-12,
+    );
+    assert_eq!(attn.attn_dropout.steps(), 3);
+    Ok(())
+}
+
 #[test]
 fn block_layout_and_dropout() -> Result<()> {
     let mut init = Init::new(&dev(), 3);
@@ -369,7 +560,14 @@ fn block_layout_and_dropout() -> Result<()> {
     assert_eq!(block.fc1.weight.tensor().dims(), [48, 12]);
     let mut counters = Vec::new();
     block.visit_counters(&mut |n, _| counters.push(n.to_string()));
-    assert_eq!(counters, ["attn.dropout.step", "dropout.step"]);
+    assert_eq!(
+        counters,
+        [
+            "attn.dropout.step",
+            "attn.attn_dropout.step",
+            "dropout.step"
+        ]
+    );
     // p = 0 in training: deterministic, no mask drawn
     let x = Tensor::rand_normal([2, 5, 12], 0.0, 1.0, 1, DType::F32, &dev())?;
     let (a, b) = (read(&block.forward(&x)?)?, read(&block.forward(&x)?)?);

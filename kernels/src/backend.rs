@@ -411,6 +411,33 @@ impl Runtime for WgpuRuntime {
         self.check(name)
     }
 
+    /// Recorded into the open batch, so ordered after the ops before it.
+    fn copy(
+        &self,
+        src: &WgpuBuffer,
+        src_offset: u64,
+        dst: &WgpuBuffer,
+        dst_offset: u64,
+        bytes: u64,
+    ) -> Result<bool> {
+        let device = &self.inner.device;
+        let mut batch = (self.inner.batch.lock())
+            .map_err(|_| Error::device("write", "the command batch lock is poisoned"))?;
+        let encoder = batch.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kiln batch"),
+            })
+        });
+        encoder.copy_buffer_to_buffer(&src.buffer, src_offset, &dst.buffer, dst_offset, bytes);
+        batch.ops += 1;
+        if batch.ops >= BATCH_OPS {
+            batch.submit(&self.inner.queue);
+        }
+        drop(batch);
+        self.check("write")?;
+        Ok(true)
+    }
+
     /// Copies into a staging buffer, submits, and maps it; the [`ReadBack`] resolves once the
     /// mapping is done.
     fn download(&self, buffer: &WgpuBuffer, offset: u64, bytes: u64) -> Result<ReadBack> {

@@ -47,6 +47,20 @@ pub trait Runtime: Send + Sync + 'static {
     /// Copies `bytes` to the start of `buffer`, after the work already recorded or launched.
     fn write(&self, buffer: &Self::Buffer, bytes: &[u8]) -> Result<()>;
 
+    /// Copies `bytes` bytes from `src_offset` of `src` to `dst_offset` of `dst`, after the work
+    /// already recorded or launched. Returns `false` where the runtime cannot (the default).
+    fn copy(
+        &self,
+        src: &Self::Buffer,
+        src_offset: u64,
+        dst: &Self::Buffer,
+        dst_offset: u64,
+        bytes: u64,
+    ) -> Result<bool> {
+        let _ = (src, src_offset, dst, dst_offset, bytes);
+        Ok(false)
+    }
+
     /// Records or launches the dispatches of one plan of `op`, in order.
     fn launch(&self, op: &str, dispatches: &[Launch<'_, Self::Buffer>]) -> Result<()>;
 
@@ -251,6 +265,22 @@ impl<R: Runtime> Backend for GpuBackend<R> {
             };
             from_device_bytes(bytes, dtype, shape)
         })
+    }
+
+    fn write(&self, dst: &mut Storage, offset: usize, src: View<'_>) -> Result<bool> {
+        self.runtime.prepare_thread()?;
+        if !src.layout.is_contiguous() {
+            return Ok(false);
+        }
+        let from = self.buffer_of(&src, "write")?;
+        let name = self.runtime.name();
+        let to = dst.downcast::<R::Buffer>().ok_or_else(|| {
+            Error::device("write", format!("the tensor written is not on {name}"))
+        })?;
+        let at = |elements: usize| elements as u64 * ELEM_BYTES;
+        let bytes = at(src.layout.shape().numel());
+        self.runtime
+            .copy(from, at(src.layout.offset()), to, at(offset), bytes)
     }
 
     fn supports(&self, dtype: DType) -> bool {

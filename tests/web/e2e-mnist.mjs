@@ -15,22 +15,18 @@
 //      KILN_E2E_MODES    backends to run, comma separated (default "webgpu,cpu")
 //      KILN_REQUIRE_WEBGPU=1  fail instead of skipping WebGPU when the browser has no adapter
 //      CHROMIUM          the browser (default /usr/lib/chromium/chromium)
-import { chromium } from "playwright-core";
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync, statSync } from "node:fs";
 import { deflateSync } from "node:zlib";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { testImages } from "./mnist.mjs";
 import { padStrokes } from "./e2e/strokes.mjs";
+import { ROOT, WWW, checker, fatal as fatalIn, kilnBin, serve, launchChromium, openPage, webgpuAvailable } from "./e2e/harness.mjs";
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const WWW = join(ROOT, "www");
 const OUT = join(process.env.CARGO_TARGET_DIR ?? join(ROOT, "target"), "e2e-mnist");
 const DIGITS = Number(process.env.KILN_E2E_DIGITS ?? 40);
 const OFFSET = Number(process.env.KILN_E2E_OFFSET ?? 0);
 const MODES = (process.env.KILN_E2E_MODES ?? "webgpu,cpu").split(",").map((s) => s.trim());
-const CHROMIUM = process.env.CHROMIUM ?? (existsSync("/usr/lib/chromium/chromium") ? "/usr/lib/chromium/chromium" : "/usr/bin/chromium");
 const MODEL = join(WWW, "models/mnist.safetensors");
 const LOGIT_TOL = 1e-4;
 const COMPARE_SAMPLES = 6;
@@ -38,26 +34,8 @@ const COMPARE_SAMPLES = 6;
 // tests/web/drawn-digits.mjs); these are a fixed subset, so the check is deterministic.
 const MIN_DRAWN_ACC = 0.95;
 
-let failures = 0;
-const check = (ok, what) => {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) failures++;
-  return ok;
-};
-const fatal = (msg) => {
-  console.error(`e2e-mnist: ${msg}`);
-  process.exit(2);
-};
-
-function kilnBin() {
-  if (process.env.KILN_BIN) {
-    if (!existsSync(process.env.KILN_BIN)) fatal(`KILN_BIN=${process.env.KILN_BIN} does not exist`);
-    return resolve(process.env.KILN_BIN);
-  }
-  const found = ["target/release/kiln", "target/debug/kiln"].map((p) => join(ROOT, p)).filter((p) => existsSync(p));
-  if (!found.length) fatal("no kiln binary: build it with `cargo build -p kiln --bin kiln` or set KILN_BIN");
-  return found.sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0];
-}
+const check = checker();
+const fatal = (msg) => fatalIn("e2e-mnist", msg);
 
 for (const [path, fix] of [
   [join(WWW, "index.html"), "run scripts/build-web.sh (it assembles the page in www/)"],
@@ -67,27 +45,8 @@ for (const [path, fix] of [
   if (!existsSync(path)) fatal(`missing ${path}: ${fix}`);
 }
 for (const m of MODES) if (m !== "webgpu" && m !== "cpu") fatal(`KILN_E2E_MODES: unknown backend "${m}" (webgpu, cpu)`);
-const KILN = kilnBin();
+const KILN = kilnBin("e2e-mnist");
 mkdirSync(OUT, { recursive: true });
-
-/** `kiln serve www --port 0`; resolves with its URL once it prints it. */
-async function serve() {
-  const child = spawn(KILN, ["serve", WWW, "--port", "0"], { stdio: ["ignore", "pipe", "inherit"] });
-  const url = await new Promise((ok, fail) => {
-    let buf = "";
-    const timer = setTimeout(() => fail(new Error(`kiln serve printed no URL in 30 s: ${buf}`)), 30_000);
-    child.stdout.on("data", (d) => {
-      buf += d;
-      const m = buf.match(/at (http:\/\/\S+)/);
-      if (m) {
-        clearTimeout(timer);
-        ok(m[1].replace(/\/?$/, "/"));
-      }
-    });
-    child.on("exit", (c) => fail(new Error(`kiln serve exited with ${c}`)));
-  });
-  return { url, close: () => child.kill() };
-}
 
 /** An 8-bit grayscale PNG of a 28x28 image, for `kiln predict`. */
 function png(pixels) {
@@ -121,19 +80,6 @@ function png(pixels) {
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-/** A page that records console errors and uncaught exceptions. */
-async function openPage(browser, url, options = {}) {
-  const context = await browser.newContext(options); // fresh context: no cache, a real cold start
-  const page = await context.newPage();
-  const errors = [];
-  const warnings = [];
-  page.on("console", (m) => (m.type() === "error" ? errors : m.type() === "warning" ? warnings : []).push(m.text()));
-  page.on("pageerror", (e) => errors.push(String(e)));
-  await page.goto(url);
-  await page.waitForFunction(() => document.body.dataset.ready, null, { timeout: 120_000 });
-  return { page, errors, warnings, close: () => context.close() };
-}
-
 /** Draws the strokes of one MNIST image on the pad with the mouse (pointer events). */
 async function draw(page, pad, image) {
   // Pad pixels (280 x 280, the canvas's own size) to page coordinates.
@@ -160,15 +106,6 @@ async function readResult(page) {
       ms: window.kilnDemo.lastMs,
     };
   });
-}
-
-async function webgpuAvailable(browser, base) {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  await page.goto(`${base}style.css`); // any page of the site: a secure context (localhost)
-  const ok = await page.evaluate(async () => !!(navigator.gpu && (await navigator.gpu.requestAdapter())));
-  await context.close();
-  return ok;
 }
 
 async function runMode(browser, base, mode, digits) {
@@ -339,12 +276,9 @@ async function badModels(browser, base) {
   }
 }
 
-const server = await serve();
+const server = await serve(KILN, WWW);
 console.log(`kiln: ${KILN}\nserving ${WWW} at ${server.url}; screenshots and inputs in ${OUT}`);
-const browser = await chromium.launch({
-  executablePath: CHROMIUM,
-  args: ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--enable-unsafe-webgpu"],
-});
+const browser = await launchChromium();
 const summary = [];
 try {
   const digits = testImages(DIGITS, OFFSET);
@@ -374,5 +308,5 @@ try {
   server.close();
 }
 console.log(`\nsummary:\n  ${summary.join("\n  ") || "(no backend ran)"}\n  screenshots: ${join(OUT, "mnist-*.png")}`);
-console.log(failures ? `\n${failures} check(s) failed` : "\nall e2e checks passed");
-process.exit(failures ? 1 : 0);
+console.log(check.failures ? `\n${check.failures} check(s) failed` : "\nall e2e checks passed");
+process.exit(check.failures ? 1 : 0);

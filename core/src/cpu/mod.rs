@@ -185,6 +185,13 @@ impl Backend for CpuBackend {
     fn read(&self, input: View<'_>) -> ReadFuture {
         alloc::boxed::Box::pin(core::future::ready(storage::read_view(&input)))
     }
+    fn write(&self, dst: &mut Storage, offset: usize, src: View<'_>) -> Result<bool> {
+        let dst = dst
+            .get_mut::<CpuStorage>()
+            .ok_or_else(|| Error::device("write", "the tensor written is not a cpu tensor"))?;
+        storage::write(dst, offset, &src)?;
+        Ok(true)
+    }
     fn allocated_bytes(&self) -> Option<u64> {
         Some(storage::ALLOCATED.load(Ordering::Relaxed) as u64)
     }

@@ -216,6 +216,33 @@ impl CpuElem for bool {
     }
 }
 
+/// Copies the elements of `src` (row-major, of `dst`'s dtype) over `dst`'s from `offset` on.
+pub(crate) fn write(dst: &mut CpuStorage, offset: usize, src: &View<'_>) -> Result<()> {
+    fn put<T: CpuElem>(dst: &mut [T], offset: usize, src: &View<'_>) -> Result<()> {
+        let s = Src::<T>::new("write", src)?.to_contiguous();
+        let len = dst.len();
+        let to = dst.get_mut(offset..offset + s.len()).ok_or_else(|| {
+            Error::shape(
+                "write",
+                alloc::format!(
+                    "expected {} elements from {offset} to fit in {len}, found they do not",
+                    s.len()
+                ),
+            )
+        })?;
+        to.copy_from_slice(&s);
+        Ok(())
+    }
+    match dst {
+        CpuStorage::F64(v) => put(v, offset, src),
+        CpuStorage::F32(v) => put(v, offset, src),
+        CpuStorage::F16(v) => put(v, offset, src),
+        CpuStorage::I32(v) => put(v, offset, src),
+        CpuStorage::U32(v) => put(v, offset, src),
+        CpuStorage::Bool(v) => put(v, offset, src),
+    }
+}
+
 /// The CPU buffer behind a view, or an error naming `op` when it belongs to another device.
 pub(crate) fn cpu_storage<'a>(op: &'static str, v: &View<'a>) -> Result<&'a CpuStorage> {
     v.storage

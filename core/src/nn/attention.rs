@@ -34,6 +34,17 @@ pub fn scaled_dot_product_attention(
     v: &Tensor,
     causal: bool,
 ) -> Result<Tensor> {
+    attention(q, k, v, causal, None)
+}
+
+/// [`scaled_dot_product_attention`], with `dropout` on the attention probabilities.
+fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+    dropout: Option<&Dropout>,
+) -> Result<Tensor> {
     let bad = |why: &str| {
         Err(Error::shape(
             "scaled_dot_product_attention",
@@ -59,7 +70,11 @@ pub fn scaled_dot_product_attention(
         let mask = causal_mask(tq, tk, scores.device())?;
         scores = mask.where_cond(&scores, &scores.scalar_like(MASKED)?)?;
     }
-    scores.softmax(-1)?.matmul(v)
+    let probs = scores.softmax(-1)?;
+    match dropout {
+        Some(d) => d.forward(&probs)?.matmul(v),
+        None => probs.matmul(v),
+    }
 }
 
 /// `[Tq, Tk]`, true where query `i` may see key `j`: `j <= Tk - Tq + i`. Built on the device
@@ -70,62 +85,131 @@ fn causal_mask(tq: usize, tk: usize, device: &Device) -> Result<Tensor> {
     keys.reshape([1, tk])?.le(&last_seen.reshape([tq, 1])?)
 }
 
-/// The keys and values one attention layer has seen so far, `[B, H, T, Dh]` each, so that
-/// generation feeds only the new tokens (one cache per layer).
+/// The keys and values one attention layer has seen so far, so that generation feeds only the
+/// new tokens (one cache per layer). Room for `capacity` positions is allocated on the first
+/// append and each append writes its positions in place ([`Tensor::write_at`]), so a token
+/// costs the same at every position; attention reads the filled prefix.
 ///
 /// ```
 /// use kiln_core::nn::KvCache;
-/// let mut cache = KvCache::new();
-/// assert_eq!(cache.len(), 0);
+/// let mut cache = KvCache::new(16);
+/// assert_eq!((cache.len(), cache.capacity()), (0, 16));
 /// cache.clear();
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct KvCache {
-    keys: Option<Tensor>,
-    values: Option<Tensor>,
+    capacity: usize,
+    len: usize,
+    /// Keys and values `[capacity, B, H, Dh]`: position-major, so that new positions are one
+    /// contiguous write.
+    buffers: Option<(Tensor, Tensor)>,
+    /// The filled prefix of each as `[B, H, len, Dh]` views. Dropped while writing, so that
+    /// the buffers are unshared and written in place.
+    filled: Option<(Tensor, Tensor)>,
 }
 
 impl KvCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty cache with room for `capacity` positions (the model's context).
+    pub fn new(capacity: usize) -> Self {
+        KvCache {
+            capacity,
+            len: 0,
+            buffers: None,
+            filled: None,
+        }
     }
     /// Positions cached so far (`T`).
     pub fn len(&self) -> usize {
-        self.keys.as_ref().map_or(0, |k| k.dims()[2])
+        self.len
+    }
+    /// Positions it can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
     /// `true` before the first token.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
-    /// Forgets every position (a new sequence).
+    /// Forgets every position (a new sequence); the room stays allocated.
     pub fn clear(&mut self) {
-        *self = Self::default();
+        self.len = 0;
+        self.filled = None;
     }
     /// The cached keys `[B, H, T, Dh]`, if any.
     pub fn keys(&self) -> Option<&Tensor> {
-        self.keys.as_ref()
+        self.filled.as_ref().map(|(k, _)| k)
     }
     /// The cached values `[B, H, T, Dh]`, if any.
     pub fn values(&self) -> Option<&Tensor> {
-        self.values.as_ref()
+        self.filled.as_ref().map(|(_, v)| v)
     }
-    /// Appends new keys and values along `T` and returns all of them.
+    /// Writes new keys and values `[B, H, T_new, Dh]` after the cached ones and returns all of
+    /// them (`[B, H, T, Dh]` views).
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let join = |old: &Option<Tensor>, new: &Tensor| match old {
-            Some(old) => Tensor::concat(&[old.clone(), new.clone()], 2),
-            None => Ok(new.clone()),
+        if k.rank() != 4 || k.dims() != v.dims() || k.dtype() != v.dtype() {
+            return Err(Error::shape(
+                "KvCache",
+                format!(
+                    "expected keys and values of one shape [B, H, T, Dh] and dtype, found {} {} and {} {}",
+                    k.shape(),
+                    k.dtype(),
+                    v.shape(),
+                    v.dtype()
+                ),
+            ));
+        }
+        let (b, h, t, dh) = (k.dims()[0], k.dims()[1], k.dims()[2], k.dims()[3]);
+        if self.len + t > self.capacity {
+            return Err(Error::shape(
+                "KvCache",
+                format!(
+                    "expected at most {} positions, found {} ({} cached, {t} new)",
+                    self.capacity,
+                    self.len + t,
+                    self.len
+                ),
+            ));
+        }
+        self.filled = None;
+        let fits = |buf: &Tensor| {
+            buf.dims()[1..] == [b, h, dh]
+                && buf.dtype() == k.dtype()
+                && buf.device().same(k.device())
         };
-        let (k, v) = (join(&self.keys, k)?, join(&self.values, v)?);
-        self.keys = Some(k.clone());
-        self.values = Some(v.clone());
-        Ok((k, v))
+        let (keys, values) = match &mut self.buffers {
+            Some((keys, values)) if fits(keys) => (keys, values),
+            Some((keys, _)) if self.len > 0 => {
+                return Err(Error::shape(
+                    "KvCache",
+                    format!(
+                        "expected new positions of [B, H, Dh] = {:?} ({}), found {} ({})",
+                        &keys.dims()[1..],
+                        keys.dtype(),
+                        k.shape(),
+                        k.dtype()
+                    ),
+                ));
+            }
+            buffers => {
+                let room = || Tensor::zeros([self.capacity, b, h, dh], k.dtype(), k.device());
+                let (keys, values) = buffers.insert((room()?, room()?));
+                (keys, values)
+            }
+        };
+        let at = self.len * b * h * dh;
+        keys.write_at(at, &k.permute(&[2, 0, 1, 3])?)?;
+        values.write_at(at, &v.permute(&[2, 0, 1, 3])?)?;
+        self.len += t;
+        let prefix = |buf: &Tensor| buf.narrow(0, 0, self.len)?.permute(&[1, 2, 0, 3]);
+        let filled = (prefix(keys)?, prefix(values)?);
+        self.filled = Some(filled.clone());
+        Ok(filled)
     }
 }
 
 /// Causal multi-head self-attention on `[B, T, C]`: one fused projection to queries, keys and
-/// values (`qkv`, `C -> 3C`), `heads` heads of `C / heads` features, the output projection
-/// (`proj`) and dropout on its result.
+/// values (`qkv`, `C -> 3C`), `heads` heads of `C / heads` features, dropout on the attention
+/// probabilities (`attn_dropout`), the output projection (`proj`) and dropout on its result.
 ///
 /// ```
 /// use kiln_core::nn::{Forward, Init, KvCache, MultiHeadAttention};
@@ -135,7 +219,7 @@ impl KvCache {
 /// let x = Tensor::rand_normal([2, 5, 12], 0.0, 1.0, 7, DType::F32, &dev)?;
 /// assert_eq!(attn.forward(&x)?.dims(), [2, 5, 12]);
 /// // the same, fed in two pieces through a cache
-/// let mut cache = KvCache::new();
+/// let mut cache = KvCache::new(5);
 /// attn.forward_cached(&x.narrow(1, 0, 3)?, &mut cache)?;
 /// assert_eq!(attn.forward_cached(&x.narrow(1, 3, 2)?, &mut cache)?.dims(), [2, 2, 12]);
 /// assert_eq!(cache.len(), 5);
@@ -151,11 +235,14 @@ pub struct MultiHeadAttention {
     heads: usize,
     /// on the projected output
     pub dropout: Dropout,
+    /// on the attention probabilities (each query's weights over the keys)
+    pub attn_dropout: Dropout,
 }
 
 impl MultiHeadAttention {
     /// Attention over `dim` features in `heads` heads (`dim % heads == 0`), with dropout
-    /// probability `dropout_p` drawn from `seed`.
+    /// probability `dropout_p` (on the attention probabilities and on the output) drawn from
+    /// `seed`.
     pub fn new(
         init: &mut Init,
         dim: usize,
@@ -174,6 +261,7 @@ impl MultiHeadAttention {
             proj: Linear::new(init, dim, dim)?,
             heads,
             dropout: Dropout::new(dropout_p, seed)?,
+            attn_dropout: Dropout::new(dropout_p, mix(seed, 1))?,
         })
     }
     /// Number of heads.
@@ -185,7 +273,7 @@ impl MultiHeadAttention {
     pub fn forward_cached(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let (q, k, v) = self.split_heads(x)?;
         let (k, v) = cache.append(&k, &v)?;
-        self.join_heads(&scaled_dot_product_attention(&q, &k, &v, true)?)
+        self.join_heads(&attention(&q, &k, &v, true, Some(&self.attn_dropout))?)
     }
     /// `[B, T, C]` to queries, keys and values, each `[B, H, T, C / H]` (views of one tensor).
     fn split_heads(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
@@ -211,7 +299,7 @@ impl Forward for MultiHeadAttention {
     /// Causal self-attention of `x` `[B, T, C]` on itself.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (q, k, v) = self.split_heads(x)?;
-        self.join_heads(&scaled_dot_product_attention(&q, &k, &v, true)?)
+        self.join_heads(&attention(&q, &k, &v, true, Some(&self.attn_dropout))?)
     }
 }
 
@@ -227,7 +315,7 @@ impl Forward for MultiHeadAttention {
 /// assert_eq!(block.num_params(), 12 * 8 * 8 + 13 * 8);
 /// let x = Tensor::rand_normal([1, 4, 8], 0.0, 1.0, 7, DType::F32, &dev)?;
 /// assert_eq!(block.forward(&x)?.dims(), [1, 4, 8]);
-/// let mut cache = KvCache::new();
+/// let mut cache = KvCache::new(4);
 /// assert_eq!(block.forward_cached(&x, &mut cache)?.dims(), [1, 4, 8]);
 /// # Ok::<(), kiln_core::Error>(())
 /// ```
@@ -250,8 +338,8 @@ pub struct TransformerBlock {
 }
 
 impl TransformerBlock {
-    /// A block of `dim` features and `heads` heads, with dropout `dropout_p` (attention and MLP
-    /// outputs) drawn from `seed`.
+    /// A block of `dim` features and `heads` heads, with dropout `dropout_p` (attention
+    /// probabilities, attention and MLP outputs) drawn from `seed`.
     pub fn new(
         init: &mut Init,
         dim: usize,

@@ -264,7 +264,7 @@ impl<'a> Generator<'a> {
         let context = model.config.context;
         Ok(Generator {
             model,
-            caches: model.blocks.iter().map(|_| KvCache::new()).collect(),
+            caches: model.blocks.iter().map(|_| KvCache::new(context)).collect(),
             tokens: prompt.to_vec(),
             // The prompt's last `context` tokens fill the caches first.
             feed: prompt[prompt.len().saturating_sub(context)..].to_vec(),

@@ -46,7 +46,7 @@ fn run(dev: &Device, cpu_block: &TransformerBlock, x: &TensorData) -> Result<Run
         grads.push((name, gp.to_data()?));
     }
     // token by token, then the rest in one piece, through the cache
-    let mut cache = KvCache::new();
+    let mut cache = KvCache::new(7);
     let mut outs = Vec::new();
     for (start, len) in [(0, 1), (1, 1), (2, 1), (3, 4)] {
         outs.push(block.forward_cached(&x.detach().narrow(1, start, len)?, &mut cache)?);
