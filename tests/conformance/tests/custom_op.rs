@@ -125,3 +125,17 @@ fn a_cpu_only_op_on_a_gpu_says_so() {
         .to_string();
     assert!(e.contains("cpu_only: has no WGSL kernel"), "{e}");
 }
+
+/// What the CUDA backend compiles, checked without a GPU: the kernel translates to CUDA C with
+/// its workgroup size as the block size.
+#[test]
+fn the_kernel_translates_to_cuda_c() {
+    use kiln_kernels::cuda::{Dialect, translate};
+    let wgsl = ScaledSoftmax.wgsl().unwrap();
+    let m = translate(wgsl, "scaled_softmax", Dialect::Cuda).unwrap();
+    assert_eq!(m.kernels.len(), 1);
+    assert!(m.source.contains("__global__"), "{}", m.source);
+    let k = &m.kernels[0];
+    assert_eq!(k.name, "main");
+    assert_eq!(k.workgroup_size, [64, 1, 1]);
+}
