@@ -136,6 +136,6 @@ fn the_kernel_translates_to_cuda_c() {
     assert_eq!(m.kernels.len(), 1);
     assert!(m.source.contains("__global__"), "{}", m.source);
     let k = &m.kernels[0];
-    assert_eq!(k.name, "main");
+    assert_eq!(k.name, "main_kernel");
     assert_eq!(k.workgroup_size, [64, 1, 1]);
 }
