@@ -40,7 +40,7 @@ fn scaled_softmax_kernel_matches_its_cpu_reference() {
     check(
         "strided",
         &dev,
-        &[x.clone()],
+        std::slice::from_ref(&x),
         &transposed,
         &f,
         true,
