@@ -440,6 +440,7 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             }
             Ok((dt, s.clone()))
         }
+        Op::Custom(c) => crate::op::custom::infer(c, inputs),
     }
 }
 

@@ -23,6 +23,7 @@ extern crate alloc;
 
 mod backend;
 pub mod cuda;
+pub mod custom;
 pub mod exec;
 pub mod header;
 pub mod kernels;
@@ -30,6 +31,7 @@ pub mod plan;
 pub mod preprocess;
 
 pub use backend::{ReadBack, WgpuBackend, WgpuBuffer, WgpuOptions, WgpuRuntime};
+pub use custom::register_op;
 pub use exec::{GpuBackend, Launch, Runtime};
 
 /// A kiln [`kiln_core::Device`] on the default GPU through wgpu. Native only (browsers use

@@ -63,8 +63,12 @@ impl KernelKey {
                 .collect(),
         }
     }
-    /// The preprocessed WGSL source of this variant (entry point `main`).
+    /// The preprocessed WGSL source of this variant (entry point `main`); for a custom op's
+    /// kernel, the registered source.
     pub fn wgsl(&self) -> Result<String> {
+        if self.file == crate::custom::FILE {
+            return crate::custom::source(self);
+        }
         let src = crate::kernels::source(self.file)
             .ok_or_else(|| Error::invalid("wgsl", format!("no kernel file named {}", self.file)))?;
         preprocess(src, &self.defines, &crate::kernels::source).map_err(|e| e.context(self.label()))
@@ -395,6 +399,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             ];
             p.launch(key, h.with_tail(tail), bufs, n)
         }
+        Op::Custom(c) => p.custom(c, inputs, &outputs[0]),
         Op::AdamStep(a) => {
             if ty != "f32" {
                 return Err(Error::unsupported(
@@ -823,6 +828,64 @@ impl Planner {
         let dst = Layout::contiguous(shape);
         self.copy_to(ty, &dst, buf, Buffer::Input(i), &input.layout)?;
         Ok((buf, 0))
+    }
+
+    /// A custom op's one dispatch: its params header, its inputs packed (contiguous from
+    /// element 0, copied to scratch when not), its output last.
+    fn custom(
+        &mut self,
+        call: &kiln_core::op::custom::CustomCall,
+        inputs: &[ViewMeta],
+        output: &Meta,
+    ) -> Result<()> {
+        use kiln_core::op::custom::Grid;
+        let r = call.resolve()?;
+        if r.op.wgsl().is_none() {
+            return Err(Error::unsupported(
+                r.name,
+                "has no WGSL kernel; it runs on the CPU only",
+            ));
+        }
+        let metas: Vec<Meta> = inputs
+            .iter()
+            .map(|v| (v.dtype, v.layout.shape().clone()))
+            .collect();
+        let launch = r.op.launch(&call.attrs, &metas, output)?;
+        let mut buffers = Vec::with_capacity(inputs.len() + 1);
+        for (i, input) in inputs.iter().enumerate() {
+            let packed = input.layout.is_contiguous() && input.layout.offset() == 0;
+            buffers.push(if packed {
+                Buffer::Input(i)
+            } else {
+                let shape = input.layout.shape().clone();
+                let buf = self.scratch(shape.numel());
+                let ty = wgsl_type(input.dtype, self.name)?;
+                self.copy_to(
+                    ty,
+                    &Layout::contiguous(shape),
+                    buf,
+                    Buffer::Input(i),
+                    &input.layout,
+                )?;
+                buf
+            });
+        }
+        buffers.push(Buffer::Output(0));
+        let workgroups = match launch.grid {
+            Grid::Invocations {
+                count,
+                workgroup_size,
+            } => grid(count.div_ceil(workgroup_size.max(1) as u64), self.name)?,
+            Grid::Workgroups(w) if w.iter().all(|&n| n <= MAX_GRID) => w,
+            Grid::Workgroups(w) => {
+                return Err(Error::invalid(
+                    r.name,
+                    format!("asked for workgroups {w:?}; each dimension is at most {MAX_GRID}"),
+                ));
+            }
+        };
+        self.push(KernelKey::custom(&r), launch.params, buffers, workgroups);
+        Ok(())
     }
 
     /// fill.wgsl in `mode` over `n` elements; `params` is the mode's header.
@@ -1823,7 +1886,9 @@ mod tests {
         assert!(ops.len() > 30, "{ops:?}");
         for variant in ops {
             // views never reach a backend; the families are named by their inner op (checked below)
+            // custom ops have no kernel of kiln's own (tests/conformance runs one)
             let families = [
+                "custom",
                 "unary",
                 "binary",
                 "compare",

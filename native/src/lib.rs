@@ -13,6 +13,8 @@
 //! ```
 
 pub use kiln_core as core;
+/// Registers a custom op (see [`kiln_core::op::custom`]) after checking its WGSL with naga.
+pub use kiln_kernels::register_op;
 pub use kiln_onnx as onnx;
 
 pub mod bench;

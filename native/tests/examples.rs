@@ -8,6 +8,9 @@ mod csv_regression;
 #[path = "../examples/custom_loop.rs"]
 mod custom_loop;
 #[allow(dead_code)]
+#[path = "../examples/custom_op/main.rs"]
+mod custom_op;
+#[allow(dead_code)]
 #[path = "../examples/image_folder.rs"]
 mod image_folder;
 
@@ -35,6 +38,15 @@ fn custom_loop_loss_falls_and_it_learns() {
     let (first, last) = (r.losses[0].1, r.losses[9].1);
     assert!(last < 0.6 * first, "loss {first} -> {last}");
     assert!(r.test_accuracy > 0.8, "{r:?}");
+}
+
+#[test]
+fn custom_op_trains_like_the_built_in_ops() {
+    let r = custom_op::run(&args(&["--steps", "30"])).unwrap();
+    assert_eq!(r.custom.len(), 30);
+    // run checks the two agree at every step; the loss must also fall
+    let (first, last) = (r.custom[0], r.custom[29]);
+    assert!(last < 0.9 * first, "loss {first} -> {last}");
 }
 
 #[test]

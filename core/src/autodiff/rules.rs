@@ -45,6 +45,7 @@ pub(super) fn input_grads(
         | Op::OneHot { .. } => none(),
         // optimizer steps run outside the graph
         Op::AdamStep(_) => none(),
+        Op::Custom(c) => crate::op::custom::backward(c, inputs, y, g)?,
         Op::Reduce {
             op: ReduceOp::ArgMax | ReduceOp::ArgMin,
             ..

@@ -111,10 +111,38 @@ fn native_f16(op: &Op) -> bool {
             | Op::IndexSelect { .. }
             | Op::Pad { .. }
             | Op::OneHot { .. }
+            | Op::Custom(_)
     )
 }
 
-/// Number of inputs `op` takes (`None`: one or more).
+/// A custom op's reference implementation, on its inputs as row-major data.
+fn custom(
+    call: &crate::op::custom::CustomCall,
+    x: &[View<'_>],
+    out_dtype: DType,
+    out_shape: &Shape,
+) -> Result<CpuStorage> {
+    let r = call.resolve()?;
+    let inputs = x
+        .iter()
+        .map(storage::read_view)
+        .collect::<Result<Vec<_>>>()?;
+    let out =
+        r.op.cpu(&call.attrs, &inputs, &(out_dtype, out_shape.clone()))?;
+    if out.shape() != out_shape || out.dtype() != out_dtype {
+        return Err(Error::invalid(
+            r.name,
+            alloc::format!(
+                "the cpu reference returned a {} tensor of shape {}, expected {out_dtype} of shape {out_shape}",
+                out.dtype(),
+                out.shape()
+            ),
+        ));
+    }
+    Ok(CpuStorage::from_data(&out))
+}
+
+/// Number of inputs `op` takes (`None`: one or more; any number for a custom op).
 fn arity(op: &Op) -> Option<usize> {
     Some(match op {
         Op::Full { .. }
@@ -133,7 +161,7 @@ fn arity(op: &Op) -> Option<usize> {
         | Op::Pool2dBackward(_) => 2,
         Op::Where | Op::ScatterAdd { .. } => 3,
         Op::AdamStep(_) => 4,
-        Op::Concat { .. } => return None,
+        Op::Concat { .. } | Op::Custom(_) => return None,
         _ => 1,
     })
 }
@@ -147,7 +175,10 @@ impl Backend for CpuBackend {
     }
     fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
         let want = arity(op);
-        if want.is_some_and(|n| n != inputs.len()) || (want.is_none() && inputs.is_empty()) {
+        let custom = matches!(op, Op::Custom(_));
+        if want.is_some_and(|n| n != inputs.len())
+            || (want.is_none() && inputs.is_empty() && !custom)
+        {
             return Err(crate::op::arity(op, want.unwrap_or(1), inputs.len()));
         }
         let Some((out_dtype, out_shape)) = outputs.first() else {
@@ -301,5 +332,6 @@ fn run_one(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Resu
             conv::conv2d_backward_weight(&x[0], &x[1], *params, *kernel)
         }
         Op::Pool2d(_) | Op::Pool2dBackward(_) => pool::pool(op, x, out_shape),
+        Op::Custom(c) => custom(c, x, out_dtype, out_shape),
     }
 }

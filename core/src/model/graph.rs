@@ -248,10 +248,42 @@ pub(crate) fn mark_batch(a: &mut Trace, b: &Trace, batch: usize) -> Result<()> {
 }
 
 impl Graph {
+    /// The names of the custom ops the graph calls, sorted and unique: what a process must
+    /// register before running it.
+    pub fn custom_ops(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::Custom(c) => Some(c.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
     /// Checks that every reference points at an input, a tensor in `names` or an earlier node,
-    /// and every batch slot exists, so that running never meets a dangling reference.
+    /// every batch slot exists and every custom op is registered, so that running never meets a
+    /// dangling reference.
     pub fn validate(&self, has_tensor: &dyn Fn(&str) -> bool) -> Result<()> {
         let op = "Model::load";
+        let missing: Vec<&str> = self
+            .custom_ops()
+            .into_iter()
+            .filter(|n| crate::op::custom::lookup(n).is_err())
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::unsupported(
+                op,
+                format!(
+                    "the model uses custom ops that are not registered in this process: [{}]; \
+                     register them before loading (kiln::register_op in Rust, registerOp in JS)",
+                    missing.join(", ")
+                ),
+            ));
+        }
         let check = |r: &Ref, before: usize, at: &str| -> Result<()> {
             let ok = match r {
                 Ref::Input(i) => *i < self.inputs.len(),

@@ -7,6 +7,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
+pub mod custom;
 mod elementwise;
 
 /// serde for op fields of type f64 that may be infinite or NaN (a max pool's `-inf` padding, an
@@ -369,6 +370,11 @@ pub enum Op {
     /// (a dozen elementwise ops in one pass); three outputs of that shape: the new param,
     /// exp_avg and exp_avg_sq (run it with [`crate::Tensor::apply_many`])
     AdamStep(AdamParams),
+
+    // ---- user-defined
+    /// inputs: as the registered op takes them; a call of a [`custom::CustomOp`] registered
+    /// under `name` with [`custom::register_op`]
+    Custom(custom::CustomCall),
 }
 
 /// The dtype and shape of an op's input or output.
@@ -410,6 +416,7 @@ impl Op {
             Op::Pool2d(p) => p.name(),
             Op::Pool2dBackward(p) => p.backward_name(),
             Op::AdamStep(_) => "adam_step",
+            Op::Custom(c) => custom::name(c),
         }
     }
 
