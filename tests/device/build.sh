@@ -4,7 +4,7 @@
 #   kiln             release `kiln` with --features cuda
 #   kiln-lib-test    kiln's lib tests with --features cuda: the CUDA backend tests (every planned
 #                    kernel variant through NVRTC, ops vs the CPU oracle) and the ignored `cuda::bench`
-#   conformance-ops, conformance-fast_paths
+#   conformance-ops, conformance-fast_paths, conformance-transformer, conformance-custom_op
 #                    the conformance suites (every op forward and backward vs the CPU oracle;
 #                    the kernels' fast paths and their fallbacks), when they build with
 #                    --features cuda
@@ -32,7 +32,7 @@ cargo build --release -p kiln --features cuda --bin kiln
 cp "$target/release/kiln" "$out/kiln"
 lib="$(cargo test --release -p kiln --features cuda --lib --no-run --message-format=json | executables lib | tail -n 1)"
 cp "$lib" "$out/kiln-lib-test"
-for suite in ops fast_paths transformer; do
+for suite in ops fast_paths transformer custom_op; do
   if exe="$(cargo test --release -p kiln-conformance --features cuda --test $suite --no-run --message-format=json | executables $suite | tail -n 1)" && [ -n "$exe" ]; then
     cp "$exe" "$out/conformance-$suite"
   else
