@@ -149,7 +149,8 @@ pub struct Registered {
 }
 
 static REGISTRY: spin::Mutex<BTreeMap<String, Registered>> = spin::Mutex::new(BTreeMap::new());
-static NEXT_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+// usize: 32-bit targets without 64-bit atomics (thumbv7em) build kiln-core too.
+static NEXT_ID: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(1);
 
 /// Registers `op` under its name for this process, replacing an op of that name. Fails for an
 /// empty name or one with other characters than letters, digits, `_`, `.`, `:` and `-`.
@@ -171,7 +172,7 @@ pub fn register_op(op: Arc<dyn CustomOp>) -> Result<()> {
         Some(r) => r.name,
         None => Box::leak(String::from(name).into_boxed_str()),
     };
-    let id = NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    let id = NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed) as u64;
     registry.insert(String::from(name), Registered { op, name: kept, id });
     Ok(())
 }
