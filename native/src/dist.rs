@@ -43,14 +43,13 @@ pub fn check_f32(op: &str, tensors: &[Tensor]) -> Result<()> {
     }
 }
 
-/// `tensors` flattened into one fresh f32 vector on their device, with each one's length.
-pub fn flatten(tensors: &[Tensor]) -> Result<(Tensor, Vec<usize>)> {
+/// `tensors` flattened into one fresh vector on their device (a buffer no other tensor shares).
+pub fn flatten(tensors: &[Tensor]) -> Result<Tensor> {
     let flat: Vec<Tensor> = tensors
         .iter()
         .map(|t| t.detach().reshape([t.numel()]))
         .collect::<Result<_>>()?;
-    let sizes = flat.iter().map(Tensor::numel).collect();
-    Ok((Tensor::concat(&flat, 0)?, sizes))
+    Tensor::concat(&flat, 0)
 }
 
 /// The pieces of `flat` shaped as `like`.
@@ -108,9 +107,18 @@ pub fn average_gradients(
     let scale = 1.0 / c.world() as f64;
     no_grad(|| {
         for range in buckets(&bytes, BUCKET_BYTES) {
-            let summed = c.all_reduce_sum(&g[range.clone()])?;
-            for (p, s) in params[range].iter().zip(summed) {
-                grads.insert(p, s.mul_scalar(scale)?);
+            // Scaled once per bucket rather than once per gradient.
+            let flat = flatten(&g[range.clone()])?;
+            let sum = c.all_reduce_sum(&[flat])?;
+            let mean = sum
+                .first()
+                .ok_or_else(|| Error::invalid("all_reduce", "expected one sum, found none"))?
+                .mul_scalar(scale)?;
+            for (p, m) in params[range.clone()]
+                .iter()
+                .zip(unflatten(&mean, &g[range])?)
+            {
+                grads.insert(p, m);
             }
         }
         Ok(())
@@ -264,7 +272,7 @@ impl Collective for Host {
         let Some(first) = tensors.first() else {
             return Ok(Vec::new());
         };
-        let (flat, _) = flatten(tensors)?;
+        let flat = flatten(tensors)?;
         let sum = self.exchange(flat.to_vec::<f32>()?, |slots| {
             let mut sum = vec![0.0f32; slots[0].len()];
             for s in slots {
@@ -287,7 +295,7 @@ impl Collective for Host {
         let Some(first) = tensors.first() else {
             return Ok(Vec::new());
         };
-        let (flat, _) = flatten(tensors)?;
+        let flat = flatten(tensors)?;
         let got = self.exchange(flat.to_vec::<f32>()?, |slots| slots[root].clone())?;
         let n = got.len();
         unflatten(&Tensor::from_vec(got, [n], first.device())?, tensors)

@@ -93,7 +93,7 @@ impl Nccl {
     /// `tensors` in one fresh buffer on this communicator's GPU, its pointer and length.
     fn flat(&self, op: &str, tensors: &[Tensor]) -> Result<(Tensor, u64, usize)> {
         check_f32(op, tensors)?;
-        let (flat, _) = flatten(tensors)?;
+        let flat = flatten(tensors)?;
         let buf = flat
             .storage()
             .downcast::<CudaBuffer>()

@@ -141,6 +141,52 @@ fn two_replicas_train_like_one_on_the_union_batches() {
     assert!(crate::learn::checkpoints(&ckpt[1]).unwrap().is_empty());
 }
 
+/// Two replicas on `Points`, resuming from `resume` when given; (weights, history) by rank.
+fn two_replicas(
+    ckpt: &std::path::Path,
+    max_steps: Option<u64>,
+    resume: bool,
+) -> Vec<(Vec<Vec<f32>>, Vec<crate::learn::report::EpochLine>)> {
+    let ckpt = ckpt.to_path_buf();
+    run_replicas(Host::group(2), move |rank, c| {
+        let loader = DataLoader::new(Points { union: false }, PER_RANK)
+            .shuffle(4)
+            .shard(rank, 2);
+        let config = LearnerConfig {
+            checkpoint_dir: Some(ckpt.clone()),
+            max_steps,
+            ..config()
+        };
+        let mut l = Learner::new(model(3), Adam::new(0.01), config).collective(Box::new(c));
+        if resume {
+            l.resume(&ckpt)?;
+        }
+        l.fit(&loader, None, step)?;
+        Ok((weights(&l.model), l.history))
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_data_parallel_run_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = two_replicas(&dir.path().join("a"), None, false);
+    // Stopped at step 5, between two reads (every 3 batches), then resumed by both replicas.
+    let b = dir.path().join("b");
+    two_replicas(&b, Some(5), false);
+    let resumed = two_replicas(&b, None, true);
+    assert_eq!(resumed[0].0, whole[0].0);
+    assert_eq!(resumed[1].0, whole[0].0);
+    // 4 steps an epoch: the second epoch's figures, its first step's from before the stop
+    // (summed over both replicas in the checkpoint), are the same.
+    let (g, w) = (resumed[0].1.last().unwrap(), whole[0].1.last().unwrap());
+    assert_eq!((g.epoch, w.epoch), (2, 2));
+    for m in ["train_loss", "train_sq0"] {
+        let (g, w) = (g.get(m).unwrap(), w.get(m).unwrap());
+        assert!((g - w).abs() < 1e-5 * w.abs().max(1.0), "{m}: {g} vs {w}");
+    }
+}
+
 #[test]
 fn a_stop_on_one_replica_stops_all_at_the_same_step() {
     let runs = run_replicas(Host::group(2), |rank, c| {

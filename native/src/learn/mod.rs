@@ -565,9 +565,10 @@ impl<M: Module> Learner<M> {
         while self.state.epoch < self.config.epochs {
             let epoch = self.state.epoch + 1;
             let mut batches = train.epoch(self.state.epoch as u64, self.state.batch);
+            // A data-parallel run's unread figures are its replicas' sums: rank 0 takes them.
             let mut pending = match self.state.unread.take() {
-                Some(u) => Pending::thaw(&u, device)?,
-                None => Pending::new(),
+                Some(u) if self.rank() == 0 => Pending::thaw(&u, device)?,
+                _ => Pending::new(),
             };
             let mut grads: Option<Gradients> = None;
             while self.state.batch < per_epoch {
@@ -637,14 +638,14 @@ impl<M: Module> Learner<M> {
                 {
                     self.evaluate(v, step, epoch)?;
                     if self.stale_too_long() {
-                        self.state.unread = Some(pending.freeze()?);
+                        self.state.unread = Some(self.freeze(&pending, device)?);
                         self.save_checkpoint()?;
                         return Ok(Outcome::EarlyStopped);
                     }
                 }
                 let limit = self.config.max_steps.is_some_and(|m| s >= m);
                 if self.stopping() || limit {
-                    self.state.unread = Some(pending.freeze()?);
+                    self.state.unread = Some(self.freeze(&pending, device)?);
                     self.save_checkpoint()?;
                     return Ok(Outcome::Stopped);
                 }
@@ -654,7 +655,7 @@ impl<M: Module> Learner<M> {
                     .is_some_and(|e| s.is_multiple_of(e))
                     && self.state.batch < per_epoch
                 {
-                    self.state.unread = Some(pending.freeze()?);
+                    self.state.unread = Some(self.freeze(&pending, device)?);
                     self.save_checkpoint()?;
                     self.state.unread = None;
                 }
@@ -689,6 +690,23 @@ impl<M: Module> Learner<M> {
             }
         }
         Ok(Outcome::Finished)
+    }
+
+    /// The pending figures for a checkpoint: in a data-parallel run, summed over the replicas
+    /// (every replica freezes at the same step).
+    fn freeze(&mut self, pending: &Pending, device: &crate::core::Device) -> Result<Unread> {
+        let mut u = pending.freeze()?;
+        if let Some(c) = &mut self.collective {
+            let mine: Vec<f64> = std::iter::once(u.samples as f64)
+                .chain(u.bits.iter().map(|(_, b)| f64::from(f32::from_bits(*b))))
+                .collect();
+            let all = dist::sum_values(&mut **c, &mine, device)?;
+            u.samples = all[0] as u64;
+            for ((_, b), s) in u.bits.iter_mut().zip(&all[1..]) {
+                *b = (*s as f32).to_bits();
+            }
+        }
+        Ok(u)
     }
 
     /// Reads the pending figures, adds them to the epoch's and reports a step line.
