@@ -6,7 +6,7 @@
 //!   error comes back to one place, and NCCL's communicators for all local GPUs are made by one
 //!   call (`ncclCommInitAll`). Threads suffice: kiln holds no global lock while it computes.
 //! - [`Host`] sums through host memory (N threads on the CPU: tests and `--device cpu`);
-//!   the NCCL collective ([`crate::cuda::nccl`], feature `nccl`) sums on the GPUs.
+//!   the NCCL collective (`kiln::cuda::nccl`, feature `nccl`) sums on the GPUs.
 //! - Gradients go in flat buckets of at most [`BUCKET_BYTES`] ([`average_gradients`]), one
 //!   collective call each, after the backward pass (no overlap with it).
 //! - Every replica sums in the same order, so the replicas stay identical to the bit.

@@ -579,7 +579,7 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         max_steps: a.run.max_steps,
         augment,
     };
-    if a.gpus > 1 {
+    if a.gpus != 1 {
         let replicas = kiln::dist::replicas(&a.common.device, a.gpus)?;
         let (a, data) = (Arc::new(a), Arc::new(data));
         kiln::dist::run_replicas(replicas, move |rank, (device, c)| {

@@ -244,6 +244,19 @@ mod tests {
     }
 
     #[test]
+    fn without_a_driver_the_error_names_it() {
+        if super::super::driver_present() {
+            eprintln!("skipped: the CUDA driver is present");
+            return;
+        }
+        let e = group(2, CudaOptions::default()).err().unwrap().to_string();
+        assert!(
+            e.contains("asked for 2 GPUs") && e.contains("libcuda.so"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn asking_for_more_gpus_than_found_names_both() {
         let Some(found) = gpus(1) else { return };
         let e = group(found + 1, CudaOptions::default())
