@@ -49,8 +49,8 @@ fi
 stage "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-# Both GPU backends in one pass (the code without them was linted just above).
-cargo clippy -p kiln --features cuda,rocm --all-targets -- -D warnings
+# Both GPU backends and NCCL in one pass (the code without them was linted just above).
+cargo clippy -p kiln --features cuda,rocm,nccl --all-targets -- -D warnings
 
 stage "kiln-core and kiln-onnx without std: wasm32 and bare metal"
 cargo build -p kiln-core --no-default-features --target wasm32-unknown-unknown
@@ -59,11 +59,11 @@ cargo build -p kiln-onnx --no-default-features --target wasm32-unknown-unknown
 
 stage "Rust tests: CPU oracle, autodiff, nn, model file, CLI, wgpu on lavapipe, translator"
 cargo test --workspace
-# The CUDA and HIP backends' own tests, in one build with both features; without their GPUs they
-# check the errors (and compile translated kernels with hipRTC), and the GPU tests skip with a
-# notice. Only the library's tests run: the integration suites do not change with the features,
+# The CUDA (with NCCL) and HIP backends' own tests, in one build with the features; without
+# their GPUs they check the errors (and compile translated kernels with hipRTC), and the GPU
+# tests skip with a notice. Only the library's tests run: the integration suites do not change with the features,
 # and ran above.
-cargo test -p kiln --features cuda,rocm --lib
+cargo test -p kiln --features cuda,rocm,nccl --lib
 
 if [ "${KILN_SKIP_WEB:-0}" = 1 ]; then
   stage "web tests skipped (KILN_SKIP_WEB=1)"

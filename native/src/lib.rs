@@ -23,6 +23,7 @@ pub mod checkpoint;
 pub mod cuda;
 pub mod data;
 pub mod device;
+pub mod dist;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 mod gpu;
 pub mod learn;

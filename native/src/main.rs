@@ -4,12 +4,14 @@ use clap::{Args, Parser, Subcommand};
 use kiln::core::{Error, Result};
 use kiln::data::augment::Augment;
 use kiln::data::mnist::{self, Mnist};
+use kiln::dist::Collective;
 use kiln::learn::Learner;
 use kiln::learn::dashboard::Dashboard;
 use kiln::learn::report::{Console, JsonLines, Outcome};
 use kiln::train::TrainConfig;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 #[derive(Parser)]
@@ -184,6 +186,12 @@ struct TrainArgs {
     /// setting with --resume.
     #[arg(long, default_value = "none", value_name = "SPEC")]
     augment: String,
+    /// Data-parallel replicas: with `--device cuda`, GPUs 0..N summing gradients through NCCL
+    /// (builds with the `nccl` feature); with `--device cpu`, N CPU replicas. Each trains on
+    /// its shard of every epoch with `--batch-size` images per step (a global batch of N times
+    /// that); rank 0 reports and writes checkpoints and the model.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    gpus: usize,
 }
 
 /// The options of every training command: checkpoints, resuming, logging, progress.
@@ -554,7 +562,6 @@ fn run(cli: Cli) -> Result<()> {
 
 fn train_mnist(a: TrainArgs) -> Result<()> {
     let augment: Augment = a.augment.parse()?;
-    let device = kiln::device::select(&a.common.device)?;
     let dir = mnist::data_dir(a.common.data.as_deref())?;
     let data = Mnist::load(&dir)?;
     let cfg = TrainConfig {
@@ -572,20 +579,63 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         max_steps: a.run.max_steps,
         augment,
     };
-    let (train, test) = kiln::train::loaders(data, &cfg)?;
-    let learner = kiln::train::learner(&cfg, &train, &device)?;
-    let mut learner = a.run.attach(learner)?;
-    if !a.run.quiet && !a.run.tui {
+    if a.gpus != 1 {
+        let replicas = kiln::dist::replicas(&a.common.device, a.gpus)?;
+        let (a, data) = (Arc::new(a), Arc::new(data));
+        kiln::dist::run_replicas(replicas, move |rank, (device, c)| {
+            mnist_replica(&a, &cfg, (*data).clone(), &dir, &device, Some(c), rank)
+        })?;
+        return Ok(());
+    }
+    let device = kiln::device::select(&a.common.device)?;
+    mnist_replica(&a, &cfg, data, &dir, &device, None, 0)
+}
+
+/// Trains the MNIST CNN on `device`: alone, or as replica `rank` of a data-parallel run on
+/// its shard of the training set (then only rank 0 reports and writes the model).
+fn mnist_replica(
+    a: &TrainArgs,
+    cfg: &TrainConfig,
+    data: Mnist,
+    dir: &Path,
+    device: &kiln::core::Device,
+    collective: Option<Box<dyn Collective>>,
+    rank: usize,
+) -> Result<()> {
+    let world = collective.as_ref().map_or(1, |c| c.world());
+    let (train, test) = kiln::train::loaders(data, cfg)?;
+    let train = train.shard(rank, world);
+    let mut learner = kiln::train::learner(cfg, &train, device)?;
+    if let Some(c) = collective {
+        learner = learner.collective(c);
+    }
+    let mut learner = if rank == 0 {
+        a.run.attach(learner)?
+    } else {
+        if let Some(from) = &a.run.resume {
+            learner.resume(from)?;
+        }
+        learner
+    };
+    if rank == 0 && !a.run.quiet && !a.run.tui {
         eprintln!(
-            "MNIST CNN: {} training images from {}, batch {}, augment {}",
+            "MNIST CNN: {} training images from {}, batch {}{}, augment {}",
             train.dataset().split.len(),
             dir.display(),
             cfg.batch_size,
+            if world > 1 {
+                format!(" on each of {world} replicas")
+            } else {
+                String::new()
+            },
             cfg.augment
         );
     }
-    let outcome = learner.fit(&train, Some(&test), kiln::train::step(&device));
+    let outcome = learner.fit(&train, Some(&test), kiln::train::step(device));
     learner.close_reporters();
+    if rank != 0 {
+        return outcome.map(|_| ());
+    }
     match outcome? {
         Outcome::Stopped | Outcome::EarlyStopped => {
             eprintln!(

@@ -156,13 +156,53 @@ fn train_eval_predict() {
     );
 }
 
+/// `--gpus 2` on the CPU: two replicas on halves of the data, one log, checkpoint and model.
+#[test]
+fn data_parallel_replicas_write_one_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let (model, log) = (p("m.safetensors"), p("log.jsonl"));
+    let o = kiln(&[
+        "train",
+        "mnist",
+        "--device",
+        "cpu",
+        "--gpus",
+        "2",
+        "--limit",
+        "640",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--quiet",
+        "--out",
+        &model,
+        "--log",
+        &log,
+    ]);
+    let out = stdout(&o);
+    assert!(out.contains("test accuracy: 0."), "{out}");
+    // 320 images a replica in batches of 32: 10 steps, 640 images in the figures.
+    let read = kiln::learn::report::Log::read(Path::new(&log)).unwrap();
+    assert_eq!(read.steps.iter().map(|s| s.step).collect::<Vec<_>>(), [10]);
+    assert_eq!(read.epochs.len(), 1);
+    let ckpts = kiln::learn::checkpoints(&dir.path().join("m.ckpt")).unwrap();
+    assert_eq!(ckpts.iter().map(|c| c.0).collect::<Vec<_>>(), [10]);
+    assert!(Path::new(&model).exists());
+}
+
 #[test]
 fn bad_input_is_reported_not_panicked() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.safetensors");
     std::fs::write(&junk, b"not a model").unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["eval", junk.to_str().unwrap()], "junk.safetensors"),
+        (
+            &["train", "mnist", "--device", "wgpu", "--gpus", "2"],
+            "expected --device cuda",
+        ),
         (&["train", "mnist", "--device", "tpu"], "expected one of"),
         (
             &["train", "mnist", "--data", dir.path().to_str().unwrap()],

@@ -20,6 +20,8 @@
 //! ```
 
 mod blas;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 use crate::gpu::{self, KernelCache};
 use cudarc::driver::{result as cu, sys};

@@ -47,6 +47,7 @@ use crate::core::nn::Module;
 use crate::core::optim::{Constant, Optimizer, Schedule, clip_grad_norm};
 use crate::core::{DType, Error, Result, Tensor};
 use crate::data::loader::{DataLoader, Dataset};
+use crate::dist::{self, Collective};
 use report::{EpochLine, EvalLine, Event, Metrics, Outcome, Reporter, RunInfo, StepLine, Summary};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -353,6 +354,10 @@ pub struct Learner<M: Module> {
     sampler: Option<Sampler<M>>,
     stop: Arc<AtomicBool>,
     last_checkpoint: Option<PathBuf>,
+    collective: Option<Box<dyn Collective>>,
+    /// Whether any replica's stop flag was up at the last read (data-parallel runs stop
+    /// together, so they stop on this rather than on their own flag).
+    stop_seen: bool,
 }
 
 impl<M: Module> Learner<M> {
@@ -370,6 +375,8 @@ impl<M: Module> Learner<M> {
             sampler: None,
             stop: Arc::new(AtomicBool::new(false)),
             last_checkpoint: None,
+            collective: None,
+            stop_seen: false,
         }
     }
     /// Sets the learning-rate schedule (a function of the optimizer step).
@@ -381,6 +388,19 @@ impl<M: Module> Learner<M> {
     pub fn reporter(mut self, reporter: impl Reporter + 'static) -> Self {
         self.reporters.push(Box::new(reporter));
         self
+    }
+    /// Makes this learner one replica of a data-parallel run (see [`crate::dist`]): the
+    /// model starts from rank 0's weights, each step uses the gradients averaged over the
+    /// replicas, the figures are summed over them, and only rank 0 reports and writes
+    /// checkpoints. Give each replica its shard of the data
+    /// ([`DataLoader::shard`]) and the same seed and settings.
+    pub fn collective(mut self, c: Box<dyn Collective>) -> Self {
+        self.collective = Some(c);
+        self
+    }
+    /// This replica's rank (0 without a collective).
+    pub fn rank(&self) -> usize {
+        self.collective.as_ref().map_or(0, |c| c.rank())
     }
     /// Runs `f` on the model after each evaluation and reports its text with the evaluation
     /// (a language model's generated sample in the log).
@@ -435,6 +455,9 @@ impl<M: Module> Learner<M> {
     }
 
     fn emit(&mut self, event: Event<'_>) -> Result<()> {
+        if self.rank() != 0 {
+            return Ok(());
+        }
         for r in &mut self.reporters {
             r.report(&event)?;
         }
@@ -447,6 +470,9 @@ impl<M: Module> Learner<M> {
         let Some(dir) = self.config.checkpoint_dir.clone() else {
             return Ok(None);
         };
+        if self.rank() != 0 {
+            return Ok(None);
+        }
         let mut counters = BTreeMap::new();
         self.model.visit_counters(&mut |name, c| {
             counters.insert(name.to_string(), c.load(Ordering::Relaxed));
@@ -492,6 +518,9 @@ impl<M: Module> Learner<M> {
             ));
         }
         let device = self.device()?;
+        if let Some(c) = &mut self.collective {
+            dist::broadcast_model(&mut **c, &self.model)?;
+        }
         let started = Instant::now();
         let per_epoch = train.batches();
         let info = RunInfo {
@@ -536,9 +565,10 @@ impl<M: Module> Learner<M> {
         while self.state.epoch < self.config.epochs {
             let epoch = self.state.epoch + 1;
             let mut batches = train.epoch(self.state.epoch as u64, self.state.batch);
+            // A data-parallel run's unread figures are its replicas' sums: rank 0 takes them.
             let mut pending = match self.state.unread.take() {
-                Some(u) => Pending::thaw(&u, device)?,
-                None => Pending::new(),
+                Some(u) if self.rank() == 0 => Pending::thaw(&u, device)?,
+                _ => Pending::new(),
             };
             let mut grads: Option<Gradients> = None;
             while self.state.batch < per_epoch {
@@ -577,6 +607,9 @@ impl<M: Module> Learner<M> {
                     let mut g = grads.take().unwrap_or_default();
                     lr = self.schedule.lr(self.state.step as usize);
                     self.optimizer.set_lr(lr);
+                    if let Some(c) = &mut self.collective {
+                        dist::average_gradients(&mut **c, &self.model, &mut g)?;
+                    }
                     if let Some(max) = self.config.clip_grad_norm {
                         clip_grad_norm(&self.model, &mut g, max)?;
                     }
@@ -605,14 +638,14 @@ impl<M: Module> Learner<M> {
                 {
                     self.evaluate(v, step, epoch)?;
                     if self.stale_too_long() {
-                        self.state.unread = Some(pending.freeze()?);
+                        self.state.unread = Some(self.freeze(&pending, device)?);
                         self.save_checkpoint()?;
                         return Ok(Outcome::EarlyStopped);
                     }
                 }
                 let limit = self.config.max_steps.is_some_and(|m| s >= m);
-                if self.stop.load(Ordering::SeqCst) || limit {
-                    self.state.unread = Some(pending.freeze()?);
+                if self.stopping() || limit {
+                    self.state.unread = Some(self.freeze(&pending, device)?);
                     self.save_checkpoint()?;
                     return Ok(Outcome::Stopped);
                 }
@@ -622,7 +655,7 @@ impl<M: Module> Learner<M> {
                     .is_some_and(|e| s.is_multiple_of(e))
                     && self.state.batch < per_epoch
                 {
-                    self.state.unread = Some(pending.freeze()?);
+                    self.state.unread = Some(self.freeze(&pending, device)?);
                     self.save_checkpoint()?;
                     self.state.unread = None;
                 }
@@ -652,12 +685,28 @@ impl<M: Module> Learner<M> {
                 return Ok(Outcome::EarlyStopped);
             }
             let limit = self.config.max_steps.is_some_and(|m| self.state.step >= m);
-            if self.state.epoch < self.config.epochs && (self.stop.load(Ordering::SeqCst) || limit)
-            {
+            if self.state.epoch < self.config.epochs && (self.stopping() || limit) {
                 return Ok(Outcome::Stopped);
             }
         }
         Ok(Outcome::Finished)
+    }
+
+    /// The pending figures for a checkpoint: in a data-parallel run, summed over the replicas
+    /// (every replica freezes at the same step).
+    fn freeze(&mut self, pending: &Pending, device: &crate::core::Device) -> Result<Unread> {
+        let mut u = pending.freeze()?;
+        if let Some(c) = &mut self.collective {
+            let mine: Vec<f64> = std::iter::once(u.samples as f64)
+                .chain(u.bits.iter().map(|(_, b)| f64::from(f32::from_bits(*b))))
+                .collect();
+            let all = dist::sum_values(&mut **c, &mine, device)?;
+            u.samples = all[0] as u64;
+            for ((_, b), s) in u.bits.iter_mut().zip(&all[1..]) {
+                *b = (*s as f32).to_bits();
+            }
+        }
+        Ok(u)
     }
 
     /// Reads the pending figures, adds them to the epoch's and reports a step line.
@@ -668,10 +717,29 @@ impl<M: Module> Learner<M> {
         lr: f64,
         device: &crate::core::Device,
     ) -> Result<()> {
-        let values = pending.read()?;
+        let mut values: Vec<(String, f64)> = pending
+            .read()?
+            .into_iter()
+            .map(|(n, v)| (n, v as f64))
+            .collect();
+        let mut samples = pending.samples;
+        if let Some(c) = &mut self.collective {
+            // One sum for the samples, the stop flags and every figure.
+            let stop = self.stop.load(Ordering::SeqCst);
+            let mine: Vec<f64> = [samples as f64, f64::from(u8::from(stop))]
+                .into_iter()
+                .chain(values.iter().map(|v| v.1))
+                .collect();
+            let all = dist::sum_values(&mut **c, &mine, device)?;
+            samples = all[0] as u64;
+            self.stop_seen = all[1] > 0.0;
+            for (v, s) in values.iter_mut().zip(&all[2..]) {
+                v.1 = *s;
+            }
+        }
         let group = Sums {
-            samples: pending.samples,
-            sums: values.into_iter().map(|(n, v)| (n, v as f64)).collect(),
+            samples,
+            sums: values.into_iter().collect(),
             seconds: pending.seconds,
         };
         self.state.epoch_sums.add(&group);
@@ -755,6 +823,15 @@ impl<M: Module> Learner<M> {
             self.state.stale += 1;
         }
         Ok(())
+    }
+
+    /// Whether to stop at this step: this learner's flag, or in a data-parallel run any
+    /// replica's flag as of the last read (so that all stop at the same step).
+    fn stopping(&self) -> bool {
+        match self.collective {
+            Some(_) => self.stop_seen,
+            None => self.stop.load(Ordering::SeqCst),
+        }
     }
 
     fn stale_too_long(&self) -> bool {
