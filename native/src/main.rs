@@ -580,6 +580,22 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         augment,
     };
     if a.gpus != 1 {
+        if let Some(member) = kiln::dist::Member::from_env()? {
+            // One of the processes `launch` started below: its GPU and rank. Ctrl-C reaches
+            // every process; rank 0's stop flag, summed at the next read, stops them all at
+            // the same step, so the others only have to survive the signal.
+            if member.rank > 0 {
+                ctrlc::set_handler(|| {}).map_err(|e| {
+                    Error::io("train", format!("cannot install the Ctrl-C handler: {e}"))
+                })?;
+            }
+            let (device, c) = member.join()?;
+            return mnist_replica(&a, &cfg, data, &dir, &device, Some(c), member.rank);
+        }
+        if a.common.device.eq_ignore_ascii_case("cuda") {
+            // One process per GPU (see kiln::dist): this program again, once per GPU.
+            return kiln::dist::launch(a.gpus);
+        }
         let replicas = kiln::dist::replicas(&a.common.device, a.gpus)?;
         let (a, data) = (Arc::new(a), Arc::new(data));
         kiln::dist::run_replicas(replicas, move |rank, (device, c)| {
@@ -604,7 +620,8 @@ fn mnist_replica(
 ) -> Result<()> {
     let world = collective.as_ref().map_or(1, |c| c.world());
     let (train, test) = kiln::train::loaders(data, cfg)?;
-    let train = train.shard(rank, world);
+    // Each replica trains and evaluates on its own part; the learner sums the figures.
+    let (train, test) = (train.shard(rank, world), test.shard(rank, world));
     let mut learner = kiln::train::learner(cfg, &train, device)?;
     if let Some(c) = collective {
         learner = learner.collective(c);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the build machine (repository root): prepares devcarry/cuda/ (gitignored) for
 # tests/device/run_all.sh on the GPU machine:
-#   kiln             release `kiln` with --features cuda
-#   kiln-lib-test    kiln's lib tests with --features cuda: the CUDA backend tests (every planned
-#                    kernel variant through NVRTC, ops vs the CPU oracle) and the ignored `cuda::bench`
+#   kiln             release `kiln` with --features nccl (CUDA, and NCCL for `--gpus N`)
+#   kiln-lib-test    kiln's lib tests with --features nccl: the CUDA backend tests (every planned
+#                    kernel variant through NVRTC, ops vs the CPU oracle), the NCCL tests (on 2
+#                    GPUs where there are 2) and the ignored `cuda::bench`
 #   conformance-ops, conformance-fast_paths, conformance-transformer, conformance-custom_op
 #                    the conformance suites (every op forward and backward vs the CPU oracle;
 #                    the kernels' fast paths and their fallbacks), when they build with
@@ -28,9 +29,9 @@ for l in sys.stdin:
         print(m["executable"])' "$1"
 }
 
-cargo build --release -p kiln --features cuda --bin kiln
+cargo build --release -p kiln --features nccl --bin kiln
 cp "$target/release/kiln" "$out/kiln"
-lib="$(cargo test --release -p kiln --features cuda --lib --no-run --message-format=json | executables lib | tail -n 1)"
+lib="$(cargo test --release -p kiln --features nccl --lib --no-run --message-format=json | executables lib | tail -n 1)"
 cp "$lib" "$out/kiln-lib-test"
 for suite in ops fast_paths transformer custom_op; do
   if exe="$(cargo test --release -p kiln-conformance --features cuda --test $suite --no-run --message-format=json | executables $suite | tail -n 1)" && [ -n "$exe" ]; then

@@ -1,5 +1,6 @@
-//! The NCCL [`Collective`] (feature `nccl`): one communicator per GPU of this process, made
-//! together by `ncclCommInitAll`, each used by its replica's thread.
+//! The NCCL [`Collective`] (feature `nccl`): one communicator per GPU, either one per process
+//! ([`unique_id`], [`join`]: what `kiln train --gpus N` uses) or all of this process's made
+//! together by `ncclCommInitAll` ([`group`]), each used by its replica's thread.
 //!
 //! NCCL runs on the device's one stream, so it is ordered with kiln's kernels and allocations
 //! without any synchronisation. Each call flattens its tensors into one fresh buffer (a
@@ -37,9 +38,9 @@ fn nccl_err(what: &str) -> impl Fn(nc::NcclError) -> Error + '_ {
     move |e| Error::device("nccl", format!("{what}: {:?}", e.0))
 }
 
-/// Kiln devices on CUDA GPUs `0..gpus` with `options`, each with its rank's communicator.
-/// Errors name what is missing: the driver, GPUs (how many were found), or libnccl.
-pub fn group(gpus: usize, options: CudaOptions) -> Result<Vec<(Device, Nccl)>> {
+/// Checks that `gpus` GPUs and libnccl are here; errors name what is missing: the driver,
+/// GPUs (how many were found), or libnccl.
+fn check(gpus: usize) -> Result<()> {
     if !super::driver_present() {
         return Err(Error::device(
             "nccl",
@@ -56,9 +57,6 @@ pub fn group(gpus: usize, options: CudaOptions) -> Result<Vec<(Device, Nccl)>> {
             format!("asked for {gpus} GPUs, found {found}"),
         ));
     }
-    let backends = (0..gpus)
-        .map(|i| CudaBackend::new(i, options))
-        .collect::<Result<Vec<_>>>()?;
     if !present() {
         return Err(Error::device(
             "nccl",
@@ -67,6 +65,18 @@ pub fn group(gpus: usize, options: CudaOptions) -> Result<Vec<(Device, Nccl)>> {
              it and add that folder to LD_LIBRARY_PATH",
         ));
     }
+    Ok(())
+}
+
+/// Kiln devices on CUDA GPUs `0..gpus` with `options`, each with its rank's communicator, for
+/// one thread per GPU in this process. (The `kiln` CLI runs one process per GPU instead, with
+/// [`unique_id`] and [`join`]: in one process the replicas' launches contend in the driver.)
+/// Errors name what is missing: the driver, GPUs (how many were found), or libnccl.
+pub fn group(gpus: usize, options: CudaOptions) -> Result<Vec<(Device, Nccl)>> {
+    check(gpus)?;
+    let backends = (0..gpus)
+        .map(|i| CudaBackend::new(i, options))
+        .collect::<Result<Vec<_>>>()?;
     let mut comms = vec![std::ptr::null_mut(); gpus];
     let ordinals: Vec<i32> = (0..gpus as i32).collect();
     // SAFETY: `comms` has room for `gpus` handles, `ordinals` names `gpus` devices.
@@ -77,16 +87,63 @@ pub fn group(gpus: usize, options: CudaOptions) -> Result<Vec<(Device, Nccl)>> {
         .zip(comms)
         .enumerate()
         .map(|(rank, (b, comm))| {
-            let inner = b.inner.clone();
             let nccl = Nccl {
                 comm: Comm(comm),
                 rank,
                 world: gpus,
-                inner,
+                inner: b.inner.clone(),
             };
             (Device::new(b), nccl)
         })
         .collect())
+}
+
+/// A fresh NCCL id (as hex) for a group of `gpus` processes, after checking that the GPUs and
+/// libnccl are here. Every process passes it to [`join`].
+pub fn unique_id(gpus: usize) -> Result<String> {
+    check(gpus)?;
+    let id = nc::get_uniqueid().map_err(nccl_err("ncclGetUniqueId"))?;
+    Ok(id
+        .internal
+        .iter()
+        .map(|&b| format!("{:02x}", b as u8))
+        .collect())
+}
+
+/// GPU `rank` with `options` and its communicator, as rank `rank` of `world` processes that
+/// share the NCCL id `id` ([`unique_id`]). Waits until every rank has joined.
+pub fn join(rank: usize, world: usize, id: &str, options: CudaOptions) -> Result<(Device, Nccl)> {
+    let bad = || {
+        Error::invalid(
+            "nccl",
+            format!(
+                "expected an NCCL id of 256 hex digits, found {} characters",
+                id.len()
+            ),
+        )
+    };
+    if id.len() != 256 || !id.is_ascii() {
+        return Err(bad());
+    }
+    let mut unique = ns::ncclUniqueId { internal: [0; 128] };
+    for (b, pair) in unique.internal.iter_mut().zip(id.as_bytes().chunks(2)) {
+        let hex = std::str::from_utf8(pair).map_err(|_| bad())?;
+        *b = u8::from_str_radix(hex, 16).map_err(|_| bad())? as std::ffi::c_char;
+    }
+    check(world.max(rank + 1))?;
+    let backend = CudaBackend::new(rank, options)?;
+    backend.inner.bind()?;
+    let mut comm = std::ptr::null_mut();
+    // SAFETY: `comm` receives one handle; NCCL uses the device whose context is current.
+    unsafe { nc::comm_init_rank(&mut comm, world as i32, unique, rank as i32) }
+        .map_err(nccl_err("joining the communicator (ncclCommInitRank)"))?;
+    let nccl = Nccl {
+        comm: Comm(comm),
+        rank,
+        world,
+        inner: backend.inner.clone(),
+    };
+    Ok((Device::new(backend), nccl))
 }
 
 impl Nccl {
@@ -267,5 +324,28 @@ mod tests {
             e.contains(&format!("asked for {} GPUs, found {found}", found + 1)),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_member_with_a_bad_id_is_told_what_an_id_is() {
+        for id in ["", "zz".repeat(128).as_str(), &"a".repeat(255)] {
+            let e = join(0, 2, id, CudaOptions::default())
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("expected an NCCL id of 256 hex digits"), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_id_travels_as_hex_and_comes_back() {
+        let Some(_) = gpus(1) else { return };
+        let id = unique_id(1).unwrap();
+        assert_eq!(id.len(), 256);
+        // one process, world 1: joining returns at once
+        let (dev, mut c) = join(0, 1, &id, CudaOptions::default()).unwrap();
+        let x = Tensor::from_vec(vec![1.5f32, -2.0], [2], &dev).unwrap();
+        let s = c.all_reduce_sum(&[x]).unwrap();
+        assert_eq!(s[0].to_vec::<f32>().unwrap(), [1.5, -2.0]);
     }
 }

@@ -293,3 +293,57 @@ fn shards_are_disjoint_and_cover_the_epoch() {
     all.sort();
     assert_eq!(all, (0..N).collect::<Vec<_>>());
 }
+
+/// The environment of `pairs`, as `Member::from_vars` reads it.
+fn env<'a>(pairs: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |k| (pairs.iter().find(|(name, _)| *name == k)).map(|(_, v)| v.to_string())
+}
+
+#[test]
+fn a_member_reads_its_place_from_the_launchers_variables() {
+    assert_eq!(Member::from_vars(env(&[])).unwrap(), None);
+    let m = Member::from_vars(env(&[(RANK_VAR, "1"), (WORLD_VAR, "3"), (ID_VAR, "ab")]));
+    let want = Member {
+        rank: 1,
+        world: 3,
+        id: "ab".into(),
+    };
+    assert_eq!(m.unwrap(), Some(want));
+    for (pairs, expect) in [
+        (
+            &[(RANK_VAR, "x"), (WORLD_VAR, "2"), (ID_VAR, "ab")][..],
+            "KILN_DIST_RANK to be a number, found \"x\"",
+        ),
+        (
+            &[(RANK_VAR, "2"), (WORLD_VAR, "2"), (ID_VAR, "ab")][..],
+            "below KILN_DIST_WORLD = 2, found 2",
+        ),
+        (
+            &[(RANK_VAR, "0"), (ID_VAR, "ab")][..],
+            "KILN_DIST_WORLD to be a number, found \"\"",
+        ),
+        (
+            &[(RANK_VAR, "0"), (WORLD_VAR, "2")][..],
+            "KILN_DIST_ID is not",
+        ),
+    ] {
+        let e = Member::from_vars(env(pairs)).unwrap_err().to_string();
+        assert!(e.contains(expect), "{e}");
+    }
+}
+
+#[test]
+fn a_failing_process_stops_the_others_and_names_its_rank() {
+    let sh = |script: &str| Command::new("sh").args(["-c", script]).spawn().unwrap();
+    let started = std::time::Instant::now();
+    // Rank 1 would run for a minute: it must be stopped once rank 2 fails.
+    let e = supervise(vec![sh("exit 0"), sh("sleep 60"), sh("sleep 0.2; exit 3")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("process 2 of 3 failed") && e.contains('3'),
+        "{e}"
+    );
+    assert!(started.elapsed().as_secs() < 30, "{:?}", started.elapsed());
+    supervise(vec![sh("exit 0"), sh("sleep 0.1")]).unwrap();
+}

@@ -636,7 +636,7 @@ impl<M: Module> Learner<M> {
                 if let Some(v) = valid
                     && self.config.eval_every.is_some_and(|e| s.is_multiple_of(e))
                 {
-                    self.evaluate(v, step, epoch)?;
+                    self.evaluate(v, step, epoch, device)?;
                     if self.stale_too_long() {
                         self.state.unread = Some(self.freeze(&pending, device)?);
                         self.save_checkpoint()?;
@@ -664,7 +664,7 @@ impl<M: Module> Learner<M> {
             if let Some(v) = valid
                 && self.state.last_eval_step != Some(self.state.step)
             {
-                self.evaluate(v, step, epoch)?;
+                self.evaluate(v, step, epoch, device)?;
             }
             let sums = std::mem::take(&mut self.state.epoch_sums);
             let mut metrics = sums.means("train_");
@@ -696,17 +696,36 @@ impl<M: Module> Learner<M> {
     /// (every replica freezes at the same step).
     fn freeze(&mut self, pending: &Pending, device: &crate::core::Device) -> Result<Unread> {
         let mut u = pending.freeze()?;
-        if let Some(c) = &mut self.collective {
-            let mine: Vec<f64> = std::iter::once(u.samples as f64)
-                .chain(u.bits.iter().map(|(_, b)| f64::from(f32::from_bits(*b))))
+        if self.collective.is_some() {
+            let mut values: Vec<f64> = (u.bits.iter())
+                .map(|(_, b)| f64::from(f32::from_bits(*b)))
                 .collect();
-            let all = dist::sum_values(&mut **c, &mine, device)?;
-            u.samples = all[0] as u64;
-            for ((_, b), s) in u.bits.iter_mut().zip(&all[1..]) {
-                *b = (*s as f32).to_bits();
+            self.sum_replicas(&mut u.samples, &mut values, device)?;
+            for ((_, b), s) in u.bits.iter_mut().zip(values) {
+                *b = (s as f32).to_bits();
             }
         }
         Ok(u)
+    }
+
+    /// In a data-parallel run, replaces `samples` and `values` by their sums over the
+    /// replicas (one collective call); alone, leaves them as they are.
+    fn sum_replicas(
+        &mut self,
+        samples: &mut u64,
+        values: &mut [f64],
+        device: &crate::core::Device,
+    ) -> Result<()> {
+        let Some(c) = &mut self.collective else {
+            return Ok(());
+        };
+        let mine: Vec<f64> = std::iter::once(*samples as f64)
+            .chain(values.iter().copied())
+            .collect();
+        let all = dist::sum_values(&mut **c, &mine, device)?;
+        *samples = all[0] as u64;
+        values.copy_from_slice(&all[1..]);
+        Ok(())
     }
 
     /// Reads the pending figures, adds them to the epoch's and reports a step line.
@@ -717,30 +736,31 @@ impl<M: Module> Learner<M> {
         lr: f64,
         device: &crate::core::Device,
     ) -> Result<()> {
+        // The steps only queued work on an asynchronous device: the wait for it (and for the
+        // other replicas) happens here, so it counts in the figures' time too.
+        let started = Instant::now();
         let mut values: Vec<(String, f64)> = pending
             .read()?
             .into_iter()
             .map(|(n, v)| (n, v as f64))
             .collect();
         let mut samples = pending.samples;
-        if let Some(c) = &mut self.collective {
+        if self.collective.is_some() {
             // One sum for the samples, the stop flags and every figure.
             let stop = self.stop.load(Ordering::SeqCst);
-            let mine: Vec<f64> = [samples as f64, f64::from(u8::from(stop))]
-                .into_iter()
+            let mut sums: Vec<f64> = std::iter::once(f64::from(u8::from(stop)))
                 .chain(values.iter().map(|v| v.1))
                 .collect();
-            let all = dist::sum_values(&mut **c, &mine, device)?;
-            samples = all[0] as u64;
-            self.stop_seen = all[1] > 0.0;
-            for (v, s) in values.iter_mut().zip(&all[2..]) {
+            self.sum_replicas(&mut samples, &mut sums, device)?;
+            self.stop_seen = sums[0] > 0.0;
+            for (v, s) in values.iter_mut().zip(&sums[1..]) {
                 v.1 = *s;
             }
         }
         let group = Sums {
             samples,
             sums: values.into_iter().collect(),
-            seconds: pending.seconds,
+            seconds: pending.seconds + started.elapsed().as_secs_f64(),
         };
         self.state.epoch_sums.add(&group);
         let line = StepLine {
@@ -756,12 +776,14 @@ impl<M: Module> Learner<M> {
         self.emit(Event::Step(&line))
     }
 
-    /// Runs `step` over `valid` in evaluation mode and records the means.
+    /// Runs `step` over `valid` in evaluation mode and records the means. In a data-parallel
+    /// run each replica evaluates its own shard of `valid` and the sums are summed.
     fn evaluate<D: Dataset>(
         &mut self,
         valid: &DataLoader<D>,
         step: &mut impl FnMut(&mut M, &D::Batch) -> Result<Output>,
         epoch: usize,
+        device: &crate::core::Device,
     ) -> Result<()> {
         self.model.set_training(false);
         let result = (|| {
@@ -771,10 +793,15 @@ impl<M: Module> Learner<M> {
                 let out = no_grad(|| step(&mut self.model, &batch))?;
                 pending.add(&out)?;
             }
-            let values = pending.read()?;
+            let values: Vec<(String, f64)> = (pending.read()?.into_iter())
+                .map(|(n, v)| (n, v as f64))
+                .collect();
+            let (names, mut sums): (Vec<String>, Vec<f64>) = values.into_iter().unzip();
+            let mut samples = pending.samples;
+            self.sum_replicas(&mut samples, &mut sums, device)?;
             let sums = Sums {
-                samples: pending.samples,
-                sums: values.into_iter().map(|(n, v)| (n, v as f64)).collect(),
+                samples,
+                sums: names.into_iter().zip(sums).collect(),
                 seconds: 0.0,
             };
             Ok::<_, Error>(sums.means(&format!("{}_", self.config.valid_name)))
