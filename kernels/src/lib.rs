@@ -25,6 +25,7 @@ mod backend;
 pub mod cuda;
 pub mod custom;
 pub mod exec;
+pub mod fusion;
 pub mod header;
 pub mod kernels;
 pub mod plan;
