@@ -1,7 +1,7 @@
 //! The fusion decorator on wgpu (lavapipe in CI) against the unfused CPU device. Each test
 //! skips, with a notice, where the machine has no wgpu adapter.
 
-use kiln_core::{CmpOp, DType, Device, ErrorKind, Result, SliceRange, Tensor, TensorData};
+use kiln_core::{CmpOp, DType, Device, ErrorKind, Result, Shape, SliceRange, Tensor, TensorData};
 use kiln_kernels::fusion::{self, Stats};
 use std::sync::{Arc, OnceLock};
 
@@ -274,4 +274,250 @@ fn constants_fold_and_long_chains_split() -> Result<()> {
     };
     let xg: Vec<Tensor> = xs.iter().map(|x| on(x, &dev)).collect::<Result<_>>()?;
     assert_close(&on(&sum(&xg)?, &cpu)?, &sum(&xs)?, 1e-5)
+}
+
+/// A tensor on both devices: the fused GPU one and the CPU oracle.
+#[derive(Clone)]
+struct Pair {
+    g: Tensor,
+    c: Tensor,
+}
+
+impl Pair {
+    fn map(&self, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Pair> {
+        Ok(Pair {
+            g: f(&self.g)?,
+            c: f(&self.c)?,
+        })
+    }
+    fn zip(&self, o: &Pair, f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>) -> Result<Pair> {
+        Ok(Pair {
+            g: f(&self.g, &o.g)?,
+            c: f(&self.c, &o.c)?,
+        })
+    }
+}
+
+/// xorshift64*: the fuzz test's seeded choices.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.below(v.len())]
+    }
+}
+
+/// Compares a fused result with the CPU's; `inexact` chains (transcendental f32 math feeding a
+/// discontinuous op) may differ in a few elements that sit on a step.
+fn check(p: &Pair, inexact: bool, what: &str) -> Result<()> {
+    let (g, c) = (p.g.to_data()?, p.c.to_data()?);
+    assert_eq!((g.dtype(), g.shape()), (c.dtype(), c.shape()), "{what}");
+    let (g, c) = (g.to_f64_vec(), c.to_f64_vec());
+    let tol = if p.c.dtype() == DType::F32 { 2e-3 } else { 0.0 };
+    // where the oracle has NaN (inf - inf, ...) drivers may give anything: WGSL lets them
+    // assume no NaNs
+    let bad: Vec<(usize, f64, f64)> = g
+        .iter()
+        .zip(&c)
+        .enumerate()
+        .filter(|&(_, (&a, &b))| !(a == b || b.is_nan() || (a - b).abs() <= tol * (1.0 + b.abs())))
+        .map(|(i, (&a, &b))| (i, a, b))
+        .collect();
+    let allowed = if inexact { c.len().div_ceil(50) } else { 0 };
+    assert!(
+        bad.len() <= allowed,
+        "{what}: {} of {} elements differ (index, got, expected): {:?}",
+        bad.len(),
+        c.len(),
+        &bad[..bad.len().min(8)]
+    );
+    Ok(())
+}
+
+/// Random chains of table ops (unary incl. clamp/powf, binary, compare, where, cast,
+/// constants), on f32, i32, u32 and bool, with broadcast inputs, odd shapes, reshapes,
+/// expanded and strided views, reads in the middle, run fused on wgpu and on the CPU.
+#[test]
+fn fuzz_random_chains_match_the_cpu() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let chains: u64 = std::env::var("KILN_FUSION_FUZZ")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    let start = std::time::Instant::now();
+    for seed in 0..chains {
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
+        let rank = r.below(4);
+        let out: Vec<usize> = (0..rank).map(|_| *r.pick(&[1, 2, 3, 5, 7, 13])).collect();
+        let base = if r.chance(0.5) {
+            DType::F32
+        } else {
+            DType::I32
+        };
+        // an input shape that broadcasts to `out`: leading axes dropped, some axes 1
+        let shape_of = |r: &mut Rng| -> Vec<usize> {
+            let skip = r.below(rank + 1).min(if r.chance(0.6) { 0 } else { rank });
+            out[skip..]
+                .iter()
+                .map(|&d| if r.chance(0.25) { 1 } else { d })
+                .collect()
+        };
+        let mut pool: Vec<Pair> = Vec::new();
+        for k in 0..1 + r.below(3) {
+            let shape = if k == 0 {
+                out.clone()
+            } else {
+                shape_of(&mut r)
+            };
+            let n: usize = shape.iter().product();
+            let data = match base {
+                DType::F32 => TensorData::new(values(n, seed * 7 + k as u64), shape.clone())?,
+                _ => {
+                    let v = values(n, seed * 7 + k as u64);
+                    TensorData::new(v.iter().map(|x| (x * 7.0) as i32).collect(), shape.clone())?
+                }
+            };
+            pool.push(Pair {
+                g: Tensor::from_data(&data, &dev)?,
+                c: Tensor::from_data(&data, &cpu)?,
+            });
+        }
+        let mut inexact = false;
+        let mut log = Vec::new();
+        for _ in 0..2 + r.below(10) {
+            let a = r.pick(&pool).clone();
+            let dt = a.c.dtype();
+            let same: Vec<Pair> = pool.iter().filter(|p| p.c.dtype() == dt).cloned().collect();
+            let b = r.pick(&same).clone();
+            let numeric = dt != DType::Bool;
+            let next = match r.below(11) {
+                0..=2 if numeric => {
+                    let ops: Vec<_> = kiln_core::UnaryOp::samples()
+                        .into_iter()
+                        .filter(|u| u.dtypes().contains(&dt))
+                        .collect();
+                    let u = *r.pick(&ops);
+                    if dt == DType::F32 && !matches!(u.name(), "neg" | "abs" | "relu" | "clamp") {
+                        inexact = true;
+                    }
+                    log.push(u.name().to_string());
+                    if dt == DType::F32 && u.test_range().lo > 0.0 {
+                        // inside the domain: drivers may fold exp(log(x)) to x, NaN or not
+                        a.map(|t| t.abs()?.add_scalar(0.5)?.unary(u))?
+                    } else {
+                        a.map(|t| t.unary(u))?
+                    }
+                }
+                3..=4 if numeric => {
+                    let mut ops: Vec<_> = kiln_core::BinaryOp::ALL.to_vec();
+                    ops.retain(|o| dt == DType::F32 || !o.float_only());
+                    let o = *r.pick(&ops);
+                    inexact |= dt == DType::F32 && matches!(o.name(), "div" | "pow");
+                    log.push(o.name().to_string());
+                    if o.name() == "pow" {
+                        a.zip(&b, |x, y| x.abs()?.add_scalar(0.5)?.pow(&y.tanh()?))?
+                    } else if o.name() == "div" && dt == DType::F32 {
+                        // no 0/0: NaN handling is the driver's (WGSL lets it assume none)
+                        a.zip(&b, |x, y| x.div(&y.abs()?.add_scalar(0.5)?))?
+                    } else if r.chance(0.3) {
+                        let v = *r.pick(&[0.5, 2.0, -1.5, 3.0]);
+                        a.map(|t| t.binary_scalar(o, v))?
+                    } else {
+                        a.zip(&b, |x, y| x.binary(o, y))?
+                    }
+                }
+                5 if numeric => {
+                    let c = *r.pick(CmpOp::ALL);
+                    log.push(c.name().to_string());
+                    a.zip(&b, |x, y| x.compare(c, y))?
+                }
+                6 => {
+                    let conds: Vec<Pair> = pool
+                        .iter()
+                        .filter(|p| p.c.dtype() == DType::Bool)
+                        .cloned()
+                        .collect();
+                    if conds.is_empty() {
+                        continue;
+                    }
+                    let c = r.pick(&conds).clone();
+                    log.push("where".into());
+                    Pair {
+                        g: c.g.where_cond(&a.g, &b.g)?,
+                        c: c.c.where_cond(&a.c, &b.c)?,
+                    }
+                }
+                7 => {
+                    let to = *r.pick(&[DType::F32, DType::I32, DType::U32, DType::Bool]);
+                    if inexact && dt == DType::F32 && to != DType::F32 {
+                        // a float on a step may round either way: only the kernels are tested
+                        continue;
+                    }
+                    log.push(format!("cast {to}"));
+                    a.map(|t| t.cast(to))?
+                }
+                8 => {
+                    // a reshape there and back (inlined), or an expanded view (a leaf)
+                    log.push("view".into());
+                    if r.chance(0.5) {
+                        a.map(|t| t.reshape([t.numel()])?.reshape(t.shape().clone()))?
+                    } else {
+                        let full = Shape::new(out.clone());
+                        let s = Shape::broadcast(a.c.shape(), &full, "fuzz")?;
+                        a.map(|t| t.expand(s.clone()))?
+                    }
+                }
+                9 if a.c.rank() >= 2 => {
+                    // a strided (transposed) real buffer as an input
+                    log.push("transpose".into());
+                    let rk = a.c.rank();
+                    let mut p: Vec<usize> = (0..rk).collect();
+                    p.swap(rk - 1, rk - 2);
+                    a.map(|t| t.permute(&p)?.contiguous()?.permute(&p))?
+                }
+                10 => {
+                    // a read in the middle of the chain
+                    check(
+                        &a,
+                        inexact,
+                        &format!("seed {seed}: middle read after {log:?}"),
+                    )?;
+                    continue;
+                }
+                _ => continue,
+            };
+            pool.push(next);
+        }
+        let last = pool.last().expect("a value");
+        if start.elapsed().as_secs() > 240 {
+            panic!("fuzz: too slow ({seed} chains in 240 s)");
+        }
+        check(
+            last,
+            inexact,
+            &format!("seed {seed}: {log:?} on {out:?} {base}"),
+        )?;
+    }
+    eprintln!(
+        "fusion fuzz: {chains} chains, {} fused kernels, {} ops recorded, {:.1} s",
+        stats.fused(),
+        stats.recorded(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
