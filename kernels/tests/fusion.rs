@@ -2,6 +2,7 @@
 //! skips, with a notice, where the machine has no wgpu adapter.
 
 use kiln_core::{CmpOp, DType, Device, ErrorKind, Result, Shape, SliceRange, Tensor, TensorData};
+use kiln_kernels::cuda::{Dialect, translate};
 use kiln_kernels::fusion::{self, Stats};
 use std::sync::{Arc, OnceLock};
 
@@ -513,8 +514,22 @@ fn fuzz_random_chains_match_the_cpu() -> Result<()> {
             &format!("seed {seed}: {log:?} on {out:?} {base}"),
         )?;
     }
+    // every generated kernel also goes through the CUDA C and HIP translator
+    let mut kernels = 0;
+    for name in kiln_core::op::custom::registered_ops() {
+        if !name.starts_with("fused.") {
+            continue;
+        }
+        let op = kiln_core::op::custom::lookup(&name)?.op;
+        let wgsl = op.wgsl().expect("a fused op has WGSL");
+        for dialect in [Dialect::Cuda, Dialect::Hip] {
+            translate(wgsl, &name, dialect).unwrap_or_else(|e| panic!("{name}: {e}\n{wgsl}"));
+        }
+        kernels += 1;
+    }
     eprintln!(
-        "fusion fuzz: {chains} chains, {} fused kernels, {} ops recorded, {:.1} s",
+        "fusion fuzz: {chains} chains, {} fused kernels run, {kernels} distinct kernels \
+         (naga-checked, translated to CUDA C and HIP), {} ops recorded, {:.1} s",
         stats.fused(),
         stats.recorded(),
         start.elapsed().as_secs_f64()
