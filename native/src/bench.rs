@@ -173,6 +173,8 @@ pub struct FusionBench {
     /// `Op::Contiguous` of an `n`-element slice at offset 4 of a longer buffer: a plain copy
     /// kernel reading and writing the same bytes as GELU (unfused device).
     pub copy: Latency,
+    /// The largest difference between the fused and the unfused result.
+    pub max_diff: f64,
 }
 
 /// GELU written as `x * ((x / sqrt 2).erf() + 1) / 2`: 5 elementwise tensor ops and 3 scalar
@@ -224,9 +226,17 @@ pub fn fusion(device: &Device, n: usize, runs: usize) -> Result<FusionBench> {
     let long = Tensor::rand_uniform([n + 4], -3.0, 3.0, 1, DType::F32, device)?;
     let slice = long.narrow(0, 4, n)?;
     let copy = time(device, &|| Tensor::apply(Op::Contiguous, &[&slice]))?;
+    let a = composed_gelu(&xf)?.to_vec::<f32>()?;
+    let b = composed_gelu(&x)?.to_vec::<f32>()?;
+    let max_diff = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| f64::from((a - b).abs()))
+        .fold(0.0, f64::max);
     Ok(FusionBench {
         fused,
         unfused,
         copy,
+        max_diff,
     })
 }

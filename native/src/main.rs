@@ -534,9 +534,10 @@ fn run(cli: Cli) -> Result<()> {
             row("unfused (8 backend ops)", &r.unfused);
             row("device copy (Op::Contiguous of a slice)", &r.copy);
             println!(
-                "unfused / fused: {:.2}x   fused / copy: {:.2}x",
+                "unfused / fused: {:.2}x   fused / copy: {:.2}x   max |fused - unfused|: {:.2e}",
                 r.unfused.median_ms / r.fused.median_ms.max(1e-9),
-                r.fused.median_ms / r.copy.median_ms.max(1e-9)
+                r.fused.median_ms / r.copy.median_ms.max(1e-9),
+                r.max_diff
             );
             Ok(())
         }
