@@ -276,13 +276,14 @@ impl Fusion {
                 return Ok(self.lazy(e));
             }
             // too big for one kernel: the largest inlined input runs on its own first
-            let (i, _) = operands
+            let (i, cell) = operands
                 .iter()
                 .enumerate()
-                .filter(|(_, o)| o.cell.is_some())
-                .max_by_key(|(_, o)| o.expr.nodes.len())
+                .filter_map(|(i, o)| Some((i, o.cell.clone()?, o.expr.nodes.len())))
+                .max_by_key(|c| c.2)
+                .map(|(i, cell, _)| (i, cell))
                 .ok_or_else(|| Error::invalid(op.name(), "fusion: inputs exceed the limits"))?;
-            let cell = operands[i].cell.take().unwrap_or_else(|| unreachable!());
+            operands[i].cell = None;
             let storage = self.force(&cell)?;
             let v = &inputs[i];
             let layout = v.layout;
