@@ -4,7 +4,7 @@
 //! `numel, rank, tail`, the tail holding the constants (as 4-byte words), the output shape and,
 //! per input, its strides against the output's axes (0 where it broadcasts).
 
-use super::expr::{Expr, Node, ReadKind, read_kind};
+use super::expr::{Expr, Node, ReadKind, vectorized};
 use crate::plan::{WG, wgsl_type};
 use kiln_core::op::custom::{Attrs, CustomOp, Grid, KernelLaunch};
 use kiln_core::{DType, Device, Error, Meta, Result, Shape, Tensor, TensorData};
@@ -18,25 +18,25 @@ pub struct FusedOp {
     nodes: Vec<(Node, DType)>,
     kinds: Vec<ReadKind>,
     nconsts: usize,
+    /// 4 elements per invocation ([`vectorized`])
+    vec4: bool,
     wgsl: String,
 }
 
 impl FusedOp {
     /// The op for `expr` producing `out`, named from `key` (its [`Expr::key`]).
     pub fn new(name: String, key: String, expr: &Expr, out: &Shape) -> Result<FusedOp> {
-        let kinds: Vec<ReadKind> = expr
-            .leaves
-            .iter()
-            .map(|l| read_kind(l.layout.shape(), out))
-            .collect();
+        let kinds = expr.kinds(out);
+        let vec4 = vectorized(&kinds, out);
         let dtypes: Vec<DType> = expr.leaves.iter().map(|l| l.dtype).collect();
-        let wgsl = generate(&name, &expr.nodes, &dtypes, &kinds, expr.consts.len())?;
+        let wgsl = generate(&name, &expr.nodes, &dtypes, &kinds, expr.consts.len(), vec4)?;
         Ok(FusedOp {
             name,
             key,
             nodes: expr.nodes.clone(),
             kinds,
             nconsts: expr.consts.len(),
+            vec4,
             wgsl,
         })
     }
@@ -138,7 +138,7 @@ impl CustomOp for FusedOp {
         Ok(KernelLaunch {
             params,
             grid: Grid::Invocations {
-                count: out.numel() as u64,
+                count: out.numel() as u64 / if self.vec4 { 4 } else { 1 },
                 workgroup_size: WG,
             },
         })
@@ -204,13 +204,15 @@ fn substitute(expr: &str, subs: &[(&str, &str)]) -> String {
     out
 }
 
-/// The WGSL module of an expression.
+/// The WGSL module of an expression: `value` computes one element from its inputs' values,
+/// `main` reads them (one element, or a vec4 of each whole input) and stores.
 fn generate(
     name: &str,
     nodes: &[(Node, DType)],
     leaves: &[DType],
     kinds: &[ReadKind],
     nconsts: usize,
+    vec4: bool,
 ) -> Result<String> {
     let ty = |d: DType| wgsl_type(d, "fusion");
     let mut s = String::new();
@@ -219,17 +221,27 @@ fn generate(
     s.push_str("struct FusedParams {\n    numel: u32,\n    rank: u32,\n    tail: array<u32>,\n}\n");
     s.push_str("@group(0) @binding(0) var<storage, read> params: FusedParams;\n");
     for (j, &d) in leaves.iter().enumerate() {
+        let t = ty(d)?;
+        let elem = if vec4 && kinds[j] == ReadKind::Whole {
+            format!("vec4<{t}>")
+        } else {
+            t.to_string()
+        };
         let _ = writeln!(
             s,
-            "@group(0) @binding({}) var<storage, read> in{j}: array<{}>;",
-            j + 1,
-            ty(d)?
+            "@group(0) @binding({}) var<storage, read> in{j}: array<{elem}>;",
+            j + 1
         );
     }
     let out_ty = ty(nodes.last().map_or(DType::F32, |n| n.1))?;
+    let out_elem = if vec4 {
+        format!("vec4<{out_ty}>")
+    } else {
+        out_ty.to_string()
+    };
     let _ = writeln!(
         s,
-        "@group(0) @binding({}) var<storage, read_write> out: array<{out_ty}>;\n",
+        "@group(0) @binding({}) var<storage, read_write> out: array<{out_elem}>;\n",
         leaves.len() + 1
     );
     if kinds.contains(&ReadKind::Broadcast) {
@@ -244,23 +256,17 @@ fn generate(
              rem = rem / n;\n    }}\n    return at;\n}}\n\n"
         );
     }
-    let _ = write!(
-        s,
-        "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, \
-         @builtin(num_workgroups) nwg: vec3<u32>,\n        \
-         @builtin(local_invocation_index) lid: u32) {{\n    \
-         let i = group_index(wid, nwg) * {WG}u + lid;\n    \
-         if (i >= params.numel) {{\n        return;\n    }}\n"
-    );
+    let args: Vec<String> = leaves
+        .iter()
+        .enumerate()
+        .map(|(j, &d)| Ok(format!("l{j}: {}", ty(d)?)))
+        .collect::<Result<_>>()?;
+    let _ = writeln!(s, "fn value({}) -> {out_ty} {{", args.join(", "));
     for (n, (node, dtype)) in nodes.iter().enumerate() {
         let t = ty(*dtype)?;
         let v = |a: usize| format!("n{a}");
         let expr = match *node {
-            Node::Leaf(j) => match kinds[j] {
-                ReadKind::Whole => format!("in{j}[i]"),
-                ReadKind::One => format!("in{j}[0]"),
-                ReadKind::Broadcast => format!("in{j}[at_of(i, {j}u)]"),
-            },
+            Node::Leaf(j) => format!("l{j}"),
             Node::Const(k) => format!("bitcast<{t}>(params.tail[{k}])"),
             Node::Unary(u, a) => {
                 let [c0, c1] = u.consts().map(|c| lit(c, *dtype));
@@ -282,7 +288,54 @@ fn generate(
         };
         let _ = writeln!(s, "    let n{n}: {t} = {expr};");
     }
-    let _ = writeln!(s, "    out[i] = n{};\n}}", nodes.len().saturating_sub(1));
+    let _ = writeln!(s, "    return n{};\n}}\n", nodes.len().saturating_sub(1));
+    let count = if vec4 {
+        "params.numel / 4u"
+    } else {
+        "params.numel"
+    };
+    let _ = write!(
+        s,
+        "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, \
+         @builtin(num_workgroups) nwg: vec3<u32>,\n        \
+         @builtin(local_invocation_index) lid: u32) {{\n    \
+         let i = group_index(wid, nwg) * {WG}u + lid;\n    \
+         if (i >= {count}) {{\n        return;\n    }}\n"
+    );
+    let store = if vec4 {
+        // one vec4 of each whole input, its lanes through `value` one by one
+        for (j, k) in kinds.iter().enumerate() {
+            let at = if *k == ReadKind::Whole { "i" } else { "0" };
+            let _ = writeln!(s, "    let w{j} = in{j}[{at}];");
+        }
+        let lanes: Vec<String> = ["x", "y", "z", "w"]
+            .iter()
+            .map(|c| {
+                let a: Vec<String> = kinds
+                    .iter()
+                    .enumerate()
+                    .map(|(j, k)| match k {
+                        ReadKind::Whole => format!("w{j}.{c}"),
+                        _ => format!("w{j}"),
+                    })
+                    .collect();
+                format!("value({})", a.join(", "))
+            })
+            .collect();
+        format!("{out_elem}({})", lanes.join(", "))
+    } else {
+        let a: Vec<String> = kinds
+            .iter()
+            .enumerate()
+            .map(|(j, k)| match k {
+                ReadKind::Whole => format!("in{j}[i]"),
+                ReadKind::One => format!("in{j}[0]"),
+                ReadKind::Broadcast => format!("in{j}[at_of(i, {j}u)]"),
+            })
+            .collect();
+        format!("value({})", a.join(", "))
+    };
+    let _ = writeln!(s, "    out[i] = {store};\n}}");
     crate::preprocess::preprocess(&s, &Default::default(), &crate::kernels::source)
         .map_err(|e| e.context(name.to_string()))
 }

@@ -194,6 +194,9 @@ impl Expr {
                 read_kind(l.layout.shape(), out).name()
             );
         }
+        if vectorized(&self.kinds(out), out) {
+            s.push_str("vec4 ");
+        }
         for (i, (node, dtype)) in self.nodes.iter().enumerate() {
             let _ = write!(s, "n{i}:{dtype}=");
             let _ = match node {
@@ -209,6 +212,14 @@ impl Expr {
             s.push(' ');
         }
         s
+    }
+
+    /// How the kernel reads each leaf for an output of `out` shape.
+    pub fn kinds(&self, out: &Shape) -> Vec<ReadKind> {
+        self.leaves
+            .iter()
+            .map(|l| read_kind(l.layout.shape(), out))
+            .collect()
     }
 
     /// A short readable op chain for the log (`erf(div(in0,k0))`-like, node by node).
@@ -259,4 +270,12 @@ pub fn read_kind(leaf: &Shape, out: &Shape) -> ReadKind {
     } else {
         ReadKind::Broadcast
     }
+}
+
+/// Whether the kernel computes 4 elements per invocation from vec4 loads and stores: every
+/// input read whole (at least one) or as one element, and whole vec4s of output.
+pub fn vectorized(kinds: &[ReadKind], out: &Shape) -> bool {
+    out.numel() % 4 == 0
+        && kinds.contains(&ReadKind::Whole)
+        && !kinds.contains(&ReadKind::Broadcast)
 }
