@@ -275,7 +275,7 @@ pub fn read_kind(leaf: &Shape, out: &Shape) -> ReadKind {
 /// Whether the kernel computes 4 elements per invocation from vec4 loads and stores: every
 /// input read whole (at least one) or as one element, and whole vec4s of output.
 pub fn vectorized(kinds: &[ReadKind], out: &Shape) -> bool {
-    out.numel() % 4 == 0
+    out.numel().is_multiple_of(4)
         && kinds.contains(&ReadKind::Whole)
         && !kinds.contains(&ReadKind::Broadcast)
 }
