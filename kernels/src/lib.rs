@@ -10,6 +10,8 @@
 //! - [`exec`]: [`GpuBackend`], the one plan executor, on any [`Runtime`] (memory, copies, launches).
 //! - [`WgpuBackend`]: the plans on WebGPU (browsers), Vulkan, Metal, DX12 and GL.
 //! - [`cuda`]: the naga-IR -> CUDA C / HIP translator of the same kernels.
+//! - [`fusion`]: a decorator over any device that records elementwise ops and runs each chain as
+//!   one generated WGSL kernel (on by default for the GPU devices of `kiln::device::select`).
 //!
 //! ```no_run
 //! use kiln_core::{DType, Tensor};
@@ -25,6 +27,7 @@ mod backend;
 pub mod cuda;
 pub mod custom;
 pub mod exec;
+pub mod fusion;
 pub mod header;
 pub mod kernels;
 pub mod plan;

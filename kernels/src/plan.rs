@@ -1521,7 +1521,7 @@ fn push_view(tail: &mut Vec<u32>, offset: impl TryInto<u32>, strides: &[usize]) 
 }
 
 /// The op's constant as the device bits of `dtype` (`as` semantics for integers).
-fn bits(v: f64, dtype: DType) -> u32 {
+pub(crate) fn bits(v: f64, dtype: DType) -> u32 {
     match dtype {
         DType::I32 => (v as i32) as u32,
         DType::U32 => v as u32,

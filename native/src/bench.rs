@@ -161,3 +161,82 @@ pub fn generation(model: &Gpt, tokens: usize, bucket: usize) -> Result<Vec<Gener
         })
         .collect())
 }
+
+/// [`fusion`]'s figures: GELU composed from tensor ops, fused and not, and a device copy of
+/// the same bytes, each in ms per run.
+#[derive(Clone, Copy, Debug)]
+pub struct FusionBench {
+    /// Through the fusion decorator: one generated kernel.
+    pub fused: Latency,
+    /// On the same device unwrapped: one kernel per op.
+    pub unfused: Latency,
+    /// `Op::Contiguous` of an `n`-element slice at offset 4 of a longer buffer: a plain copy
+    /// kernel reading and writing the same bytes as GELU (unfused device).
+    pub copy: Latency,
+    /// The largest difference between the fused and the unfused result.
+    pub max_diff: f64,
+}
+
+/// GELU written as `x * ((x / sqrt 2).erf() + 1) / 2`: 5 elementwise tensor ops and 3 scalar
+/// constants (8 backend ops unfused).
+pub fn composed_gelu(x: &Tensor) -> Result<Tensor> {
+    x.mul(
+        &x.div_scalar(std::f64::consts::SQRT_2)?
+            .erf()?
+            .add_scalar(1.0)?,
+    )?
+    .div_scalar(2.0)
+}
+
+/// Times composed GELU on `n` f32 elements on `device` (a device from
+/// [`crate::device::select_unfused`]) fused and unfused, and a device copy of the same bytes:
+/// 3 warm-up runs then `runs` timed ones, each waited for with `synchronize`.
+pub fn fusion(device: &Device, n: usize, runs: usize) -> Result<FusionBench> {
+    use crate::core::{DType, Op};
+    let fused_device = kiln_kernels::fusion::wrap(device);
+    let time = |dev: &Device, f: &dyn Fn() -> Result<Tensor>| -> Result<Latency> {
+        let once = || -> Result<f64> {
+            dev.backend().synchronize()?;
+            let start = Instant::now();
+            // the output stays alive until the work is done (a dropped lazy never runs)
+            let y = f()?;
+            dev.backend().synchronize()?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            drop(y);
+            Ok(ms)
+        };
+        for _ in 0..3 {
+            once()?;
+        }
+        let mut ms = (0..runs.max(1))
+            .map(|_| once())
+            .collect::<Result<Vec<f64>>>()?;
+        ms.sort_by(f64::total_cmp);
+        Ok(Latency {
+            median_ms: ms[ms.len() / 2],
+            min_ms: ms[0],
+            max_ms: ms[ms.len() - 1],
+        })
+    };
+    let x = Tensor::rand_uniform([n], -3.0, 3.0, 0, DType::F32, device)?;
+    // the same buffer seen by the fused device (uploads and real buffers pass through)
+    let xf = Tensor::from_data(&x.to_data()?, &fused_device)?;
+    let fused = time(&fused_device, &|| composed_gelu(&xf))?;
+    let unfused = time(device, &|| composed_gelu(&x))?;
+    let long = Tensor::rand_uniform([n + 4], -3.0, 3.0, 1, DType::F32, device)?;
+    let slice = long.narrow(0, 4, n)?;
+    let copy = time(device, &|| Tensor::apply(Op::Contiguous, &[&slice]))?;
+    let a = composed_gelu(&xf)?.to_vec::<f32>()?;
+    let b = composed_gelu(&x)?.to_vec::<f32>()?;
+    let max_diff = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| f64::from((a - b).abs()))
+        .fold(0.0, f64::max);
+    Ok(FusionBench {
+        fused,
+        unfused,
+        copy,
+        max_diff,
+    })
+}

@@ -19,8 +19,23 @@ pub const NAMES: [&str; 4] = ["cpu", "wgpu", "cuda", "rocm"];
 /// assert!(kiln::device::select("rocm:x").is_err());
 /// # Ok::<(), kiln::core::Error>(())
 /// ```
+///
+/// GPU devices (`wgpu`, `cuda`, `rocm`) come behind the fusion decorator
+/// ([`kiln_kernels::fusion::wrap`]: chains of elementwise ops run as one generated kernel)
+/// unless the environment sets `KILN_FUSION=0`; [`select_unfused`] never wraps.
 pub fn select(name: &str) -> Result<Device> {
-    let name = name.to_ascii_lowercase();
+    let device = select_unfused(name)?;
+    let gpu = !name.trim().eq_ignore_ascii_case("cpu");
+    Ok(if gpu && kiln_kernels::fusion::enabled() {
+        kiln_kernels::fusion::wrap(&device)
+    } else {
+        device
+    })
+}
+
+/// [`select`] without the fusion decorator: each op its own kernel.
+pub fn select_unfused(name: &str) -> Result<Device> {
+    let name = name.trim().to_ascii_lowercase();
     let (kind, index) = match name.split_once(':') {
         Some((kind @ ("cuda" | "rocm"), n)) => {
             let index = n.parse().map_err(|_| {

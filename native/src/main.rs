@@ -319,6 +319,19 @@ enum BenchTask {
         #[arg(long, default_value_t = 32)]
         bucket: usize,
     },
+    /// GELU composed from tensor ops on n f32 elements, fused (one generated kernel) and
+    /// unfused (a kernel per op), and a device copy of the same bytes: medians (min, max) in ms.
+    Fusion {
+        /// Device: wgpu, cuda[:N] or rocm[:N].
+        #[arg(long, default_value = "wgpu")]
+        device: String,
+        /// Elements.
+        #[arg(long, default_value_t = 1 << 24)]
+        n: usize,
+        /// Timed runs of each (after 3 warm-up runs).
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Inference time of an ONNX model on a random input of its declared shape (symbolic
     /// dimensions as 1): median and spread of the timed runs, in ms.
     Onnx {
@@ -499,6 +512,33 @@ fn run(cli: Cli) -> Result<()> {
                     b.recompute_ms
                 );
             }
+            Ok(())
+        }
+        Command::Bench {
+            task: BenchTask::Fusion { device, n, runs },
+        } => {
+            let device = kiln::device::select_unfused(&device)?;
+            let r = kiln::bench::fusion(&device, n, runs)?;
+            let row = |name: &str, l: &kiln::bench::Latency| {
+                println!(
+                    "{name:<42} median {:>9.3} ms  min {:>9.3}  max {:>9.3}",
+                    l.median_ms, l.min_ms, l.max_ms
+                );
+            };
+            println!(
+                "kiln fusion on {}: GELU as x * ((x / sqrt 2).erf() + 1) / 2 (5 ops + 3 scalars), \
+                 {n} f32, {runs} runs",
+                device.name()
+            );
+            row("fused (one generated kernel)", &r.fused);
+            row("unfused (8 backend ops)", &r.unfused);
+            row("device copy (Op::Contiguous of a slice)", &r.copy);
+            println!(
+                "unfused / fused: {:.2}x   fused / copy: {:.2}x   max |fused - unfused|: {:.2e}",
+                r.unfused.median_ms / r.fused.median_ms.max(1e-9),
+                r.fused.median_ms / r.copy.median_ms.max(1e-9),
+                r.max_diff
+            );
             Ok(())
         }
         Command::Bench {

@@ -161,10 +161,22 @@ fn webgpu_device() -> Boxed<'static, Result<KDevice, String>> {
         if let Some(d) = WEBGPU.with_borrow(|w| w.clone()) {
             return Ok(d);
         }
-        let d = webgpu::create().await?;
+        let d = fused(webgpu::create().await?);
         WEBGPU.with_borrow_mut(|w| *w = Some(d.clone()));
         Ok(d)
     })
+}
+
+/// The WebGPU device behind kiln's fusion decorator: chains of elementwise ops run as one
+/// generated kernel (`kiln_kernels::fusion`).
+#[cfg(feature = "webgpu")]
+fn fused(d: KDevice) -> KDevice {
+    kiln_kernels::fusion::wrap(&d)
+}
+
+#[cfg(not(feature = "webgpu"))]
+fn fused(d: KDevice) -> KDevice {
+    d
 }
 
 fn on_cpu(reason: String) -> Device {

@@ -34,7 +34,8 @@ pub fn device() -> Option<Device> {
 }
 
 /// Opens the device called `name`: `wgpu` and `cpu` always, `cuda` and `rocm` through
-/// `kiln::device::select` in builds with their feature.
+/// `kiln::device::select` in builds with their feature. GPU devices come behind the fusion
+/// decorator unless `KILN_FUSION=0`, so the suite checks every op fused.
 fn open(name: &str) -> Result<Device> {
     let lower = name.to_ascii_lowercase();
     for (backend, built) in [
@@ -58,7 +59,14 @@ fn open_built(name: &str) -> Result<Device> {
 #[cfg(not(any(feature = "cuda", feature = "rocm")))]
 fn open_built(name: &str) -> Result<Device> {
     match name {
-        "wgpu" | "webgpu" => kiln_kernels::wgpu_device(),
+        // behind the fusion decorator as `kiln::device::select` puts it (KILN_FUSION=0: not)
+        "wgpu" | "webgpu" => kiln_kernels::wgpu_device().map(|d| {
+            if kiln_kernels::fusion::enabled() {
+                kiln_kernels::fusion::wrap(&d)
+            } else {
+                d
+            }
+        }),
         "cpu" => Ok(Device::cpu()),
         other => panic!("{DEVICE_VAR}: expected wgpu, cuda[:N], rocm[:N] or cpu, found {other:?}"),
     }

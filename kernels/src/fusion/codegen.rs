@@ -1,0 +1,405 @@
+//! WGSL generation for a fused expression, and the custom op that runs it.
+//!
+//! The kernel computes one output element per invocation. Its params header is
+//! `numel, rank, tail`, the tail holding the constants (as 4-byte words), the output shape and,
+//! per input, its strides against the output's axes (0 where it broadcasts).
+
+use super::expr::{Expr, Node, ReadKind, vectorized};
+use crate::plan::{WG, wgsl_type};
+use kiln_core::op::custom::{Attrs, CustomOp, Grid, KernelLaunch};
+use kiln_core::{DType, Device, Error, Meta, Result, Shape, Tensor, TensorData};
+use std::fmt::Write;
+
+/// A registered fused kernel: the structure of one expression (sizes and constant values come
+/// with each call).
+pub struct FusedOp {
+    pub name: String,
+    pub key: String,
+    nodes: Vec<(Node, DType)>,
+    kinds: Vec<ReadKind>,
+    nconsts: usize,
+    /// 4 elements per invocation ([`vectorized`])
+    vec4: bool,
+    wgsl: String,
+}
+
+impl FusedOp {
+    /// The op for `expr` producing `out`, named from `key` (its [`Expr::key`]).
+    pub fn new(name: String, key: String, expr: &Expr, out: &Shape) -> Result<FusedOp> {
+        let kinds = expr.kinds(out);
+        let vec4 = vectorized(&kinds, out);
+        let dtypes: Vec<DType> = expr.leaves.iter().map(|l| l.dtype).collect();
+        let wgsl = generate(&name, &expr.nodes, &dtypes, &kinds, expr.consts.len(), vec4)?;
+        Ok(FusedOp {
+            name,
+            key,
+            nodes: expr.nodes.clone(),
+            kinds,
+            nconsts: expr.consts.len(),
+            vec4,
+            wgsl,
+        })
+    }
+}
+
+/// The call's attributes: the output shape (`rank`, `d0`..) and the constants' words (`k0`..),
+/// each an exact f64.
+pub fn attrs(expr: &Expr, out: &Shape) -> Attrs {
+    let mut a = Attrs::new();
+    a.insert("rank".into(), out.rank() as f64);
+    for (i, &d) in out.dims().iter().enumerate() {
+        a.insert(format!("d{i}"), d as f64);
+    }
+    for (i, &k) in expr.consts.iter().enumerate() {
+        a.insert(format!("k{i}"), k as f64);
+    }
+    a
+}
+
+fn attr(attrs: &Attrs, key: &str, op: &str) -> Result<f64> {
+    kiln_core::op::custom::attr(op, attrs, key)
+}
+
+impl FusedOp {
+    fn out_shape(&self, attrs: &Attrs) -> Result<Shape> {
+        let rank = attr(attrs, "rank", &self.name)? as usize;
+        (0..rank)
+            .map(|i| attr(attrs, &format!("d{i}"), &self.name).map(|d| d as usize))
+            .collect::<Result<Vec<_>>>()
+            .map(Shape::new)
+    }
+
+    fn consts(&self, attrs: &Attrs) -> Result<Vec<u32>> {
+        (0..self.nconsts)
+            .map(|i| attr(attrs, &format!("k{i}"), &self.name).map(|k| k as u32))
+            .collect()
+    }
+}
+
+impl CustomOp for FusedOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn infer(&self, attrs: &Attrs, inputs: &[Meta]) -> Result<Meta> {
+        if inputs.len() != self.kinds.len() {
+            return Err(Error::invalid(
+                self.name.clone(),
+                format!("takes {} inputs, got {}", self.kinds.len(), inputs.len()),
+            ));
+        }
+        Ok((self.dtype(), self.out_shape(attrs)?))
+    }
+
+    /// The expression evaluated with the CPU backend's ops: the reference of the kernel.
+    fn cpu(&self, attrs: &Attrs, inputs: &[TensorData], output: &Meta) -> Result<TensorData> {
+        let cpu = Device::cpu();
+        let consts = self.consts(attrs)?;
+        let mut values: Vec<Tensor> = Vec::with_capacity(self.nodes.len());
+        for (node, dtype) in &self.nodes {
+            let v = match *node {
+                Node::Leaf(j) => Tensor::from_data(&inputs[j], &cpu)?,
+                Node::Const(k) => Tensor::scalar(word_value(consts[k], *dtype), *dtype, &cpu)?,
+                Node::Unary(u, a) => values[a].unary(u)?,
+                Node::Binary(b, x, y) => values[x].binary(b, &values[y])?,
+                Node::Compare(c, x, y) => values[x].compare(c, &values[y])?,
+                Node::Where(c, x, y) => values[c].where_cond(&values[x], &values[y])?,
+                Node::Cast(a) => values[a].cast(*dtype)?,
+            };
+            values.push(v);
+        }
+        let last = values
+            .pop()
+            .ok_or_else(|| Error::invalid(self.name.clone(), "has no nodes"))?;
+        last.expand(output.1.clone())?.to_data()
+    }
+
+    fn wgsl(&self) -> Option<&str> {
+        Some(&self.wgsl)
+    }
+
+    fn launch(&self, attrs: &Attrs, inputs: &[Meta], output: &Meta) -> Result<KernelLaunch> {
+        let out = &output.1;
+        let numel = u32::try_from(out.numel()).map_err(|_| {
+            Error::unsupported(
+                self.name.clone(),
+                format!("{} elements exceed the GPU kernels' 2^32 - 1", out.numel()),
+            )
+        })?;
+        let rank = out.rank();
+        let mut params = vec![numel, rank as u32];
+        params.extend(self.consts(attrs)?);
+        params.extend(out.dims().iter().map(|&d| d as u32));
+        for (_, shape) in inputs {
+            params.extend(broadcast_strides(shape, out));
+        }
+        // the tail is never empty (a zero-length runtime array binds badly on some drivers)
+        params.push(0);
+        Ok(KernelLaunch {
+            params,
+            grid: Grid::Invocations {
+                count: out.numel() as u64 / if self.vec4 { 4 } else { 1 },
+                workgroup_size: WG,
+            },
+        })
+    }
+}
+
+impl FusedOp {
+    fn dtype(&self) -> DType {
+        self.nodes.last().map_or(DType::F32, |n| n.1)
+    }
+}
+
+/// A device word back to the value it holds in `dtype`.
+pub fn word_value(w: u32, dtype: DType) -> f64 {
+    match dtype {
+        DType::I32 => w as i32 as f64,
+        DType::U32 | DType::Bool => w as f64,
+        _ => f32::from_bits(w) as f64,
+    }
+}
+
+/// The strides of a contiguous input of `shape` against the axes of `out`, right-aligned, 0
+/// where it broadcasts.
+fn broadcast_strides(shape: &Shape, out: &Shape) -> Vec<u32> {
+    let dims = shape.dims();
+    let skip = out.rank() - dims.len().min(out.rank());
+    let strides = shape.contiguous_strides();
+    (0..out.rank())
+        .map(|d| {
+            if d < skip {
+                return 0;
+            }
+            let i = d - skip;
+            if dims[i] == 1 { 0 } else { strides[i] as u32 }
+        })
+        .collect()
+}
+
+/// Replaces whole identifiers of `expr` (a table's WGSL expression) by `subs`.
+fn substitute(expr: &str, subs: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(expr.len() + 16);
+    let b = expr.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_alphanumeric() || c == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            let word = &expr[start..i];
+            // numbers (`1.0`, `0x7fu`) are not identifiers
+            let ident = !c.is_ascii_digit();
+            match subs.iter().find(|(k, _)| ident && *k == word) {
+                Some((_, v)) => out.push_str(v),
+                None => out.push_str(word),
+            }
+        } else {
+            out.push(c as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The WGSL module of an expression: `value` computes one element from its inputs' values,
+/// `main` reads them (one element, or a vec4 of each whole input) and stores.
+fn generate(
+    name: &str,
+    nodes: &[(Node, DType)],
+    leaves: &[DType],
+    kinds: &[ReadKind],
+    nconsts: usize,
+    vec4: bool,
+) -> Result<String> {
+    let ty = |d: DType| wgsl_type(d, "fusion");
+    let mut s = String::new();
+    let _ = writeln!(s, "// generated by kiln's fusion: {name}");
+    s.push_str("#include \"common.wgsl\"\n#include \"math.wgsl\"\n\n");
+    s.push_str("struct FusedParams {\n    numel: u32,\n    rank: u32,\n    tail: array<u32>,\n}\n");
+    s.push_str("@group(0) @binding(0) var<storage, read> params: FusedParams;\n");
+    for (j, &d) in leaves.iter().enumerate() {
+        let t = ty(d)?;
+        let elem = if vec4 && kinds[j] == ReadKind::Whole {
+            format!("vec4<{t}>")
+        } else {
+            t.to_string()
+        };
+        let _ = writeln!(
+            s,
+            "@group(0) @binding({}) var<storage, read> in{j}: array<{elem}>;",
+            j + 1
+        );
+    }
+    let out_ty = ty(nodes.last().map_or(DType::F32, |n| n.1))?;
+    let out_elem = if vec4 {
+        format!("vec4<{out_ty}>")
+    } else {
+        out_ty.to_string()
+    };
+    let _ = writeln!(
+        s,
+        "@group(0) @binding({}) var<storage, read_write> out: array<{out_elem}>;\n",
+        leaves.len() + 1
+    );
+    if kinds.contains(&ReadKind::Broadcast) {
+        // element i of the output -> element of input j (its strides follow the shape)
+        let _ = write!(
+            s,
+            "fn at_of(i: u32, j: u32) -> u32 {{\n    let rank = params.rank;\n    \
+             let shape = {nconsts}u;\n    let strides = shape + rank * (1u + j);\n    \
+             var rem = i;\n    var at = 0u;\n    for (var d = rank; d > 0u; d = d - 1u) {{\n        \
+             let n = params.tail[shape + d - 1u];\n        \
+             at = at + (rem % n) * params.tail[strides + d - 1u];\n        \
+             rem = rem / n;\n    }}\n    return at;\n}}\n\n"
+        );
+    }
+    let args: Vec<String> = leaves
+        .iter()
+        .enumerate()
+        .map(|(j, &d)| Ok(format!("l{j}: {}", ty(d)?)))
+        .collect::<Result<_>>()?;
+    let _ = writeln!(s, "fn value({}) -> {out_ty} {{", args.join(", "));
+    for (n, (node, dtype)) in nodes.iter().enumerate() {
+        let t = ty(*dtype)?;
+        let v = |a: usize| format!("n{a}");
+        let expr = match *node {
+            Node::Leaf(j) => format!("l{j}"),
+            Node::Const(k) => format!("bitcast<{t}>(params.tail[{k}])"),
+            Node::Unary(u, a) => {
+                let [c0, c1] = u.consts().map(|c| lit(c, *dtype));
+                substitute(
+                    u.wgsl(*dtype),
+                    &[("v", &v(a)), ("T", t), ("c0", &c0), ("c1", &c1)],
+                )
+            }
+            Node::Binary(b, x, y) => {
+                substitute(b.wgsl(*dtype), &[("x", &v(x)), ("y", &v(y)), ("T", t)])
+            }
+            Node::Compare(c, x, y) => {
+                let ti = ty(nodes[x].1)?;
+                let e = substitute(c.wgsl(), &[("x", &v(x)), ("y", &v(y)), ("T", ti)]);
+                format!("select(0u, 1u, {e})")
+            }
+            Node::Where(c, x, y) => format!("select({}, {}, {} != 0u)", v(y), v(x), v(c)),
+            Node::Cast(a) => cast(&v(a), nodes[a].1, *dtype)?,
+        };
+        let _ = writeln!(s, "    let n{n}: {t} = {expr};");
+    }
+    let _ = writeln!(s, "    return n{};\n}}\n", nodes.len().saturating_sub(1));
+    let count = if vec4 {
+        "params.numel / 4u"
+    } else {
+        "params.numel"
+    };
+    let _ = write!(
+        s,
+        "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, \
+         @builtin(num_workgroups) nwg: vec3<u32>,\n        \
+         @builtin(local_invocation_index) lid: u32) {{\n    \
+         let i = group_index(wid, nwg) * {WG}u + lid;\n    \
+         if (i >= {count}) {{\n        return;\n    }}\n"
+    );
+    let store = if vec4 {
+        // one vec4 of each whole input, its lanes through `value` one by one
+        for (j, k) in kinds.iter().enumerate() {
+            let at = if *k == ReadKind::Whole { "i" } else { "0" };
+            let _ = writeln!(s, "    let w{j} = in{j}[{at}];");
+        }
+        let lanes: Vec<String> = ["x", "y", "z", "w"]
+            .iter()
+            .map(|c| {
+                let a: Vec<String> = kinds
+                    .iter()
+                    .enumerate()
+                    .map(|(j, k)| match k {
+                        ReadKind::Whole => format!("w{j}.{c}"),
+                        _ => format!("w{j}"),
+                    })
+                    .collect();
+                format!("value({})", a.join(", "))
+            })
+            .collect();
+        format!("{out_elem}({})", lanes.join(", "))
+    } else {
+        let a: Vec<String> = kinds
+            .iter()
+            .enumerate()
+            .map(|(j, k)| match k {
+                ReadKind::Whole => format!("in{j}[i]"),
+                ReadKind::One => format!("in{j}[0]"),
+                ReadKind::Broadcast => format!("in{j}[at_of(i, {j}u)]"),
+            })
+            .collect();
+        format!("value({})", a.join(", "))
+    };
+    let _ = writeln!(s, "    out[i] = {store};\n}}");
+    crate::preprocess::preprocess(&s, &Default::default(), &crate::kernels::source)
+        .map_err(|e| e.context(name.to_string()))
+}
+
+/// A unary op's constant as a WGSL value of `dtype`, exactly as `map.wgsl` receives it
+/// (the planner's bits).
+fn lit(c: f64, dtype: DType) -> String {
+    let w = crate::plan::bits(c, dtype);
+    match dtype {
+        DType::I32 => format!("bitcast<i32>({w}u)"),
+        DType::U32 | DType::Bool => format!("{w}u"),
+        // at run time: Tint rejects an infinite value in a constant expression
+        _ => format!("f32_from_bits({w}u)"),
+    }
+}
+
+/// `v` of dtype `from` converted to `to` with `as` semantics (as map.wgsl's cast).
+fn cast(v: &str, from: DType, to: DType) -> Result<String> {
+    let ti = wgsl_type(from, "cast")?;
+    let to_ty = wgsl_type(to, "cast")?;
+    Ok(match (ti, to_ty) {
+        _ if to == DType::Bool && from == DType::F32 => {
+            // on the bits, so that NaN is true even where drivers assume no NaNs
+            format!("select(0u, 1u, (bitcast<u32>({v}) & 0x7fffffffu) != 0u)")
+        }
+        _ if to == DType::Bool => format!("select(0u, 1u, {v} != {ti}(0))"),
+        (a, b) if a == b => v.to_string(),
+        ("i32", "u32") => format!("bitcast<u32>({v})"),
+        ("u32", "i32") => format!("bitcast<i32>({v})"),
+        ("f32", "i32") => {
+            format!("select(select(i32({v}), 2147483647i, {v} >= 2147483648.0), 0i, is_nan_({v}))")
+        }
+        ("f32", "u32") => {
+            format!("select(select(u32({v}), 4294967295u, {v} >= 4294967296.0), 0u, is_nan_({v}))")
+        }
+        _ => format!("{to_ty}({v})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substitutes_whole_identifiers_only() {
+        let e = substitute(
+            "select(max(x, y), x + y, is_nan_(x) || is_nan_(y))",
+            &[("x", "n0"), ("y", "n1")],
+        );
+        assert_eq!(
+            e,
+            "select(max(n0, n1), n0 + n1, is_nan_(n0) || is_nan_(n1))"
+        );
+        assert_eq!(
+            substitute("max(v, T(0)) + 1.0e0", &[("v", "n2"), ("T", "i32")]),
+            "max(n2, i32(0)) + 1.0e0"
+        );
+    }
+
+    #[test]
+    fn broadcast_strides_right_align() {
+        let out = Shape::from([2, 3, 4]);
+        assert_eq!(broadcast_strides(&Shape::from([4]), &out), [0, 0, 1]);
+        assert_eq!(broadcast_strides(&Shape::from([3, 1]), &out), [0, 1, 0]);
+        assert_eq!(broadcast_strides(&Shape::from([2, 3, 4]), &out), [12, 4, 1]);
+    }
+}

@@ -1,0 +1,281 @@
+//! The recorded expression of a fused region: an SSA list of elementwise table ops whose leaves
+//! are real storages of the inner device (seen through their layouts) or constants.
+
+use kiln_core::{BinaryOp, CmpOp, DType, Layout, Shape, Storage, UnaryOp};
+use std::fmt::Write;
+
+/// At most this many distinct real inputs per generated kernel: WebGPU guarantees 8 storage
+/// buffers per stage, and the params header and the output take two.
+pub const MAX_LEAVES: usize = 6;
+/// At most this many nodes per generated kernel (keeps kernels and their compile time small).
+pub const MAX_NODES: usize = 48;
+
+/// One SSA node; operands are indices of earlier nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    /// Real input `i` of the expression.
+    Leaf(usize),
+    /// Constant `i` of the expression (its value is a launch parameter, not part of the key).
+    Const(usize),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    Compare(CmpOp, usize, usize),
+    Where(usize, usize, usize),
+    /// A conversion to the node's dtype.
+    Cast(usize),
+}
+
+/// A real input: a storage of the inner device seen through `layout`, whose shape broadcasts
+/// (right-aligned) against the kernel's output shape; broadcast axes have size 1.
+#[derive(Clone, Debug)]
+pub struct Leaf {
+    pub storage: Storage,
+    pub layout: Layout,
+    pub dtype: DType,
+}
+
+impl Leaf {
+    /// A leaf from a view: axes that a stride of 0 repeats become size 1, so the kernel reads
+    /// the un-expanded data and broadcasts it itself.
+    pub fn new(storage: Storage, layout: &Layout, dtype: DType) -> Leaf {
+        let dims = layout
+            .shape()
+            .dims()
+            .iter()
+            .zip(layout.strides())
+            .map(|(&d, &s)| if s == 0 { 1 } else { d })
+            .collect();
+        let layout =
+            Layout::from_parts(Shape::new(dims), layout.strides().to_vec(), layout.offset());
+        Leaf {
+            storage,
+            layout,
+            dtype,
+        }
+    }
+
+    fn same(&self, other: &Leaf) -> bool {
+        self.storage.same(&other.storage)
+            && self.layout == other.layout
+            && self.dtype == other.dtype
+    }
+}
+
+/// An expression: `nodes` (each with its dtype), the last one the result, of `shape`.
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub nodes: Vec<(Node, DType)>,
+    pub leaves: Vec<Leaf>,
+    /// Constant values as the device's 4-byte words (f32 bits, i32 bits, u32, bool 0/1).
+    pub consts: Vec<u32>,
+    pub shape: Shape,
+}
+
+impl Expr {
+    /// A constant `value` of `dtype` and `shape`.
+    pub fn constant(value: f64, dtype: DType, shape: Shape) -> Expr {
+        Expr {
+            nodes: vec![(Node::Const(0), dtype)],
+            leaves: vec![],
+            consts: vec![crate::plan::bits(value, dtype)],
+            shape,
+        }
+    }
+
+    /// A single real input.
+    pub fn leaf(leaf: Leaf, shape: Shape) -> Expr {
+        let dtype = leaf.dtype;
+        Expr {
+            nodes: vec![(Node::Leaf(0), dtype)],
+            leaves: vec![leaf],
+            consts: vec![],
+            shape,
+        }
+    }
+
+    /// The result's dtype.
+    pub fn dtype(&self) -> DType {
+        self.nodes.last().map_or(DType::F32, |n| n.1)
+    }
+
+    /// `true` when every element has the same value (no real input).
+    pub fn uniform(&self) -> bool {
+        self.leaves.is_empty()
+    }
+
+    /// The same expression seen as `shape` (same element order, e.g. a reshape), if its leaves
+    /// allow it: leaves that are whole and contiguous or single elements.
+    pub fn reshaped(&self, shape: &Shape) -> Option<Expr> {
+        if shape == &self.shape {
+            return Some(self.clone());
+        }
+        let n = self.shape.numel();
+        let mut out = self.clone();
+        for leaf in &mut out.leaves {
+            let l = &leaf.layout;
+            let new_shape = if l.shape().numel() == 1 {
+                Shape::scalar()
+            } else if l.shape().numel() == n && l.is_contiguous() {
+                shape.clone()
+            } else {
+                return None;
+            };
+            leaf.layout = Layout::from_parts(
+                new_shape.clone(),
+                new_shape.contiguous_strides(),
+                l.offset(),
+            );
+        }
+        out.shape = shape.clone();
+        Some(out)
+    }
+
+    /// Appends `other`'s nodes (leaves shared where they are the same view) and returns the
+    /// index of its result.
+    pub fn append(&mut self, other: &Expr) -> usize {
+        let leaf_map: Vec<usize> = other
+            .leaves
+            .iter()
+            .map(|l| match self.leaves.iter().position(|m| m.same(l)) {
+                Some(i) => i,
+                None => {
+                    self.leaves.push(l.clone());
+                    self.leaves.len() - 1
+                }
+            })
+            .collect();
+        let const_base = self.consts.len();
+        self.consts.extend_from_slice(&other.consts);
+        // where each of `other`'s nodes is in `self`
+        let mut at: Vec<usize> = Vec::with_capacity(other.nodes.len());
+        for (node, dtype) in &other.nodes {
+            let node = match *node {
+                Node::Leaf(i) => Node::Leaf(leaf_map[i]),
+                Node::Const(i) => Node::Const(const_base + i),
+                Node::Unary(u, a) => Node::Unary(u, at[a]),
+                Node::Binary(b, x, y) => Node::Binary(b, at[x], at[y]),
+                Node::Compare(c, x, y) => Node::Compare(c, at[x], at[y]),
+                Node::Where(c, x, y) => Node::Where(at[c], at[x], at[y]),
+                Node::Cast(a) => Node::Cast(at[a]),
+            };
+            // a node computed twice (a leaf read twice, an input inlined twice) is one node
+            let existing = self.nodes.iter().position(|n| n.0 == node && n.1 == *dtype);
+            at.push(existing.unwrap_or_else(|| {
+                self.nodes.push((node, *dtype));
+                self.nodes.len() - 1
+            }));
+        }
+        at.last().copied().unwrap_or(0)
+    }
+
+    /// The number of nodes that compute something (leaves and constants are free).
+    pub fn ops(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| !matches!(n.0, Node::Leaf(_) | Node::Const(_)))
+            .count()
+    }
+
+    /// Whether a kernel of this expression fits the limits.
+    pub fn fits(&self) -> bool {
+        self.leaves.len() <= MAX_LEAVES && self.nodes.len() <= MAX_NODES
+    }
+
+    /// The structural key: the op chain, dtypes, constant slots, each leaf's dtype and how it is
+    /// read against `out` (whole, one element, or broadcast). Not the sizes nor the constants'
+    /// values.
+    pub fn key(&self, out: &Shape) -> String {
+        let mut s = String::new();
+        for (j, l) in self.leaves.iter().enumerate() {
+            let _ = write!(
+                s,
+                "in{j}:{}:{} ",
+                l.dtype,
+                read_kind(l.layout.shape(), out).name()
+            );
+        }
+        if vectorized(&self.kinds(out), out) {
+            s.push_str("vec4 ");
+        }
+        for (i, (node, dtype)) in self.nodes.iter().enumerate() {
+            let _ = write!(s, "n{i}:{dtype}=");
+            let _ = match node {
+                Node::Leaf(j) => write!(s, "in{j}"),
+                Node::Const(k) => write!(s, "k{k}"),
+                // the unary consts (powf, clamp) are part of the op and so of the key
+                Node::Unary(u, a) => write!(s, "{u:?}(n{a})"),
+                Node::Binary(b, x, y) => write!(s, "{}(n{x},n{y})", b.name()),
+                Node::Compare(c, x, y) => write!(s, "{}(n{x},n{y})", c.name()),
+                Node::Where(c, x, y) => write!(s, "where(n{c},n{x},n{y})"),
+                Node::Cast(a) => write!(s, "cast(n{a})"),
+            };
+            s.push(' ');
+        }
+        s
+    }
+
+    /// How the kernel reads each leaf for an output of `out` shape.
+    pub fn kinds(&self, out: &Shape) -> Vec<ReadKind> {
+        self.leaves
+            .iter()
+            .map(|l| read_kind(l.layout.shape(), out))
+            .collect()
+    }
+
+    /// A short readable op chain for the log (`erf(div(in0,k0))`-like, node by node).
+    pub fn chain(&self) -> String {
+        let names: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|(n, _)| match n {
+                Node::Unary(u, _) => Some(u.name().to_string()),
+                Node::Binary(b, ..) => Some(b.name().to_string()),
+                Node::Compare(c, ..) => Some(c.name().to_string()),
+                Node::Where(..) => Some("where".to_string()),
+                Node::Cast(_) => Some("cast".to_string()),
+                _ => None,
+            })
+            .collect();
+        names.join(" -> ")
+    }
+}
+
+/// How a kernel reads a leaf of `leaf` shape for an output of `out` shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadKind {
+    /// element `i` (as many elements as the output)
+    Whole,
+    /// element 0
+    One,
+    /// broadcast: index from the output's coordinates
+    Broadcast,
+}
+
+impl ReadKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadKind::Whole => "whole",
+            ReadKind::One => "one",
+            ReadKind::Broadcast => "bcast",
+        }
+    }
+}
+
+/// How a leaf of `leaf` shape is read for an output of `out` shape.
+pub fn read_kind(leaf: &Shape, out: &Shape) -> ReadKind {
+    if leaf.numel() == out.numel() {
+        ReadKind::Whole
+    } else if leaf.numel() == 1 {
+        ReadKind::One
+    } else {
+        ReadKind::Broadcast
+    }
+}
+
+/// Whether the kernel computes 4 elements per invocation from vec4 loads and stores: every
+/// input read whole (at least one) or as one element, and whole vec4s of output.
+pub fn vectorized(kinds: &[ReadKind], out: &Shape) -> bool {
+    out.numel().is_multiple_of(4)
+        && kinds.contains(&ReadKind::Whole)
+        && !kinds.contains(&ReadKind::Broadcast)
+}

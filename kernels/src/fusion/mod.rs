@@ -1,0 +1,431 @@
+//! Automatic kernel fusion: a backend decorator that records elementwise ops lazily and runs
+//! each chain of them as one generated WGSL kernel.
+//!
+//! [`wrap`] returns a device whose `execute` does not run [`Op::Unary`], [`Op::Binary`],
+//! [`Op::Compare`], [`Op::Where`], [`Op::Cast`] and [`Op::Full`] but records them: their output
+//! is a lazy storage holding the expression (an SSA list of table ops whose leaves are real
+//! storages of the inner device, or constants). An elementwise op on a lazy input seen whole
+//! (or reshaped) inlines its expression; any other view of it, a read, a non-elementwise op or
+//! [`Backend::synchronize`] materializes it: one kernel generated from the elementwise tables'
+//! WGSL, registered once per structure as a custom op (`fused.<hash>`, naga-checked), and run
+//! through the inner device's custom-op path, so it is planned, cached and translated (CUDA,
+//! HIP) like any other kernel. Everything else goes to the inner device unchanged, and real
+//! storages pass through unwrapped: only elementwise outputs are ever lazy.
+//!
+//! `KILN_FUSION_LOG=1` prints each new fused kernel (name, op chain, inputs, key) to stderr.
+//!
+//! ```
+//! use kiln_core::{DType, Device, Tensor};
+//! // any device works; natively `kiln::device::select` wraps the GPU ones
+//! let (dev, stats) = kiln_kernels::fusion::wrap_with_stats(&Device::cpu());
+//! let x = Tensor::from_vec(vec![-1.0f32, 0.0, 2.0], [3], &dev)?;
+//! let y = x.mul(&x.div_scalar(std::f64::consts::SQRT_2)?.erf()?.add_scalar(1.0)?)?.div_scalar(2.0)?;
+//! let before = stats.kernels();
+//! let v = y.to_vec::<f32>()?; // the whole GELU runs here, as one kernel
+//! assert_eq!(stats.kernels() - before, 1);
+//! assert!((v[2] - 1.9545).abs() < 1e-3);
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+
+mod codegen;
+mod expr;
+
+pub use expr::{MAX_LEAVES, MAX_NODES};
+
+use codegen::{FusedOp, word_value};
+use expr::{Expr, Leaf, Node};
+use kiln_core::op::custom::CustomCall;
+use kiln_core::{
+    Backend, DType, Device, Error, Meta, Op, ReadFuture, Result, Storage, TensorData, View,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// Whether fusion is on: unless the environment sets `KILN_FUSION=0` (always on where there is
+/// no environment, as in the page).
+pub fn enabled() -> bool {
+    std::env::var("KILN_FUSION").map_or(true, |v| v.trim() != "0")
+}
+
+/// `device` behind the fusion decorator (see the [module docs](self)).
+pub fn wrap(device: &Device) -> Device {
+    wrap_with_stats(device).0
+}
+
+/// [`wrap`], with counters of what the decorator did.
+pub fn wrap_with_stats(device: &Device) -> (Device, Arc<Stats>) {
+    let stats = Arc::new(Stats::default());
+    let fusion = Fusion {
+        inner: device.clone(),
+        stats: stats.clone(),
+        pending: Mutex::new(Pending::default()),
+    };
+    (Device::new(fusion), stats)
+}
+
+/// Counters of one fused device.
+#[derive(Debug, Default)]
+pub struct Stats {
+    recorded: AtomicU64,
+    fused: AtomicU64,
+    forwarded: AtomicU64,
+}
+
+impl Stats {
+    /// Elementwise ops recorded instead of run.
+    pub fn recorded(&self) -> u64 {
+        self.recorded.load(Ordering::Relaxed)
+    }
+    /// Generated kernels run.
+    pub fn fused(&self) -> u64 {
+        self.fused.load(Ordering::Relaxed)
+    }
+    /// Every op sent to the inner device: generated kernels, constant fills and the ops that
+    /// do not fuse.
+    pub fn kernels(&self) -> u64 {
+        self.fused() + self.forwarded.load(Ordering::Relaxed)
+    }
+}
+
+/// The lazy output of a recorded op: its expression until something needs the values, then
+/// the inner device's buffer (the expression's inputs are released).
+struct Lazy(Arc<Cell>);
+
+struct Cell(Mutex<State>);
+
+enum State {
+    Pending(Expr),
+    Done(Storage),
+}
+
+impl Cell {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // a panic mid-materialization leaves a valid state behind (Pending or Done)
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The lazies not yet materialized, for `synchronize`.
+#[derive(Default)]
+struct Pending {
+    cells: Vec<Weak<Cell>>,
+    prune_at: usize,
+}
+
+struct Fusion {
+    inner: Device,
+    stats: Arc<Stats>,
+    pending: Mutex<Pending>,
+}
+
+impl std::fmt::Debug for Fusion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fusion({})", self.inner.name())
+    }
+}
+
+/// Dtypes the generated kernels carry (4-byte device words).
+fn on_device(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
+}
+
+/// An input of a recorded op: its expression and the lazy it came from, if any.
+struct Operand {
+    expr: Expr,
+    cell: Option<Arc<Cell>>,
+}
+
+impl Fusion {
+    fn lazy(&self, expr: Expr) -> Storage {
+        let cell = Arc::new(Cell(Mutex::new(State::Pending(expr))));
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.cells.push(Arc::downgrade(&cell));
+        // prune dropped lazies now and then (amortized O(1) per op)
+        if p.cells.len() > p.prune_at.max(64) {
+            p.cells.retain(|w| w.strong_count() > 0);
+            p.prune_at = 2 * p.cells.len();
+        }
+        Storage::new(Lazy(cell))
+    }
+
+    /// The inner device's buffer behind `storage` (materializing a lazy).
+    fn real(&self, storage: &Storage) -> Result<Storage> {
+        match storage.downcast::<Lazy>() {
+            Some(l) => self.force(&l.0),
+            None => Ok(storage.clone()),
+        }
+    }
+
+    fn force(&self, cell: &Cell) -> Result<Storage> {
+        let mut state = cell.lock();
+        match &*state {
+            State::Done(s) => Ok(s.clone()),
+            State::Pending(e) => {
+                let s = self.run(e)?;
+                *state = State::Done(s.clone());
+                Ok(s)
+            }
+        }
+    }
+
+    /// Runs an expression: one generated kernel (or a fill for a lone constant).
+    fn run(&self, e: &Expr) -> Result<Storage> {
+        let dtype = e.dtype();
+        let out = vec![(dtype, e.shape.clone())];
+        let inner = self.inner.backend();
+        let lone_const = matches!(e.nodes.as_slice(), [(Node::Const(_), _)]);
+        if lone_const || e.shape.numel() == 0 {
+            let value = e.consts.first().map_or(0.0, |&w| word_value(w, dtype));
+            self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+            let op = Op::Full {
+                shape: e.shape.clone(),
+                value,
+                dtype,
+            };
+            return one(inner.execute(&op, &[], &out)?);
+        }
+        let name = register(e)?;
+        let call = CustomCall::new(name, codegen::attrs(e, &e.shape));
+        let views: Vec<View<'_>> = e
+            .leaves
+            .iter()
+            .map(|l| View {
+                storage: &l.storage,
+                layout: &l.layout,
+                dtype: l.dtype,
+            })
+            .collect();
+        self.stats.fused.fetch_add(1, Ordering::Relaxed);
+        one(inner.execute(&Op::Custom(call), &views, &out)?)
+    }
+
+    /// The expression of an input view.
+    fn operand(&self, v: &View<'_>) -> Result<Operand> {
+        let shape = v.layout.shape();
+        let Some(lazy) = v.storage.downcast::<Lazy>() else {
+            let leaf = Leaf::new(v.storage.clone(), v.layout, v.dtype);
+            return Ok(Operand {
+                expr: Expr::leaf(leaf, shape.clone()),
+                cell: None,
+            });
+        };
+        let state = lazy.0.lock();
+        let storage = match &*state {
+            State::Done(s) => s.clone(),
+            State::Pending(e) => {
+                let whole = v.layout.offset() == 0
+                    && v.layout.is_contiguous()
+                    && shape.numel() == e.shape.numel();
+                let inlined = if e.uniform() {
+                    // every element is the same: any view is the same expression
+                    let mut e = e.clone();
+                    e.shape = shape.clone();
+                    Some(e)
+                } else if whole {
+                    e.reshaped(shape)
+                } else {
+                    None
+                };
+                if let Some(expr) = inlined {
+                    return Ok(Operand {
+                        expr,
+                        cell: Some(lazy.0.clone()),
+                    });
+                }
+                drop(state);
+                self.force(&lazy.0)?
+            }
+        };
+        Ok(Operand {
+            expr: Expr::leaf(Leaf::new(storage, v.layout, v.dtype), shape.clone()),
+            cell: None,
+        })
+    }
+
+    /// Records an elementwise op; its output is lazy.
+    fn record(&self, op: &Op, inputs: &[View<'_>], out: &Meta) -> Result<Storage> {
+        let mut operands = inputs
+            .iter()
+            .map(|v| self.operand(v))
+            .collect::<Result<Vec<_>>>()?;
+        loop {
+            let mut e = Expr {
+                nodes: vec![],
+                leaves: vec![],
+                consts: vec![],
+                shape: out.1.clone(),
+            };
+            let at: Vec<usize> = operands.iter().map(|o| e.append(&o.expr)).collect();
+            let node = match (op, at.as_slice()) {
+                (Op::Unary(u), &[a]) => Node::Unary(*u, a),
+                (Op::Binary(b), &[x, y]) => Node::Binary(*b, x, y),
+                (Op::Compare(c), &[x, y]) => Node::Compare(*c, x, y),
+                (Op::Where, &[c, x, y]) => Node::Where(c, x, y),
+                (Op::Cast { .. }, &[a]) => Node::Cast(a),
+                _ => {
+                    return Err(Error::invalid(
+                        op.name(),
+                        format!("fusion: unexpected {} inputs", inputs.len()),
+                    ));
+                }
+            };
+            e.nodes.push((node, out.0));
+            if e.fits() {
+                self.stats.recorded.fetch_add(1, Ordering::Relaxed);
+                return Ok(self.lazy(e));
+            }
+            // too big for one kernel: the largest inlined input runs on its own first
+            let (i, cell) = operands
+                .iter()
+                .enumerate()
+                .filter_map(|(i, o)| Some((i, o.cell.clone()?, o.expr.nodes.len())))
+                .max_by_key(|c| c.2)
+                .map(|(i, cell, _)| (i, cell))
+                .ok_or_else(|| Error::invalid(op.name(), "fusion: inputs exceed the limits"))?;
+            operands[i].cell = None;
+            let storage = self.force(&cell)?;
+            let v = &inputs[i];
+            let layout = v.layout;
+            operands[i].expr =
+                Expr::leaf(Leaf::new(storage, layout, v.dtype), layout.shape().clone());
+        }
+    }
+
+    /// Materializes every lazy still alive.
+    fn flush(&self) -> Result<()> {
+        let cells =
+            std::mem::take(&mut self.pending.lock().unwrap_or_else(|e| e.into_inner()).cells);
+        for cell in cells.iter().filter_map(Weak::upgrade) {
+            self.force(&cell)?;
+        }
+        Ok(())
+    }
+}
+
+fn one(mut v: Vec<Storage>) -> Result<Storage> {
+    v.pop()
+        .ok_or_else(|| Error::invalid("fusion", "the inner device returned no output"))
+}
+
+/// The custom op running `e` (registered, and its WGSL checked by naga, on first use of its
+/// structure in this process).
+fn register(e: &Expr) -> Result<String> {
+    static KNOWN: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+    let key = e.key(&e.shape);
+    let mut known = KNOWN.lock().unwrap_or_else(|x| x.into_inner());
+    if let Some(name) = known.get(&key) {
+        return Ok(name.clone());
+    }
+    let name = format!("fused.{:016x}", hash(&key));
+    let op = FusedOp::new(name.clone(), key.clone(), e, &e.shape)?;
+    if std::env::var("KILN_FUSION_LOG").is_ok_and(|v| v.trim() == "1") {
+        eprintln!(
+            "kiln fusion: {name}: {} ops, {} inputs: {} [{}]",
+            e.ops(),
+            e.leaves.len(),
+            e.chain(),
+            op.key
+        );
+    }
+    crate::custom::register_op(Arc::new(op))?;
+    known.insert(key, name.clone());
+    Ok(name)
+}
+
+/// A stable 64-bit hash (std's SipHash with fixed keys).
+fn hash(s: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+impl Backend for Fusion {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn upload(&self, data: &TensorData) -> Result<Storage> {
+        self.inner.backend().upload(data)
+    }
+
+    fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
+        let elementwise = matches!(
+            op,
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cast { .. }
+        );
+        let fusable = outputs.len() == 1
+            && outputs.iter().all(|o| on_device(o.0))
+            && inputs.iter().all(|v| on_device(v.dtype));
+        match op {
+            Op::Full {
+                shape,
+                value,
+                dtype,
+            } if fusable => {
+                let e = Expr::constant(*value, *dtype, shape.clone());
+                self.stats.recorded.fetch_add(1, Ordering::Relaxed);
+                return Ok(vec![self.lazy(e)]);
+            }
+            _ if elementwise && fusable => {
+                return Ok(vec![self.record(op, inputs, &outputs[0])?]);
+            }
+            _ => {}
+        }
+        let held = inputs
+            .iter()
+            .map(|v| self.real(v.storage))
+            .collect::<Result<Vec<_>>>()?;
+        let views: Vec<View<'_>> = inputs
+            .iter()
+            .zip(&held)
+            .map(|(v, s)| View {
+                storage: s,
+                layout: v.layout,
+                dtype: v.dtype,
+            })
+            .collect();
+        self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+        self.inner.backend().execute(op, &views, outputs)
+    }
+
+    fn read(&self, input: View<'_>) -> ReadFuture {
+        match self.real(input.storage) {
+            Ok(s) => self.inner.backend().read(View {
+                storage: &s,
+                layout: input.layout,
+                dtype: input.dtype,
+            }),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn write(&self, dst: &mut Storage, offset: usize, src: View<'_>) -> Result<bool> {
+        if dst.downcast::<Lazy>().is_some() {
+            // a lazy has no buffer of its own to write: the caller copies instead
+            return Ok(false);
+        }
+        let s = self.real(src.storage)?;
+        let src = View {
+            storage: &s,
+            layout: src.layout,
+            dtype: src.dtype,
+        };
+        self.inner.backend().write(dst, offset, src)
+    }
+
+    fn supports(&self, dtype: DType) -> bool {
+        self.inner.backend().supports(dtype)
+    }
+
+    fn allocated_bytes(&self) -> Option<u64> {
+        self.inner.backend().allocated_bytes()
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.flush()?;
+        self.inner.backend().synchronize()
+    }
+}

@@ -1,0 +1,538 @@
+//! The fusion decorator on wgpu (lavapipe in CI) against the unfused CPU device. Each test
+//! skips, with a notice, where the machine has no wgpu adapter.
+
+use kiln_core::{CmpOp, DType, Device, ErrorKind, Result, Shape, SliceRange, Tensor, TensorData};
+use kiln_kernels::cuda::{Dialect, translate};
+use kiln_kernels::fusion::{self, Stats};
+use std::sync::{Arc, OnceLock};
+
+/// The wgpu device, or `None` (printed) without an adapter.
+fn gpu() -> Option<Device> {
+    static DEV: OnceLock<Option<Device>> = OnceLock::new();
+    DEV.get_or_init(|| match kiln_kernels::wgpu_device() {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == ErrorKind::Device => {
+            eprintln!("fusion tests: SKIPPED, no wgpu adapter: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    })
+    .clone()
+}
+
+/// A fresh fused device over wgpu with its counters (one per test: tests run in parallel).
+fn fused() -> Option<(Device, Arc<Stats>)> {
+    gpu().map(|d| fusion::wrap_with_stats(&d))
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
+        })
+        .collect()
+}
+
+fn tensor(shape: &[usize], seed: u64, dev: &Device) -> Result<Tensor> {
+    let n = shape.iter().product();
+    Tensor::from_vec(values(n, seed), shape.to_vec(), dev)
+}
+
+/// The same data on another device.
+fn on(t: &Tensor, dev: &Device) -> Result<Tensor> {
+    Tensor::from_data(&t.to_data()?, dev)
+}
+
+fn assert_close(got: &Tensor, want: &Tensor, tol: f64) -> Result<()> {
+    assert_eq!(got.shape(), want.shape());
+    assert_eq!(got.dtype(), want.dtype());
+    let (g, w) = (got.to_data()?.to_f64_vec(), want.to_data()?.to_f64_vec());
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let ok = (a - b).abs() <= tol * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
+        assert!(ok, "element {i}: got {a}, expected {b}");
+    }
+    Ok(())
+}
+
+fn range(start: usize, end: usize, step: usize) -> SliceRange {
+    SliceRange { start, end, step }
+}
+
+fn gelu(x: &Tensor) -> Result<Tensor> {
+    x.mul(
+        &x.div_scalar(std::f64::consts::SQRT_2)?
+            .erf()?
+            .add_scalar(1.0)?,
+    )?
+    .div_scalar(2.0)
+}
+
+#[test]
+fn composed_gelu_is_one_kernel_and_matches_the_cpu() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let x = tensor(&[1000], 1, &cpu)?;
+    let xg = on(&x, &dev)?;
+    let k0 = stats.kernels();
+    let y = gelu(&xg)?;
+    assert_eq!(
+        stats.kernels(),
+        k0,
+        "nothing runs before the values are needed"
+    );
+    let got = y.to_data()?;
+    assert_eq!(stats.kernels() - k0, 1, "GELU is one kernel");
+    assert_eq!(stats.fused(), 1);
+    assert_close(&Tensor::from_data(&got, &cpu)?, &gelu(&x)?, 1e-5)?;
+    // read again: the buffer is reused, nothing runs
+    y.to_data()?;
+    assert_eq!(stats.kernels() - k0, 1);
+    Ok(())
+}
+
+#[test]
+fn broadcasts_of_a_bias_and_a_scalar() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let f =
+        |x: &Tensor, b: &Tensor| -> Result<Tensor> { x.add(b)?.relu()?.mul_scalar(0.5)?.sub(b) };
+    let (x, b) = (tensor(&[9, 7], 2, &cpu)?, tensor(&[7], 3, &cpu)?);
+    let y = f(&on(&x, &dev)?, &on(&b, &dev)?)?;
+    let k0 = stats.kernels();
+    assert_close(&on(&y, &cpu)?, &f(&x, &b)?, 1e-6)?;
+    assert_eq!(stats.kernels() - k0, 1);
+    // a column [N, 1] and a rank-3 broadcast against [2, N, C]
+    let (c, z) = (tensor(&[9, 1], 4, &cpu)?, tensor(&[2, 1, 7], 5, &cpu)?);
+    let g = |x: &Tensor, c: &Tensor, z: &Tensor| -> Result<Tensor> { x.mul(c)?.add(z)?.exp() };
+    let y = g(&on(&x, &dev)?, &on(&c, &dev)?, &on(&z, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &g(&x, &c, &z)?, 1e-5)?;
+    // an expanded view as input, and a lazy broadcast operand ([7] onto [9, 7])
+    let bias = on(&b, &dev)?.mul_scalar(2.0)?;
+    let y = on(&x, &dev)?
+        .add(&bias)?
+        .add(&on(&b, &dev)?.expand([9, 7])?)?;
+    let want = x.add(&b.mul_scalar(2.0)?)?.add(&b)?;
+    assert_close(&on(&y, &cpu)?, &want, 1e-6)
+}
+
+#[test]
+fn reshape_between_ops_inlines() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let f = |x: &Tensor| -> Result<Tensor> { x.exp()?.reshape([5, 21])?.add_scalar(1.0)?.log() };
+    let x = tensor(&[3, 5, 7], 6, &cpu)?;
+    let k0 = stats.kernels();
+    let y = f(&on(&x, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &f(&x)?, 1e-5)?;
+    assert_eq!(
+        stats.kernels() - k0,
+        1,
+        "a reshape does not split the chain"
+    );
+    Ok(())
+}
+
+#[test]
+fn permuted_and_sliced_lazies_are_materialized() -> Result<()> {
+    let Some((dev, _)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let f = |x: &Tensor| -> Result<Tensor> {
+        let a = x.sin()?;
+        let p = a.permute(&[2, 0, 1])?.mul_scalar(3.0)?; // [7, 3, 5]
+        let s = a
+            .slice(&[range(1, 3, 1), range(0, 5, 2), range(2, 7, 1)])?
+            .cos()?; // [2, 3, 5]
+        p.reshape([7, 15])?
+            .sum(&[0], false)?
+            .add(&s.reshape([2, 15])?)
+    };
+    let x = tensor(&[3, 5, 7], 7, &cpu)?;
+    assert_close(&on(&f(&on(&x, &dev)?)?, &cpu)?, &f(&x)?, 1e-4)
+}
+
+#[test]
+fn odd_shapes_and_integer_chains() -> Result<()> {
+    let Some((dev, _)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    for shape in [&[3usize, 5, 7][..], &[1], &[], &[257, 3]] {
+        let x = tensor(shape, 8, &cpu)?;
+        let f = |x: &Tensor| -> Result<Tensor> {
+            let i = x.mul_scalar(10.0)?.cast(DType::I32)?;
+            let m = i.compare(CmpOp::Gt, &i.scalar_like(3.0)?)?;
+            let j = m.where_cond(&i.mul_scalar(2.0)?, &i.neg()?)?.abs()?;
+            let u = j.cast(DType::U32)?.add_scalar(1.0)?;
+            u.cast(DType::F32)?.add(x)?.sqrt()
+        };
+        assert_close(&on(&f(&on(&x, &dev)?)?, &cpu)?, &f(&x)?, 1e-5)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_read_in_the_middle_of_a_chain() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let x = tensor(&[33], 9, &cpu)?;
+    let a = on(&x, &dev)?.tanh()?.mul_scalar(2.0)?;
+    let k0 = stats.kernels();
+    assert_close(&on(&a, &cpu)?, &x.tanh()?.mul_scalar(2.0)?, 1e-5)?;
+    assert_eq!(stats.kernels() - k0, 1);
+    // `a` is now a buffer: the rest is one more kernel reading it
+    let b = a.add_scalar(1.0)?.exp()?;
+    assert_close(
+        &on(&b, &cpu)?,
+        &x.tanh()?.mul_scalar(2.0)?.add_scalar(1.0)?.exp()?,
+        1e-5,
+    )?;
+    assert_eq!(stats.kernels() - k0, 2);
+    Ok(())
+}
+
+#[test]
+fn autodiff_through_a_fused_chain() -> Result<()> {
+    let Some((dev, _)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let grad = |x: Tensor| -> Result<TensorData> {
+        let x = x.require_grad();
+        let y = gelu(&x)?.mul(&x.sigmoid()?)?.sum_all()?;
+        y.backward()?.get(&x).expect("a gradient").to_data()
+    };
+    let x = tensor(&[4, 6], 10, &cpu)?;
+    let got = Tensor::from_data(&grad(on(&x, &dev)?)?, &cpu)?;
+    let want = Tensor::from_data(&grad(x)?, &cpu)?;
+    assert_close(&got, &want, 1e-4)
+}
+
+#[test]
+fn synchronize_runs_pending_work_and_dropped_work_never_runs() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let x = tensor(&[64], 11, &dev)?;
+    let k0 = stats.kernels();
+    drop(x.exp()?.add_scalar(1.0)?);
+    dev.backend().synchronize()?;
+    assert_eq!(stats.kernels(), k0, "a dropped lazy runs nothing");
+    let y = x.exp()?.add_scalar(1.0)?;
+    dev.backend().synchronize()?;
+    assert_eq!(stats.kernels() - k0, 1);
+    y.to_data()?;
+    assert_eq!(stats.kernels() - k0, 1);
+    Ok(())
+}
+
+#[test]
+fn constants_fold_and_long_chains_split() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    // a lone constant is a fill; a constant expression a kernel without inputs
+    let c = Tensor::full([3, 4], 2.5, DType::F32, &dev)?;
+    assert_eq!(c.to_vec::<f32>()?, vec![2.5; 12]);
+    let e = Tensor::full([5], 1.0, DType::F32, &dev)?
+        .exp()?
+        .mul_scalar(f64::INFINITY)?;
+    assert_eq!(e.to_vec::<f32>()?, vec![f32::INFINITY; 5]);
+    // more ops than one kernel takes
+    let f = |x: &Tensor| -> Result<Tensor> {
+        let mut y = x.clone();
+        for i in 0..100 {
+            y = y.mul_scalar(0.99)?.add_scalar(i as f64 * 1e-3)?;
+        }
+        Ok(y)
+    };
+    let x = tensor(&[50], 12, &cpu)?;
+    let k0 = stats.kernels();
+    let y = f(&on(&x, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &f(&x)?, 1e-4)?;
+    let runs = stats.kernels() - k0;
+    assert!((2..=10).contains(&runs), "{runs} kernels");
+    // more inputs than one kernel takes
+    let xs: Vec<Tensor> = (0..9)
+        .map(|i| tensor(&[20], 20 + i, &cpu))
+        .collect::<Result<_>>()?;
+    let sum = |xs: &[Tensor]| -> Result<Tensor> {
+        xs[1..].iter().try_fold(xs[0].clone(), |acc, x| acc.add(x))
+    };
+    let xg: Vec<Tensor> = xs.iter().map(|x| on(x, &dev)).collect::<Result<_>>()?;
+    assert_close(&on(&sum(&xg)?, &cpu)?, &sum(&xs)?, 1e-5)
+}
+
+/// A tensor on both devices: the fused GPU one and the CPU oracle.
+#[derive(Clone)]
+struct Pair {
+    g: Tensor,
+    c: Tensor,
+}
+
+impl Pair {
+    fn map(&self, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Pair> {
+        Ok(Pair {
+            g: f(&self.g)?,
+            c: f(&self.c)?,
+        })
+    }
+    fn zip(&self, o: &Pair, f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>) -> Result<Pair> {
+        Ok(Pair {
+            g: f(&self.g, &o.g)?,
+            c: f(&self.c, &o.c)?,
+        })
+    }
+}
+
+/// xorshift64*: the fuzz test's seeded choices.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.below(v.len())]
+    }
+}
+
+/// Compares a fused result with the CPU's; `inexact` chains (transcendental f32 math feeding a
+/// discontinuous op) may differ in a few elements that sit on a step.
+fn check(p: &Pair, inexact: bool, what: &str) -> Result<()> {
+    let (g, c) = (p.g.to_data()?, p.c.to_data()?);
+    assert_eq!((g.dtype(), g.shape()), (c.dtype(), c.shape()), "{what}");
+    let (g, c) = (g.to_f64_vec(), c.to_f64_vec());
+    let tol = if p.c.dtype() == DType::F32 { 2e-3 } else { 0.0 };
+    // where the oracle has NaN (inf - inf, ...) drivers may give anything: WGSL lets them
+    // assume no NaNs
+    let bad: Vec<(usize, f64, f64)> = g
+        .iter()
+        .zip(&c)
+        .enumerate()
+        .filter(|&(_, (&a, &b))| !(a == b || b.is_nan() || (a - b).abs() <= tol * (1.0 + b.abs())))
+        .map(|(i, (&a, &b))| (i, a, b))
+        .collect();
+    let allowed = if inexact { c.len().div_ceil(50) } else { 0 };
+    assert!(
+        bad.len() <= allowed,
+        "{what}: {} of {} elements differ (index, got, expected): {:?}",
+        bad.len(),
+        c.len(),
+        &bad[..bad.len().min(8)]
+    );
+    Ok(())
+}
+
+/// Random chains of table ops (unary incl. clamp/powf, binary, compare, where, cast,
+/// constants), on f32, i32, u32 and bool, with broadcast inputs, odd shapes, reshapes,
+/// expanded and strided views, reads in the middle, run fused on wgpu and on the CPU.
+#[test]
+fn fuzz_random_chains_match_the_cpu() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let chains: u64 = std::env::var("KILN_FUSION_FUZZ")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    let start = std::time::Instant::now();
+    for seed in 0..chains {
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
+        let rank = r.below(4);
+        let out: Vec<usize> = (0..rank).map(|_| *r.pick(&[1, 2, 3, 5, 7, 13])).collect();
+        let base = if r.chance(0.5) {
+            DType::F32
+        } else {
+            DType::I32
+        };
+        // an input shape that broadcasts to `out`: leading axes dropped, some axes 1
+        let shape_of = |r: &mut Rng| -> Vec<usize> {
+            let skip = r.below(rank + 1).min(if r.chance(0.6) { 0 } else { rank });
+            out[skip..]
+                .iter()
+                .map(|&d| if r.chance(0.25) { 1 } else { d })
+                .collect()
+        };
+        let mut pool: Vec<Pair> = Vec::new();
+        for k in 0..1 + r.below(3) {
+            let shape = if k == 0 {
+                out.clone()
+            } else {
+                shape_of(&mut r)
+            };
+            let n: usize = shape.iter().product();
+            let data = match base {
+                DType::F32 => TensorData::new(values(n, seed * 7 + k as u64), shape.clone())?,
+                _ => {
+                    let v = values(n, seed * 7 + k as u64);
+                    TensorData::new(v.iter().map(|x| (x * 7.0) as i32).collect(), shape.clone())?
+                }
+            };
+            pool.push(Pair {
+                g: Tensor::from_data(&data, &dev)?,
+                c: Tensor::from_data(&data, &cpu)?,
+            });
+        }
+        let mut inexact = false;
+        let mut log = Vec::new();
+        for _ in 0..2 + r.below(10) {
+            let a = r.pick(&pool).clone();
+            let dt = a.c.dtype();
+            let same: Vec<Pair> = pool.iter().filter(|p| p.c.dtype() == dt).cloned().collect();
+            let b = r.pick(&same).clone();
+            let numeric = dt != DType::Bool;
+            let next = match r.below(11) {
+                0..=2 if numeric => {
+                    let ops: Vec<_> = kiln_core::UnaryOp::samples()
+                        .into_iter()
+                        .filter(|u| u.dtypes().contains(&dt))
+                        .collect();
+                    let u = *r.pick(&ops);
+                    if dt == DType::F32 && !matches!(u.name(), "neg" | "abs" | "relu" | "clamp") {
+                        inexact = true;
+                    }
+                    log.push(u.name().to_string());
+                    if dt == DType::F32 && u.test_range().lo > 0.0 {
+                        // inside the domain: drivers may fold exp(log(x)) to x, NaN or not
+                        a.map(|t| t.abs()?.add_scalar(0.5)?.unary(u))?
+                    } else {
+                        a.map(|t| t.unary(u))?
+                    }
+                }
+                3..=4 if numeric => {
+                    let mut ops: Vec<_> = kiln_core::BinaryOp::ALL.to_vec();
+                    ops.retain(|o| dt == DType::F32 || !o.float_only());
+                    let o = *r.pick(&ops);
+                    inexact |= dt == DType::F32 && matches!(o.name(), "div" | "pow");
+                    log.push(o.name().to_string());
+                    if o.name() == "pow" {
+                        a.zip(&b, |x, y| x.abs()?.add_scalar(0.5)?.pow(&y.tanh()?))?
+                    } else if o.name() == "div" && dt == DType::F32 {
+                        // no 0/0: NaN handling is the driver's (WGSL lets it assume none)
+                        a.zip(&b, |x, y| x.div(&y.abs()?.add_scalar(0.5)?))?
+                    } else if r.chance(0.3) {
+                        let v = *r.pick(&[0.5, 2.0, -1.5, 3.0]);
+                        a.map(|t| t.binary_scalar(o, v))?
+                    } else {
+                        a.zip(&b, |x, y| x.binary(o, y))?
+                    }
+                }
+                5 if numeric => {
+                    let c = *r.pick(CmpOp::ALL);
+                    log.push(c.name().to_string());
+                    a.zip(&b, |x, y| x.compare(c, y))?
+                }
+                6 => {
+                    let conds: Vec<Pair> = pool
+                        .iter()
+                        .filter(|p| p.c.dtype() == DType::Bool)
+                        .cloned()
+                        .collect();
+                    if conds.is_empty() {
+                        continue;
+                    }
+                    let c = r.pick(&conds).clone();
+                    log.push("where".into());
+                    Pair {
+                        g: c.g.where_cond(&a.g, &b.g)?,
+                        c: c.c.where_cond(&a.c, &b.c)?,
+                    }
+                }
+                7 => {
+                    let to = *r.pick(&[DType::F32, DType::I32, DType::U32, DType::Bool]);
+                    if inexact && dt == DType::F32 && to != DType::F32 {
+                        // a float on a step may round either way: only the kernels are tested
+                        continue;
+                    }
+                    log.push(format!("cast {to}"));
+                    a.map(|t| t.cast(to))?
+                }
+                8 => {
+                    // a reshape there and back (inlined), or an expanded view (a leaf)
+                    log.push("view".into());
+                    if r.chance(0.5) {
+                        a.map(|t| t.reshape([t.numel()])?.reshape(t.shape().clone()))?
+                    } else {
+                        let full = Shape::new(out.clone());
+                        let s = Shape::broadcast(a.c.shape(), &full, "fuzz")?;
+                        a.map(|t| t.expand(s.clone()))?
+                    }
+                }
+                9 if a.c.rank() >= 2 => {
+                    // a strided (transposed) real buffer as an input
+                    log.push("transpose".into());
+                    let rk = a.c.rank();
+                    let mut p: Vec<usize> = (0..rk).collect();
+                    p.swap(rk - 1, rk - 2);
+                    a.map(|t| t.permute(&p)?.contiguous()?.permute(&p))?
+                }
+                10 => {
+                    // a read in the middle of the chain
+                    check(
+                        &a,
+                        inexact,
+                        &format!("seed {seed}: middle read after {log:?}"),
+                    )?;
+                    continue;
+                }
+                _ => continue,
+            };
+            pool.push(next);
+        }
+        let last = pool.last().expect("a value");
+        if start.elapsed().as_secs() > 240 {
+            panic!("fuzz: too slow ({seed} chains in 240 s)");
+        }
+        check(
+            last,
+            inexact,
+            &format!("seed {seed}: {log:?} on {out:?} {base}"),
+        )?;
+    }
+    // every generated kernel also goes through the CUDA C and HIP translator
+    let mut kernels = 0;
+    for name in kiln_core::op::custom::registered_ops() {
+        if !name.starts_with("fused.") {
+            continue;
+        }
+        let op = kiln_core::op::custom::lookup(&name)?.op;
+        let wgsl = op.wgsl().expect("a fused op has WGSL");
+        for dialect in [Dialect::Cuda, Dialect::Hip] {
+            translate(wgsl, &name, dialect).unwrap_or_else(|e| panic!("{name}: {e}\n{wgsl}"));
+        }
+        kernels += 1;
+    }
+    eprintln!(
+        "fusion fuzz: {chains} chains, {} fused kernels run, {kernels} distinct kernels \
+         (naga-checked, translated to CUDA C and HIP), {} ops recorded, {:.1} s",
+        stats.fused(),
+        stats.recorded(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
