@@ -300,6 +300,53 @@ fn words(v: &JsValue) -> std::result::Result<Vec<u32>, String> {
         .collect()
 }
 
+/// `src` with each `#include "file"` line of kiln's helper files (`common.wgsl`, `math.wgsl`)
+/// commented out and the file appended at the end instead (WGSL declarations may come in any
+/// order), so the browser's line numbers stay those of the op's own source.
+fn with_includes(name: &str, src: &str) -> JsResult<String> {
+    let mut out = String::with_capacity(src.len());
+    let mut appended: Vec<&str> = Vec::new();
+    for (n, line) in src.lines().enumerate() {
+        let Some(file) = line.trim().strip_prefix("#include") else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let file = file.trim().trim_matches('"');
+        let text = include(file).ok_or_else(|| {
+            invalid(
+                "registerOp",
+                format!(
+                    "{name}: WGSL line {}: unknown #include {file:?} (kiln's are \"common.wgsl\" and \"math.wgsl\")",
+                    n + 1
+                ),
+            )
+        })?;
+        out.push_str("// ");
+        out.push_str(line);
+        out.push('\n');
+        if !appended.contains(&text) {
+            appended.push(text);
+        }
+    }
+    for text in appended {
+        out.push_str(text);
+    }
+    Ok(out)
+}
+
+/// The text of kiln's WGSL helper file `file`.
+#[cfg(feature = "webgpu")]
+fn include(file: &str) -> Option<&'static str> {
+    kiln_kernels::kernels::source(file).filter(|_| matches!(file, "common.wgsl" | "math.wgsl"))
+}
+
+/// Without the WebGPU backend kernels never run; the helper files are not built in.
+#[cfg(not(feature = "webgpu"))]
+fn include(_: &str) -> Option<&'static str> {
+    Some("")
+}
+
 /// An optional function field of the spec.
 fn function(spec: &JsValue, key: &str) -> JsResult<Option<Function>> {
     let v = js::get(spec, key);
@@ -348,6 +395,7 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
             ));
         }
     };
+    let wgsl = wgsl.map(|src| with_includes(&name, &src)).transpose()?;
     let workgroup_size = match js::num(spec, "workgroupSize") {
         None => 64,
         Some(n) if n.fract() == 0.0 && (1.0..=1024.0).contains(&n) => n as u32,

@@ -4,6 +4,10 @@
 //   node --test tests/web/node/custom.test.mjs
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import init, {
   Device,
   Model,
@@ -165,6 +169,10 @@ test("errors name the op and what was expected", () => {
   assert.throws(() => registerOp({ name: "test_nocpu" }), kiln(/test_nocpu: spec.cpu .* is required/));
   assert.throws(() => registerOp({ name: "x", cpu: () => [], backward: 3 }), kiln(/backward must be a function, got number/));
   assert.throws(() => customOp("test_swish", [x], { beta: "big" }), kiln(/attribute "beta" must be a number/));
+  assert.throws(
+    () => registerOp({ name: "test_include", cpu: ([x]) => x.data, wgsl: 'struct P { n: u32 }\n#include "nope.wgsl"' }),
+    kiln(/test_include: WGSL line 2: unknown #include "nope.wgsl"/),
+  );
 
   for (const n of ["test_throws", "test_short", "test_bad_shape", "test_rule", "test_nograd", "test_grads"]) {
     assert.ok(unregisterOp(n));
@@ -211,4 +219,20 @@ test("a model file using a JS op loads only while the op is registered, and name
   );
   // the model loaded before fails the same way once the op is gone
   assert.throws(() => model.run([x]), (e) => /test_saved_swish: is a custom op not registered/.test(e.message));
+});
+
+test("the npm README's custom-op example runs: it trains like the built-in version", async () => {
+  const readme = readFileSync(new URL("../../../npm/README.md", import.meta.url), "utf8");
+  const section = readme.slice(readme.indexOf("## Custom ops"));
+  const code = section.match(/```js\n([\s\S]*?)```/)[1];
+  const entry = new URL("../../../npm/index.js", import.meta.url).href;
+  const dir = mkdtempSync(join(tmpdir(), "kiln-readme-"));
+  try {
+    const file = join(dir, "example.mjs");
+    writeFileSync(file, code.replace('from "kiln-ml"', `from ${JSON.stringify(entry)}`));
+    await import(pathToFileURL(file).href); // throws if the custom op trains differently
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  assert.ok(registeredOps().includes("swish"));
 });
