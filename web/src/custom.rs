@@ -126,8 +126,7 @@ impl CustomOp for JsOp {
                 "its shape function must return a shape (an array of sizes) or {{ dtype, shape }}; {what}"
             ))
         };
-        let dims = js::sizes(&shape, "shape", "the shape")
-            .map_err(|e| bad(format!("got {}", js::message(&e))))?;
+        let dims = js::sizes(&shape, "shape", "the shape").map_err(|e| bad(js::message(&e)))?;
         let dtype = match dtype.as_string() {
             Some(s) => DType::parse(&s).ok_or_else(|| bad(format!("got dtype {s:?}")))?,
             None if dtype.is_undefined() => match inputs.first() {
