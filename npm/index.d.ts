@@ -319,8 +319,9 @@ export interface OpInput<D extends DType = DType> extends OpMeta {
 export type OpAttrs = Record<string, number>;
 
 /**
- * A custom op for `registerOp`: a CPU reference, optionally a WGSL kernel for WebGPU and a
- * gradient. Every callback error (a throw, a wrong result) becomes a KilnError naming the op.
+ * A custom op for `registerOp`: a CPU reference and optionally a WGSL kernel for WebGPU. Every
+ * callback error (a throw, a wrong result) becomes a KilnError naming the op. A JS op runs
+ * forward only: the page has no autodiff yet, and a `backward` field is rejected.
  */
 export interface OpSpec {
   /** The name `customOp` and model files use: letters, digits, `_`, `.`, `:`, `-`. */
@@ -356,12 +357,8 @@ export interface OpSpec {
    * as `group_index(wid, nwg) * WG + lid.x` and returns past the end.
    */
   workgroupSize?: number;
-  /**
-   * The gradient of each input (a Tensor of its dtype and shape, or null) given the inputs, the
-   * output `y` and the gradient `g` flowing into it, written with Tensor ops. The Tensors passed
-   * in are valid during the call only. Without it the op is not differentiable.
-   */
-  backward?(inputs: Tensor[], y: Tensor, g: Tensor, attrs: OpAttrs): (Tensor | null)[];
+  /** Not supported: JS ops have no gradient in the page yet (`registerOp` throws if given). */
+  backward?: never;
 }
 
 /** Registers a custom op (replacing one of the same name); run it with `customOp`. */
@@ -375,16 +372,6 @@ export function registeredOps(): string[];
 
 /** Runs the registered custom op `name` on `inputs` (at least one) with `attrs`. */
 export function customOp(name: string, inputs: Tensor[], attrs?: OpAttrs): Tensor;
-
-/**
- * Calls `f(...inputs)` with each input as a leaf that gradients are computed for. Returns `f`'s
- * result (a float Tensor) and, per input, the gradient of its sum with respect to that input,
- * or null where it does not depend on it. Custom ops differentiate through their `backward`.
- */
-export function valueAndGrad(
-  f: (...inputs: Tensor[]) => Tensor,
-  inputs: Tensor[],
-): { value: Tensor; grads: (Tensor | null)[] };
 
 export interface TensorInfo {
   name: string;

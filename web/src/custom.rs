@@ -1,15 +1,19 @@
 //! Custom ops written in JavaScript: `registerOp({ name, wgsl, cpu, shape, params,
-//! workgroupSize, backward })` wraps the JS functions in a kiln [`CustomOp`], so the op then
-//! runs like a built-in one (`customOp(name, inputs, attrs)`): the CPU backend calls `cpu`,
-//! WebGPU runs `wgsl`, autodiff calls `backward`, and a model file naming it loads.
+//! workgroupSize })` wraps the JS functions in a kiln [`CustomOp`], so the op then runs like a
+//! built-in one (`customOp(name, inputs, attrs)`): the CPU backend calls `cpu`, WebGPU runs
+//! `wgsl`, and a model file naming it loads.
+//!
+//! A JS op runs forward only: the page has no autodiff (kiln-core's backward rules would add
+//! ~26 KiB gzipped to the module; in-page training is left to a lazily loaded module later), so
+//! `registerOp` rejects a `backward` rather than ignore it.
 //!
 //! The WGSL is not checked here (naga's WGSL front end would add a lot to the module): the
 //! browser compiles it when the op first runs on WebGPU, and its compilation message (with line
 //! numbers) comes back as the `KilnError` of that run, naming the op's kernel.
 
 use crate::error::{IntoJs, JsResult, invalid, to_js};
+use crate::js;
 use crate::tensor::{Tensor, data_from_js, typed_array};
-use crate::{js, ledger};
 use js_sys::{Array, Function, Object};
 use kiln_core::op::custom::{self, Attrs, CustomOp, Grid, KernelLaunch};
 use kiln_core::{DType, Error, Meta, Result, Shape, Tensor as KTensor, TensorData};
@@ -25,7 +29,6 @@ struct JsOp {
     shape: Option<Function>,
     params: Option<Function>,
     workgroup_size: u32,
-    backward: Option<Function>,
 }
 
 // SAFETY: `CustomOp` must be Send + Sync, and `js_sys::Function` is neither because a JS value
@@ -200,65 +203,6 @@ impl CustomOp for JsOp {
             },
         })
     }
-
-    fn backward(
-        &self,
-        attrs: &Attrs,
-        inputs: &[KTensor],
-        y: &KTensor,
-        g: &KTensor,
-    ) -> Result<Vec<Option<KTensor>>> {
-        let Some(f) = &self.backward else {
-            return Err(Error::unsupported(
-                self.name.clone(),
-                "has no gradient (give registerOp a backward function)",
-            ));
-        };
-        // The tensors handed to JS are valid during the call only: their handles are released
-        // after it, rather than waiting for the garbage collector.
-        let mut handles = Vec::new();
-        let mut wrap = |t: &KTensor| {
-            let t = Tensor::wrap(t.clone());
-            handles.push(t.kiln_handle());
-            JsValue::from(t)
-        };
-        let xs: Array = inputs.iter().map(&mut wrap).collect();
-        let args = [xs.into(), wrap(y), wrap(g), attrs_js(attrs)];
-        let grads = self
-            .call(f, "backward", &args)
-            .and_then(|out| self.grads(&out, inputs.len()));
-        handles.into_iter().for_each(ledger::remove);
-        grads
-    }
-}
-
-impl JsOp {
-    /// The gradients `backward` returned: one `Tensor` or `null` per input.
-    fn grads(&self, out: &JsValue, n: usize) -> Result<Vec<Option<KTensor>>> {
-        let expected = || {
-            format!(
-                "its backward function must return an array of {n} Tensors or nulls (one per input)"
-            )
-        };
-        if !Array::is_array(out) {
-            return Err(self.err(format!("{}, got {}", expected(), js::type_name(out))));
-        }
-        let out: &Array = out.unchecked_ref();
-        if out.length() as usize != n {
-            return Err(self.err(format!("{}, got {} values", expected(), out.length())));
-        }
-        out.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                if v.is_null() || v.is_undefined() {
-                    return Ok(None);
-                }
-                Tensor::from_js(&v, "backward").map(Some).map_err(|e| {
-                    self.err(format!("{}; entry {i}: {}", expected(), js::message(&e)))
-                })
-            })
-            .collect()
-    }
 }
 
 /// The 32-bit words of a params header: a 4-byte typed array as it lies in memory (so a
@@ -361,7 +305,7 @@ fn function(spec: &JsValue, key: &str) -> JsResult<Option<Function>> {
 }
 
 /// Registers a custom op written in JS (replacing one of the same name): `spec` is
-/// `{ name, cpu, shape?, wgsl?, params?, workgroupSize?, backward? }` (see npm/index.d.ts).
+/// `{ name, cpu, shape?, wgsl?, params?, workgroupSize? }` (see npm/index.d.ts).
 #[wasm_bindgen(js_name = registerOp)]
 pub fn register_op(spec: &JsValue) -> JsResult<()> {
     let op = "registerOp";
@@ -380,6 +324,15 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
             format!("{name}: spec.cpu (the reference implementation) is required"),
         )
     })?;
+    if !js::get(spec, "backward").is_undefined() {
+        return Err(invalid(
+            op,
+            format!(
+                "{name}: spec.backward is not supported: JS ops have no gradient in the page yet \
+                 (kiln-ml runs ops forward only; remove backward)"
+            ),
+        ));
+    }
     let wgsl = js::get(spec, "wgsl");
     let wgsl = match wgsl.as_string() {
         Some(s) => Some(s),
@@ -412,7 +365,6 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
         shape: function(spec, "shape")?,
         params: function(spec, "params")?,
         workgroup_size,
-        backward: function(spec, "backward")?,
     };
     custom::register_op(Arc::new(js_op)).js()
 }

@@ -34,7 +34,6 @@ pub use model::Model;
 pub use tensor::Tensor;
 pub use text::TextModel;
 
-use error::{IntoJs, JsResult};
 use wasm_bindgen::prelude::*;
 
 /// Runs once when the module is instantiated: panics become readable JS errors.
@@ -47,33 +46,4 @@ pub fn start() {
 #[wasm_bindgen]
 pub fn version() -> String {
     env!("CARGO_PKG_VERSION").into()
-}
-
-/// Calls `f(...inputs)` with each input as a leaf that gradients are computed for, and returns
-/// `{ value, grads }`: `f`'s result (a float Tensor) and, per input, the gradient of `value`
-/// (of the sum of its elements when it is not a scalar) with respect to it, or `null` where
-/// `value` does not depend on it. Custom ops differentiate through their `backward`.
-#[wasm_bindgen(js_name = valueAndGrad)]
-pub fn value_and_grad(f: &js_sys::Function, inputs: &JsValue) -> JsResult<js_sys::Object> {
-    let op = "valueAndGrad";
-    let leaves: Vec<_> = Tensor::many_from_js(inputs, op)?
-        .iter()
-        .map(|t| t.require_grad())
-        .collect();
-    let args: js_sys::Array = leaves
-        .iter()
-        .map(|t| JsValue::from(Tensor::wrap(t.clone())))
-        .collect();
-    let value = f.apply(&JsValue::NULL, &args)?;
-    let y = Tensor::from_js(&value, op)?;
-    let grads = y.backward().js()?;
-    let grads: js_sys::Array = leaves
-        .iter()
-        .map(|t| {
-            grads
-                .get(t)
-                .map_or(JsValue::NULL, |g| Tensor::wrap(g.clone()).into())
-        })
-        .collect();
-    Ok(js::object(&[("value", value), ("grads", grads.into())]))
 }
