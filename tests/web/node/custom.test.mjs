@@ -89,7 +89,7 @@ test("registerOp: the op runs like a built-in one and matches the composed ops",
   close(await swish(t, 1).data(), await composed(t, 1).data(), 1e-5);
 });
 
-test("errors name the op and what was expected", () => {
+test("errors name the op and what was expected; unregisterOp", async () => {
   const x = Tensor.from([1, 2, 3]);
   const kiln = (re) => (e) => e.name === "KilnError" && re.test(e.message);
   assert.throws(() => customOp("no_such_op", [x]), kiln(/^no_such_op: is a custom op not registered.*registerOp/));
@@ -128,6 +128,11 @@ test("errors name the op and what was expected", () => {
     assert.ok(unregisterOp(n));
   }
   assert.equal(unregisterOp("test_throws"), false);
+  assert.ok(!registeredOps().includes("test_throws"));
+  // an op registered again after unregisterOp runs
+  registerOp({ name: "test_throws", cpu: ([x]) => x.data.map((v) => v + 1) });
+  assert.deepEqual([...(await customOp("test_throws", [x]).data())], [2, 3, 4]);
+  assert.ok(unregisterOp("test_throws"));
 });
 
 /** A kiln model file: `y = swish(x, beta) * w` with `w` of shape [5], x of shape [batch, 5]. */
