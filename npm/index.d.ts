@@ -304,6 +304,75 @@ export class Tensor {
   free(): void;
 }
 
+/** A custom op's input or output as its rules see it. */
+export interface OpMeta {
+  dtype: DType;
+  shape: number[];
+}
+
+/** A custom op's input as its `cpu` function sees it: the values in row-major order. */
+export interface OpInput<D extends DType = DType> extends OpMeta {
+  data: DataTypeMap[D];
+}
+
+/** A custom op's attributes: named numbers, stored with the op in a traced model. */
+export type OpAttrs = Record<string, number>;
+
+/**
+ * A custom op for `registerOp`: a CPU reference and optionally a WGSL kernel for WebGPU. Every
+ * callback error (a throw, a wrong result) becomes a KilnError naming the op. A JS op runs
+ * forward only: the page has no autodiff yet, and a `backward` field is rejected.
+ */
+export interface OpSpec {
+  /** The name `customOp` and model files use: letters, digits, `_`, `.`, `:`, `-`. */
+  name: string;
+  /**
+   * The output's values for these inputs (a TypedArray or an array of the output's size, cast
+   * to its dtype). Runs on the CPU device.
+   */
+  cpu(inputs: OpInput[], attrs: OpAttrs): TypedArray | number[];
+  /**
+   * Checks the inputs and returns the output's shape (the first input's dtype) or
+   * `{ dtype, shape }`; throw to reject the inputs. Default: the first input's dtype and shape.
+   */
+  shape?(inputs: OpMeta[], attrs: OpAttrs): number[] | OpMeta;
+  /**
+   * The kernel that runs on WebGPU: one `@compute fn main`; binding 0 is
+   * `var<storage, read> params: P` (the words `params` returns), bindings 1..n the inputs
+   * (`var<storage, read>`), binding n+1 the output (`var<storage, read_write>`), all arrays of
+   * f32, i32 or u32 (bool is a u32 0/1). `#include "common.wgsl"` (`group_index`) and
+   * `#include "math.wgsl"` work. The browser compiles it on the op's first WebGPU run; a
+   * rejected kernel fails that run with the browser's message. Without it the op is CPU-only.
+   */
+  wgsl?: string;
+  /**
+   * The words of the kernel's params header: a Uint32Array, Int32Array or Float32Array (its
+   * bytes as they are, so f32 fields can be written through a Float32Array view) or an array of
+   * integers. Default: `[number of output elements]`.
+   */
+  params?(inputs: OpMeta[], output: OpMeta, attrs: OpAttrs): Uint32Array | Int32Array | Float32Array | number[];
+  /**
+   * The kernel's `@workgroup_size` (1-D, default 64): the op runs one invocation per output
+   * element in workgroups of this size, split into an x * y * z grid; the kernel finds its index
+   * as `group_index(wid, nwg) * WG + lid.x` and returns past the end.
+   */
+  workgroupSize?: number;
+  /** Not supported: JS ops have no gradient in the page yet (`registerOp` throws if given). */
+  backward?: never;
+}
+
+/** Registers a custom op (replacing one of the same name); run it with `customOp`. */
+export function registerOp(spec: OpSpec): void;
+
+/** Removes a registered custom op; false if there was none. */
+export function unregisterOp(name: string): boolean;
+
+/** The names of the registered custom ops, sorted. */
+export function registeredOps(): string[];
+
+/** Runs the registered custom op `name` on `inputs` (at least one) with `attrs`. */
+export function customOp(name: string, inputs: Tensor[], attrs?: OpAttrs): Tensor;
+
 export interface TensorInfo {
   name: string;
   /** null marks a free dimension (such as the batch). */

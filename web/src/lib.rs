@@ -16,6 +16,7 @@
 //! console.log(model.device.kind, model.device.reason);
 //! ```
 
+mod custom;
 mod device;
 mod error;
 mod js;
@@ -26,6 +27,7 @@ mod tensor;
 mod text;
 mod webgpu;
 
+pub use custom::{custom_op, register_op, registered_ops, unregister_op};
 pub use device::Device;
 pub use ledger::memory_report;
 pub use model::Model;

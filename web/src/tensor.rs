@@ -116,7 +116,7 @@ fn axis_arg(v: Option<i32>) -> isize {
 }
 
 /// Host data from JS values: a TypedArray, a (nested) array of numbers or booleans, or a number.
-fn data_from_js(
+pub(crate) fn data_from_js(
     data: &JsValue,
     shape: &JsValue,
     dtype: Option<DType>,
@@ -265,7 +265,7 @@ fn flatten(
 }
 
 /// A typed array holding `d`'s values (f16 widens to Float32Array, bool is Uint8Array).
-fn typed_array(d: &TensorData) -> JsValue {
+pub(crate) fn typed_array(d: &TensorData) -> JsValue {
     let bytes = d.as_bytes();
     let copy = || {
         let u8s = Uint8Array::new_with_length(bytes.len() as u32);

@@ -835,3 +835,124 @@ async fn ten_thousand_runs_leave_live_bytes_flat_on_webgpu() {
         }
     }
 }
+
+/// A JS function from its parameter list and body, as a page would write it.
+fn js_fn(params: &str, body: &str) -> JsValue {
+    js_sys::Function::new_with_args(params, body).into()
+}
+
+/// swish(x, beta) = x * sigmoid(beta * x), the npm README's custom op.
+const SWISH_WGSL: &str = r#"#include "common.wgsl"
+struct Params { n: u32, beta: f32 }
+@group(0) @binding(0) var<storage, read> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+  let i = group_index(wid, nwg) * 64u + lid.x;
+  if i >= params.n { return; }
+  y[i] = x[i] / (1.0 + exp(-params.beta * x[i]));
+}"#;
+
+/// Registers swish from JS functions under `name` with the kernel `wgsl`.
+fn register_swish(name: &str, wgsl: &str) {
+    let spec = obj(&[
+        ("name", name.into()),
+        ("wgsl", wgsl.into()),
+        (
+            "cpu",
+            js_fn(
+                "inputs, attrs",
+                "return inputs[0].data.map((v) => v / (1 + Math.exp(-attrs.beta * v)));",
+            ),
+        ),
+        (
+            "params",
+            js_fn(
+                "inputs, out, attrs",
+                "const w = new Uint32Array(2); w[0] = out.shape.reduce((a, b) => a * b, 1); \
+                 new Float32Array(w.buffer, 4, 1)[0] = attrs.beta; return w;",
+            ),
+        ),
+    ]);
+    kiln_web::register_op(&spec).unwrap();
+}
+
+/// Runs the custom op `name` on one tensor of `xv`, disposing every handle it made.
+async fn run_custom(
+    name: &str,
+    xv: &[f32],
+    dims: &[u32],
+    dev: &Device,
+) -> Result<Vec<f32>, String> {
+    let x = tensor(xv, dims, dev);
+    let inputs: Array = std::iter::once(JsValue::from(x.clone_handle().unwrap())).collect();
+    let attrs = obj(&[("beta", 1.5.into())]);
+    let got = match kiln_web::custom_op(name, &inputs.clone().into(), &attrs) {
+        Ok(y) => {
+            let v = try_read(&y).await;
+            y.dispose();
+            v
+        }
+        Err(e) => Err(message(&e)),
+    };
+    dispose(&inputs.get(0));
+    x.dispose();
+    got
+}
+
+#[wasm_bindgen_test]
+async fn a_js_custom_op_runs_on_webgpu_and_the_cpu_like_its_reference() {
+    register_swish("browser_swish", SWISH_WGSL);
+    // 7 * 37 = 259 elements: several workgroups, the last one partly past the end
+    let xv = rand(259, 51);
+    let want: Vec<f32> = xv.iter().map(|v| v / (1.0 + (-1.5 * v).exp())).collect();
+    let cpu = run_custom("browser_swish", &xv, &[7, 37], &Device::cpu()).await;
+    assert_close(&cpu.unwrap(), &want, 1e-6, "the JS op on the CPU");
+    let gpu = match Device::webgpu().await {
+        Ok(d) => d,
+        Err(e) => {
+            web_sys::console::log_1(&format!("SKIP the JS op on WebGPU: {}", message(&e)).into());
+            return;
+        }
+    };
+    let got = run_custom("browser_swish", &xv, &[7, 37], &gpu).await;
+    assert_close(&got.unwrap(), &want, 1e-5, "the JS op's WGSL on WebGPU");
+
+    // A kernel the browser rejects (line 9 assigns a u32 to an f32): the run's error names the
+    // op's kernel and carries the browser's message, at the line of the op's own source (the
+    // included helpers are appended after it).
+    let bad = SWISH_WGSL.replace(
+        "let i = group_index",
+        "let bad: f32 = 1u;\n  let i = group_index",
+    );
+    register_swish("browser_bad_swish", &bad);
+    let e = run_custom("browser_bad_swish", &xv, &[7, 37], &gpu)
+        .await
+        .unwrap_err();
+    web_sys::console::log_1(&format!("the bad kernel's error: {e}").into());
+    assert!(
+        e.contains("NAME=browser_bad_swish") && e.contains(":9:7 error") && e.contains("let bad"),
+        "{e}"
+    );
+    assert!(kiln_web::unregister_op("browser_bad_swish"));
+    // The device still works. The browser reports the bad kernel's follow-up errors (the
+    // pipeline, the dispatch) asynchronously too, and the wgpu backend's one error slot hands
+    // each to the next read, whichever op it is for: drain them here, so that the tests after
+    // this one start clean (at most a few reads).
+    let mut stale = Vec::new();
+    let again = loop {
+        match run_custom("browser_swish", &xv, &[7, 37], &gpu).await {
+            Err(e) if e.contains("browser_bad_swish") && stale.len() < 8 => stale.push(e),
+            other => break other,
+        }
+    };
+    web_sys::console::log_1(&format!("{} stale errors of the bad kernel", stale.len()).into());
+    assert_close(
+        &again.unwrap(),
+        &want,
+        1e-5,
+        "the good op after the bad one",
+    );
+}

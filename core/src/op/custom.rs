@@ -148,7 +148,10 @@ pub struct Registered {
     pub id: u64,
 }
 
-static REGISTRY: spin::Mutex<BTreeMap<String, Registered>> = spin::Mutex::new(BTreeMap::new());
+// An unregistered op's entry stays, empty: `BTreeMap::remove`'s rebalancing code would cost the
+// wasm module 2.7 KiB gzipped, and names are few (each is kept for the process anyway).
+static REGISTRY: spin::Mutex<BTreeMap<String, Option<Registered>>> =
+    spin::Mutex::new(BTreeMap::new());
 // usize: 32-bit targets without 64-bit atomics (thumbv7em) build kiln-core too.
 static NEXT_ID: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(1);
 
@@ -169,28 +172,37 @@ pub fn register_op(op: Arc<dyn CustomOp>) -> Result<()> {
     let mut registry = REGISTRY.lock();
     // A re-registration reuses the name kept by the first one.
     let kept = match registry.get(name) {
-        Some(r) => r.name,
-        None => Box::leak(String::from(name).into_boxed_str()),
+        Some(Some(r)) => r.name,
+        _ => Box::leak(String::from(name).into_boxed_str()),
     };
     let id = NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed) as u64;
-    registry.insert(String::from(name), Registered { op, name: kept, id });
+    registry.insert(String::from(name), Some(Registered { op, name: kept, id }));
     Ok(())
 }
 
 /// Removes the op registered as `name`; `false` if there was none.
 pub fn unregister_op(name: &str) -> bool {
-    REGISTRY.lock().remove(name).is_some()
+    REGISTRY
+        .lock()
+        .get_mut(name)
+        .and_then(Option::take)
+        .is_some()
 }
 
 /// The names of the registered ops, sorted.
 pub fn registered_ops() -> Vec<String> {
-    REGISTRY.lock().keys().cloned().collect()
+    REGISTRY
+        .lock()
+        .iter()
+        .filter(|(_, r)| r.is_some())
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 /// The op registered as `name`, or an error naming it and saying how to register it.
 pub fn lookup(name: &str) -> Result<Registered> {
     // the lock is released before the error lists the registered names (it is not reentrant)
-    let found = REGISTRY.lock().get(name).cloned();
+    let found = REGISTRY.lock().get(name).cloned().flatten();
     found.ok_or_else(|| not_registered(name))
 }
 
@@ -267,7 +279,11 @@ pub(crate) fn infer(call: &CustomCall, inputs: &[Meta]) -> Result<Meta> {
 /// The op's name for messages: the registered one, or `"custom"` for an unknown name (whose
 /// use fails with [`lookup`]'s error).
 pub(crate) fn name(call: &CustomCall) -> &'static str {
-    REGISTRY.lock().get(&call.name).map_or("custom", |r| r.name)
+    REGISTRY
+        .lock()
+        .get(&call.name)
+        .and_then(Option::as_ref)
+        .map_or("custom", |r| r.name)
 }
 
 /// The autodiff rule: the op's backward, checked to give one entry per input.
