@@ -33,9 +33,61 @@ pub const FILE: &str = "custom";
 /// has one, with [`check_wgsl`]: errors name the op and point at the WGSL line.
 pub fn register_op(op: Arc<dyn CustomOp>) -> Result<()> {
     if let Some(src) = op.wgsl() {
-        check_wgsl(op.name(), src)?;
+        check_wgsl(op.name(), &expand_includes(op.name(), src)?)?;
     }
     kiln_core::op::custom::register_op(op)
+}
+
+/// The helper files a custom kernel may `#include`.
+pub const INCLUDABLE: [&str; 2] = ["common.wgsl", "math.wgsl"];
+
+/// `src` with each `#include "file"` line of kiln's helper files ([`INCLUDABLE`]) commented
+/// out and the file appended at the end instead (WGSL declarations may come in any order), so
+/// that line numbers in naga's and the browser's errors stay those of the op's own source.
+/// Errors name op `name` and the line of an unknown file.
+///
+/// ```
+/// let src = "#include \"common.wgsl\"\n@compute @workgroup_size(1) fn main() {}\n";
+/// let out = kiln_kernels::custom::expand_includes("doc_op", src)?;
+/// assert!(out.starts_with("// #include \"common.wgsl\"\n@compute"));
+/// assert!(kiln_kernels::custom::expand_includes("doc_op", "#include \"x.wgsl\"").is_err());
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
+pub fn expand_includes(name: &str, src: &str) -> Result<String> {
+    let mut out = String::with_capacity(src.len());
+    let mut appended: Vec<&str> = Vec::new();
+    for (n, line) in src.lines().enumerate() {
+        let Some(file) = line.trim().strip_prefix("#include") else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let file = file.trim().trim_matches('"');
+        let Some(&known) = INCLUDABLE.iter().find(|&&f| f == file) else {
+            return Err(Error::invalid(
+                format!("register_op({name})"),
+                format!(
+                    "WGSL line {}: unknown #include {file:?}; a custom kernel may include {INCLUDABLE:?}",
+                    n + 1
+                ),
+            ));
+        };
+        out.push_str("// ");
+        out.push_str(line);
+        out.push('\n');
+        if !appended.contains(&known) {
+            appended.push(known);
+        }
+    }
+    for file in appended {
+        let text = crate::kernels::source(file).unwrap_or_default();
+        out.push_str(&crate::preprocess::preprocess(
+            text,
+            &Default::default(),
+            &crate::kernels::source,
+        )?);
+    }
+    Ok(out)
 }
 
 /// Parses and validates `source` with naga and checks the custom-kernel convention: a
@@ -108,7 +160,59 @@ pub(crate) fn source(key: &KernelKey) -> Result<String> {
             "was registered again after this kernel was planned",
         ));
     }
-    r.op.wgsl()
-        .map(String::from)
-        .ok_or_else(|| Error::unsupported(r.name, "has no WGSL kernel; it runs on the CPU only"))
+    let src = (r.op.wgsl())
+        .ok_or_else(|| Error::unsupported(r.name, "has no WGSL kernel; it runs on the CPU only"))?;
+    expand_includes(r.name, src)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_core::op::custom::{Attrs, CustomOp};
+    use kiln_core::{Meta, TensorData};
+
+    struct Kernel(&'static str);
+    impl CustomOp for Kernel {
+        fn name(&self) -> &str {
+            "test_include"
+        }
+        fn infer(&self, _: &Attrs, inputs: &[Meta]) -> Result<Meta> {
+            Ok(inputs[0].clone())
+        }
+        fn cpu(&self, _: &Attrs, inputs: &[TensorData], _: &Meta) -> Result<TensorData> {
+            Ok(inputs[0].clone())
+        }
+        fn wgsl(&self) -> Option<&str> {
+            Some(self.0)
+        }
+    }
+
+    const HEAD: &str = "#include \"common.wgsl\"\n\
+        @group(0) @binding(0) var<storage, read> params: array<u32>;\n\
+        @group(0) @binding(1) var<storage, read> x: array<f32>;\n\
+        @group(0) @binding(2) var<storage, read_write> y: array<f32>;\n";
+
+    #[test]
+    fn a_kernel_may_include_the_helpers_and_errors_keep_its_line_numbers() {
+        let ok = format!(
+            "{HEAD}@compute @workgroup_size(64)\n\
+             fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_id) lid: vec3<u32>) {{\n\
+             let i = group_index(wid, nwg) * 64u + lid.x;\n\
+             if i < params[0] {{ y[i] = x[i]; }}\n}}\n"
+        );
+        register_op(Arc::new(Kernel(Box::leak(ok.into_boxed_str())))).unwrap();
+        // line 7 of the op's own source, whatever the helper file's length
+        let bad =
+            format!("{HEAD}@compute @workgroup_size(1)\nfn main() {{\n  let v: f32 = 1u;\n}}\n");
+        let e = register_op(Arc::new(Kernel(Box::leak(bad.into_boxed_str()))))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WGSL line 7"), "{e}");
+        let e = expand_includes("op", "\n#include \"strided.wgsl\"").unwrap_err();
+        assert!(
+            e.to_string().contains("WGSL line 2: unknown #include"),
+            "{e}"
+        );
+    }
 }

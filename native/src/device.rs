@@ -1,6 +1,8 @@
 //! Choosing the device a command runs on, by name (`--device cpu|wgpu|cuda[:N]|rocm[:N]`).
 
 use crate::core::{Device, Error, Result};
+use crate::profile::Profiler;
+use std::sync::Arc;
 
 /// The device names `kiln` knows, whether or not this build includes them.
 pub const NAMES: [&str; 4] = ["cpu", "wgpu", "cuda", "rocm"];
@@ -24,13 +26,36 @@ pub const NAMES: [&str; 4] = ["cpu", "wgpu", "cuda", "rocm"];
 /// ([`kiln_kernels::fusion::wrap`]: chains of elementwise ops run as one generated kernel)
 /// unless the environment sets `KILN_FUSION=0`; [`select_unfused`] never wraps.
 pub fn select(name: &str) -> Result<Device> {
-    let device = select_unfused(name)?;
-    let gpu = !name.trim().eq_ignore_ascii_case("cpu");
-    Ok(if gpu && kiln_kernels::fusion::enabled() {
-        kiln_kernels::fusion::wrap(&device)
-    } else {
-        device
-    })
+    Ok(fused_if_gpu(name, select_unfused(name)?))
+}
+
+/// [`select`] with [`Profiler`]'s per-op timer under the fusion decorator, so that each
+/// generated kernel is timed as an op of its own (`fused.<hash>`) and the elementwise ops it
+/// replaced do not appear.
+///
+/// ```
+/// let (cpu, profiler) = kiln::device::select_profiled("cpu")?;
+/// kiln::core::Tensor::from_vec(vec![1.0f32, 2.0], [2], &cpu)?.exp()?.to_data()?;
+/// assert_eq!(profiler.report()[0].op, "exp");
+/// # Ok::<(), kiln::core::Error>(())
+/// ```
+pub fn select_profiled(name: &str) -> Result<(Device, Arc<Profiler>)> {
+    let (timed, profiler) = Profiler::wrap(&select_unfused(name)?);
+    Ok((fused_if_gpu(name, timed), profiler))
+}
+
+/// `device` (called `name`) behind the fusion decorator when it is a GPU.
+fn fused_if_gpu(name: &str, device: Device) -> Device {
+    match name.trim().eq_ignore_ascii_case("cpu") {
+        true => device,
+        false => with_fusion(device),
+    }
+}
+
+/// A GPU `device` behind the fusion decorator, unless the environment sets `KILN_FUSION=0`
+/// (what [`select`] does to the GPU devices it makes).
+pub fn with_fusion(device: Device) -> Device {
+    kiln_kernels::fusion::wrap_if_enabled(device)
 }
 
 /// [`select`] without the fusion decorator: each op its own kernel.

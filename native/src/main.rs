@@ -257,6 +257,10 @@ struct TextArgs {
     /// Dropout probability.
     #[arg(long, default_value_t = 0.2)]
     dropout: f64,
+    /// Time every op (on a GPU a wait after each, so training is slower) and print a table of
+    /// the time per step by op at the end, from step 2 on (the first steps compile kernels).
+    #[arg(long)]
+    profile: bool,
     /// Windows per step.
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
@@ -551,13 +555,11 @@ fn run(cli: Cli) -> Result<()> {
                     profile,
                 },
         } => {
-            let mut device = kiln::device::select(&device)?;
             // Only a profiled run pays for the profiler (on a GPU, a wait after every op).
-            let profiler = profile.then(|| {
-                let (timed, profiler) = kiln::profile::Profiler::wrap(&device);
-                device = timed;
-                profiler
-            });
+            let (device, profiler) = match profile {
+                true => kiln::device::select_profiled(&device).map(|(d, p)| (d, Some(p)))?,
+                false => (kiln::device::select(&device)?, None),
+            };
             let model = kiln::onnx::OnnxModel::load(&read(&file)?, &device)?;
             let x = model.sample_input(shape.as_deref())?;
             let r = kiln::bench::onnx(&model, &x, runs.max(1))?;
@@ -760,8 +762,14 @@ impl RunArgs {
     }
 }
 
+/// The step after which `train text --profile` times the ops (the first compile kernels).
+const PROFILE_FROM: u64 = 2;
+
 fn train_text(a: TextArgs) -> Result<()> {
-    let device = kiln::device::select(&a.device)?;
+    let (device, profiler) = match a.profile {
+        true => kiln::device::select_profiled(&a.device).map(|(d, p)| (d, Some(p)))?,
+        false => (kiln::device::select(&a.device)?, None),
+    };
     let dir = kiln::data::text::data_dir(a.data.as_deref())?;
     let held: Vec<&str> = a.held_out.iter().map(String::as_str).collect();
     let corpus = kiln::data::text::Corpus::load(&dir, &held)?;
@@ -796,9 +804,20 @@ fn train_text(a: TextArgs) -> Result<()> {
     }
     let learner = kiln::lm::learner(&cfg, &tok, &train, &device)?;
     let mut learner = a.run.attach(learner)?;
+    if let Some(p) = &profiler {
+        learner = learner.reporter(kiln::profile::FromStep::new(p.clone(), PROFILE_FROM));
+    }
     let outcome = learner.fit(&train, Some(&valid), kiln::lm::step(&device));
     learner.close_reporters();
     let outcome = outcome?;
+    if let Some(p) = profiler {
+        let steps = learner.state.step.saturating_sub(PROFILE_FROM);
+        println!(
+            "per step, over steps {PROFILE_FROM}..{}:\n{}",
+            learner.state.step,
+            p.table(steps)
+        );
+    }
     let bytes = learner.model.to_file(&tok, &Default::default())?;
     kiln::checkpoint::write_atomic(&a.out, &bytes)?;
     if let Some(loss) = learner.state.last_eval.get("valid_loss") {

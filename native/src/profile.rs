@@ -146,6 +146,31 @@ impl Backend for Timed {
     }
 }
 
+/// A training reporter that restarts a [`Profiler`]'s timings once `step` optimizer steps are
+/// done, so that the table leaves out the first steps (kernel compilation, warm-up).
+pub struct FromStep {
+    profiler: Arc<Profiler>,
+    step: u64,
+}
+
+impl FromStep {
+    /// Restarts `profiler` after step `step`.
+    pub fn new(profiler: Arc<Profiler>, step: u64) -> Self {
+        FromStep { profiler, step }
+    }
+}
+
+impl crate::learn::report::Reporter for FromStep {
+    fn report(&mut self, event: &crate::learn::report::Event<'_>) -> Result<()> {
+        if let crate::learn::report::Event::Batch { step, .. } = event
+            && *step == self.step
+        {
+            self.profiler.reset();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

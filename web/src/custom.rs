@@ -243,51 +243,20 @@ fn words(v: &JsValue) -> std::result::Result<Vec<u32>, String> {
         .collect()
 }
 
-/// `src` with each `#include "file"` line of kiln's helper files (`common.wgsl`, `math.wgsl`)
-/// commented out and the file appended at the end instead (WGSL declarations may come in any
-/// order), so the browser's line numbers stay those of the op's own source.
-fn with_includes(name: &str, src: &str) -> JsResult<String> {
-    let mut out = String::with_capacity(src.len());
-    let mut appended: Vec<&str> = Vec::new();
-    for (n, line) in src.lines().enumerate() {
-        let Some(file) = line.trim().strip_prefix("#include") else {
-            out.push_str(line);
-            out.push('\n');
-            continue;
-        };
-        let file = file.trim().trim_matches('"');
-        let text = include(file).ok_or_else(|| {
-            invalid(
-                "registerOp",
-                format!(
-                    "{name}: WGSL line {}: unknown #include {file:?} (kiln's are \"common.wgsl\" and \"math.wgsl\")",
-                    n + 1
-                ),
-            )
-        })?;
-        out.push_str("// ");
-        out.push_str(line);
-        out.push('\n');
-        if !appended.contains(&text) {
-            appended.push(text);
-        }
-    }
-    for text in appended {
-        out.push_str(text);
-    }
-    Ok(out)
-}
-
-/// The text of kiln's WGSL helper file `file`.
+/// Checks `src`'s `#include` lines now, so that an unknown file fails at `registerOp` with its
+/// line. The GPU backends expand them when the kernel is planned
+/// (`kiln_kernels::custom::expand_includes`: the files go at the end, so the browser's line
+/// numbers stay those of the op's own source).
 #[cfg(feature = "webgpu")]
-fn include(file: &str) -> Option<&'static str> {
-    kiln_kernels::kernels::source(file).filter(|_| matches!(file, "common.wgsl" | "math.wgsl"))
+fn check_includes(name: &str, src: &str) -> JsResult<()> {
+    kiln_kernels::custom::expand_includes(name, src).map_err(|e| to_js(&e))?;
+    Ok(())
 }
 
-/// Without the WebGPU backend kernels never run; the helper files are not built in.
+/// Without the WebGPU backend kernels never run.
 #[cfg(not(feature = "webgpu"))]
-fn include(_: &str) -> Option<&'static str> {
-    Some("")
+fn check_includes(_: &str, _: &str) -> JsResult<()> {
+    Ok(())
 }
 
 /// An optional function field of the spec.
@@ -347,7 +316,9 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
             ));
         }
     };
-    let wgsl = wgsl.map(|src| with_includes(&name, &src)).transpose()?;
+    if let Some(src) = &wgsl {
+        check_includes(&name, src)?;
+    }
     let workgroup_size = match js::num(spec, "workgroupSize") {
         None => 64,
         Some(n) if n.fract() == 0.0 && (1.0..=1024.0).contains(&n) => n as u32,

@@ -53,6 +53,14 @@ pub fn wrap(device: &Device) -> Device {
     wrap_with_stats(device).0
 }
 
+/// [`wrap`] unless fusion is off ([`enabled`]: `KILN_FUSION=0`); then `device` itself.
+pub fn wrap_if_enabled(device: Device) -> Device {
+    match enabled() {
+        true => wrap(&device),
+        false => device,
+    }
+}
+
 /// [`wrap`], with counters of what the decorator did.
 pub fn wrap_with_stats(device: &Device) -> (Device, Arc<Stats>) {
     let stats = Arc::new(Stats::default());

@@ -60,13 +60,7 @@ fn open_built(name: &str) -> Result<Device> {
 fn open_built(name: &str) -> Result<Device> {
     match name {
         // behind the fusion decorator as `kiln::device::select` puts it (KILN_FUSION=0: not)
-        "wgpu" | "webgpu" => kiln_kernels::wgpu_device().map(|d| {
-            if kiln_kernels::fusion::enabled() {
-                kiln_kernels::fusion::wrap(&d)
-            } else {
-                d
-            }
-        }),
+        "wgpu" | "webgpu" => kiln_kernels::wgpu_device().map(kiln_kernels::fusion::wrap_if_enabled),
         "cpu" => Ok(Device::cpu()),
         other => panic!("{DEVICE_VAR}: expected wgpu, cuda[:N], rocm[:N] or cpu, found {other:?}"),
     }

@@ -121,7 +121,7 @@ test("errors name the op and what was expected; unregisterOp", async () => {
   assert.throws(() => customOp("test_swish", [x], { beta: "big" }), kiln(/attribute "beta" must be a number/));
   assert.throws(
     () => registerOp({ name: "test_include", cpu: ([x]) => x.data, wgsl: 'struct P { n: u32 }\n#include "nope.wgsl"' }),
-    kiln(/test_include: WGSL line 2: unknown #include "nope.wgsl"/),
+    kiln(/register_op\(test_include\): WGSL line 2: unknown #include "nope.wgsl"/),
   );
 
   for (const n of ["test_throws", "test_short", "test_bad_shape", "test_rule"]) {
