@@ -336,9 +336,22 @@ fn register(e: &Expr) -> Result<String> {
             op.key
         );
     }
-    crate::custom::register_op(Arc::new(op))?;
+    register_checked(Arc::new(op))?;
     known.insert(key, name.clone());
     Ok(name)
+}
+
+/// Registers a generated kernel, natively after naga's check. In the page the browser checks
+/// it when the pipeline is made: naga's WGSL front end and validator would add about 300 KiB
+/// (gzipped) to the wasm module. The tests check every kernel the fuzzer makes with naga.
+#[cfg(not(target_arch = "wasm32"))]
+fn register_checked(op: Arc<dyn kiln_core::op::custom::CustomOp>) -> Result<()> {
+    crate::custom::register_op(op)
+}
+
+#[cfg(target_arch = "wasm32")]
+fn register_checked(op: Arc<dyn kiln_core::op::custom::CustomOp>) -> Result<()> {
+    kiln_core::op::custom::register_op(op)
 }
 
 /// A stable 64-bit hash (std's SipHash with fixed keys).
