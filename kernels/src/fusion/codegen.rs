@@ -130,8 +130,18 @@ impl CustomOp for FusedOp {
         let mut params = vec![numel, rank as u32];
         params.extend(self.consts(attrs)?);
         params.extend(out.dims().iter().map(|&d| d as u32));
-        for (_, shape) in inputs {
-            params.extend(broadcast_strides(shape, out));
+        for ((_, shape), kind) in inputs.iter().zip(&self.kinds) {
+            let mut words = broadcast_strides(shape, out);
+            // an inner or outer leaf reads its `m` from the first word of its block
+            let m = match kind {
+                ReadKind::Inner => shape.numel(),
+                ReadKind::Outer => out.numel() / shape.numel().max(1),
+                _ => 0,
+            };
+            if let (Some(w), true) = (words.first_mut(), m > 0) {
+                *w = m as u32;
+            }
+            params.extend(words);
         }
         // the tail is never empty (a zero-length runtime array binds badly on some drivers)
         params.push(0);
@@ -158,6 +168,11 @@ pub fn word_value(w: u32, dtype: DType) -> f64 {
         DType::U32 | DType::Bool => w as f64,
         _ => f32::from_bits(w) as f64,
     }
+}
+
+/// The WGSL of input `j`'s `m` (an inner or outer leaf): the first word of its strides block.
+fn m_of(nconsts: usize, j: usize) -> String {
+    format!("params.tail[{nconsts}u + params.rank * {}u]", j + 1)
 }
 
 /// The strides of a contiguous input of `shape` against the axes of `out`, right-aligned, 0
@@ -331,6 +346,8 @@ fn generate(
                 ReadKind::Whole => format!("in{j}[i]"),
                 ReadKind::One => format!("in{j}[0]"),
                 ReadKind::Broadcast => format!("in{j}[at_of(i, {j}u)]"),
+                ReadKind::Inner => format!("in{j}[i % {}]", m_of(nconsts, j)),
+                ReadKind::Outer => format!("in{j}[i / {}]", m_of(nconsts, j)),
             })
             .collect();
         format!("value({})", a.join(", "))

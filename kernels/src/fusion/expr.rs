@@ -247,7 +247,13 @@ pub enum ReadKind {
     Whole,
     /// element 0
     One,
-    /// broadcast: index from the output's coordinates
+    /// broadcast over leading axes only (a bias `[C]` on `[N, C]`): element `i % m`, `m` its
+    /// element count
+    Inner,
+    /// broadcast over trailing axes only (a row mean `[N, 1]` on `[N, C]`): element `i / m`,
+    /// `m` the output's elements per input element
+    Outer,
+    /// any other broadcast: index from the output's coordinates (a division per axis)
     Broadcast,
 }
 
@@ -256,6 +262,8 @@ impl ReadKind {
         match self {
             ReadKind::Whole => "whole",
             ReadKind::One => "one",
+            ReadKind::Inner => "inner",
+            ReadKind::Outer => "outer",
             ReadKind::Broadcast => "bcast",
         }
     }
@@ -268,7 +276,19 @@ pub fn read_kind(leaf: &Shape, out: &Shape) -> ReadKind {
     } else if leaf.numel() == 1 {
         ReadKind::One
     } else {
-        ReadKind::Broadcast
+        // right-aligned: which axes the leaf spans (its size) and which it broadcasts (1)
+        let pad = out.rank().saturating_sub(leaf.rank());
+        let spans: Vec<bool> = (0..out.rank())
+            .filter(|&d| out.dims()[d] != 1)
+            .map(|d| d >= pad && leaf.dims()[d - pad] != 1)
+            .collect();
+        // one run of broadcast axes, then one of spanned axes (or the reverse)
+        let switches = spans.windows(2).filter(|w| w[0] != w[1]).count();
+        match (switches, spans.first()) {
+            (1, Some(false)) => ReadKind::Inner,
+            (1, Some(true)) => ReadKind::Outer,
+            _ => ReadKind::Broadcast,
+        }
     }
 }
 
@@ -277,5 +297,27 @@ pub fn read_kind(leaf: &Shape, out: &Shape) -> ReadKind {
 pub fn vectorized(kinds: &[ReadKind], out: &Shape) -> bool {
     out.numel().is_multiple_of(4)
         && kinds.contains(&ReadKind::Whole)
-        && !kinds.contains(&ReadKind::Broadcast)
+        && (kinds.iter()).all(|k| matches!(k, ReadKind::Whole | ReadKind::One))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasts_over_leading_or_trailing_axes_read_with_one_division() {
+        let kind = |leaf: &[usize], out: &[usize]| read_kind(&Shape::from(leaf), &Shape::from(out));
+        assert_eq!(kind(&[2, 3, 4], &[2, 3, 4]), ReadKind::Whole);
+        assert_eq!(kind(&[1], &[2, 3, 4]), ReadKind::One);
+        // a bias, with or without its leading 1s, and across axes of size 1
+        assert_eq!(kind(&[4], &[2, 3, 4]), ReadKind::Inner);
+        assert_eq!(kind(&[1, 3, 4], &[2, 3, 4]), ReadKind::Inner);
+        assert_eq!(kind(&[3, 1, 4], &[2, 3, 1, 4]), ReadKind::Inner);
+        // a row statistic
+        assert_eq!(kind(&[2, 3, 1], &[2, 3, 4]), ReadKind::Outer);
+        assert_eq!(kind(&[2, 1, 1], &[2, 3, 4]), ReadKind::Outer);
+        // broadcast in the middle, or on both sides
+        assert_eq!(kind(&[2, 1, 4], &[2, 3, 4]), ReadKind::Broadcast);
+        assert_eq!(kind(&[1, 3, 1], &[2, 3, 4]), ReadKind::Broadcast);
+    }
 }
