@@ -1,6 +1,7 @@
 //! The fusion decorator on wgpu (lavapipe in CI) against the unfused CPU device. Each test
 //! skips, with a notice, where the machine has no wgpu adapter.
 
+use kiln_core::random::SplitMix64;
 use kiln_core::{CmpOp, DType, Device, ErrorKind, Result, Shape, SliceRange, Tensor, TensorData};
 use kiln_kernels::cuda::{Dialect, translate};
 use kiln_kernels::fusion::{self, Stats};
@@ -26,15 +27,8 @@ fn fused() -> Option<(Device, Arc<Stats>)> {
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
-        })
-        .collect()
+    let mut r = SplitMix64::new(seed);
+    (0..n).map(|_| r.symmetric(3.0)).collect()
 }
 
 fn tensor(shape: &[usize], seed: u64, dev: &Device) -> Result<Tensor> {
@@ -300,20 +294,14 @@ impl Pair {
 }
 
 /// xorshift64*: the fuzz test's seeded choices.
-struct Rng(u64);
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.below(n.max(1))
     }
     fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+        self.0.next_f64() <= p
     }
     fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
         &v[self.below(v.len())]
@@ -362,7 +350,7 @@ fn fuzz_random_chains_match_the_cpu() -> Result<()> {
         .unwrap_or(5000);
     let start = std::time::Instant::now();
     for seed in 0..chains {
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
+        let mut r = Rng(SplitMix64::new(seed));
         let rank = r.below(4);
         let out: Vec<usize> = (0..rank).map(|_| *r.pick(&[1, 2, 3, 5, 7, 13])).collect();
         let base = if r.chance(0.5) {

@@ -8,14 +8,8 @@
 #   4. the conformance ops suite on CUDA through the fusion decorator
 # Usage: bash tests/device/fusion_bench.sh [cuda|vulkan|mnist|gpt|conformance]...  (default: all)
 set -u -o pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -d "$root/devcarry/cuda" ] && [ -f "$root/devcarry/cuda.tar.xz" ]; then
-  tar -C "$root/devcarry" -xJf "$root/devcarry/cuda.tar.xz"
-fi
-bin="$root/devcarry/cuda"
-wheels="$(python3 -c 'import glob, site
-print(":".join(sorted({d for s in site.getsitepackages() for d in glob.glob(s + "/nvidia/*/lib")})))' 2>/dev/null)"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${wheels}:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/env.sh"
+device_bin
 steps="${*:-cuda vulkan mnist gpt conformance}"
 for s in $steps; do
   case "$s" in

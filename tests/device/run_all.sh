@@ -7,15 +7,8 @@
 # --epochs 1`; 4. tests/bench/cuda_vs_torch.py; 5. wgpu through Vulkan: conformance, training,
 # tests/bench/wgpu_vs_torch.py; 6. CPU training bench vs PyTorch CPU. Exit status 1 if any failed.
 set -u -o pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -d "${1:-$root/devcarry/cuda}" ] && [ -f "$root/devcarry/cuda.tar.xz" ]; then
-  tar -C "$root/devcarry" -xJf "$root/devcarry/cuda.tar.xz"
-fi
-bin="$(cd "${1:-$root/devcarry/cuda}" && pwd)"
-# NVRTC and cuBLAS: the toolkit's, else the ones in PyTorch's nvidia wheels.
-wheels="$(python3 -c 'import glob, site
-print(":".join(sorted({d for s in site.getsitepackages() for d in glob.glob(s + "/nvidia/*/lib")})))' 2>/dev/null)"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${wheels}:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/env.sh"
+device_bin "${1:-}"
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || true
 work="$(mktemp -d)"
 status=0

@@ -9,14 +9,8 @@
 #          without any communication); then PyTorch DDP (tests/bench/ddp_torch.py) on 1 and 2 GPUs.
 # Usage (repository root): bash tests/device/train_bench.sh mnist|gpt|dist [runs]
 set -u -o pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -d "$root/devcarry/cuda" ] && [ -f "$root/devcarry/cuda.tar.xz" ]; then
-  tar -C "$root/devcarry" -xJf "$root/devcarry/cuda.tar.xz"
-fi
-bin="$root/devcarry/cuda"
-wheels="$(python3 -c 'import glob, site
-print(":".join(sorted({d for s in site.getsitepackages() for d in glob.glob(s + "/nvidia/*/lib")})))' 2>/dev/null)"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${wheels}:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/env.sh"
+device_bin
 work="$(mktemp -d)"
 runs="${2:-3}"
 

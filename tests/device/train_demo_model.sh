@@ -25,9 +25,8 @@ case "${1:-}" in
     du -sh "$carry"
     ;;
   run)
-    wheels="$(python3 -c 'import glob, site
-print(":".join(sorted({d for s in site.getsitepackages() for d in glob.glob(s + "/nvidia/*/lib")})))' 2>/dev/null || true)"
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${wheels}:${LD_LIBRARY_PATH:-}"
+    source "$(dirname "$0")/env.sh"
+    device_libs
     out="${OUT:-$root/target/demo-candidates}"
     mkdir -p "$out"
     rm -f "$out/summary.txt"

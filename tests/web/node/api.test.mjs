@@ -5,30 +5,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import init, { Device, Tensor, Model, memory, version } from "../../../npm/index.js";
+import { close, rand } from "./helpers.mjs";
 
 await init();
-
-/** Deterministic uniform values in [-1, 1) (mulberry32). */
-function rand(n, seed) {
-  const out = new Float32Array(n);
-  let a = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    out[i] = (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1;
-  }
-  return out;
-}
-
-function close(actual, expected, tol = 1e-5) {
-  assert.equal(actual.length, expected.length, "length");
-  for (let i = 0; i < expected.length; i++) {
-    const err = Math.abs(actual[i] - expected[i]);
-    assert.ok(err <= tol * (1 + Math.abs(expected[i])), `element ${i}: ${actual[i]} vs ${expected[i]}`);
-  }
-}
 
 test("version and package agree", () => {
   const pkg = JSON.parse(readFileSync(new URL("../../../npm/package.json", import.meta.url)));

@@ -17,30 +17,9 @@ import init, {
   registeredOps,
   unregisterOp,
 } from "../../../npm/index.js";
+import { close, rand } from "./helpers.mjs";
 
 await init();
-
-/** Deterministic uniform values in [-2, 2) (mulberry32). */
-function rand(n, seed) {
-  const out = new Float32Array(n);
-  let a = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    out[i] = (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 4 - 2;
-  }
-  return out;
-}
-
-function close(actual, expected, tol = 1e-5) {
-  assert.equal(actual.length, expected.length, "length");
-  for (let i = 0; i < expected.length; i++) {
-    const err = Math.abs(actual[i] - expected[i]);
-    assert.ok(err <= tol * (1 + Math.abs(expected[i])), `element ${i}: ${actual[i]} vs ${expected[i]}`);
-  }
-}
 
 // swish(x, beta) = x * sigmoid(beta * x), as the npm README's example defines it.
 const SWISH_WGSL = `
@@ -78,14 +57,14 @@ test("registerOp: the op runs like a built-in one and matches the composed ops",
   assert.ok(registeredOps().includes("test_swish"));
   for (const [shape, beta] of [[[3, 7, 5], 1.5], [[1], -0.7], [[13], 2], [[2, 1, 9], 0.25]]) {
     const n = shape.reduce((a, b) => a * b, 1);
-    const x = Tensor.from(rand(n, n), shape);
+    const x = Tensor.from(rand(n, n, 2), shape);
     const y = swish(x, beta);
     assert.deepEqual(y.shape, shape);
     assert.equal(y.dtype, "f32");
     close(await y.data(), await composed(x, beta).data(), 1e-5);
   }
   // a strided view reaches the callback as row-major data
-  const t = Tensor.from(rand(35, 3), [5, 7]).transpose();
+  const t = Tensor.from(rand(35, 3, 2), [5, 7]).transpose();
   close(await swish(t, 1).data(), await composed(t, 1).data(), 1e-5);
 });
 
@@ -160,10 +139,10 @@ function swishModelFile(op, beta, w) {
 
 test("a model file using a JS op loads only while the op is registered, and names it", async () => {
   registerOp({ ...swishSpec, name: "test_saved_swish" });
-  const w = rand(5, 21);
+  const w = rand(5, 21, 2);
   const file = swishModelFile("test_saved_swish", 0.8, w);
   const model = await Model.load(file, { device: Device.cpu() });
-  const x = Tensor.from(rand(15, 22), [3, 5]);
+  const x = Tensor.from(rand(15, 22, 2), [3, 5]);
   const [y] = model.run([x]);
   close(await y.data(), await composed(x, 0.8).mul(Tensor.from(w)).data(), 1e-5);
 
