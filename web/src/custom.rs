@@ -7,9 +7,10 @@
 //! ~26 KiB gzipped to the module; in-page training is left to a lazily loaded module later), so
 //! `registerOp` rejects a `backward` rather than ignore it.
 //!
-//! The WGSL is not checked here (naga's WGSL front end would add a lot to the module): the
-//! browser compiles it when the op first runs on WebGPU, and its compilation message (with line
-//! numbers) comes back as the `KilnError` of that run, naming the op's kernel.
+//! Only the WGSL's `#include` lines are checked here; the rest is not (naga's WGSL front end
+//! would add a lot to the module): the browser compiles it when the op first runs on WebGPU,
+//! and its compilation message (with line numbers) comes back as the `KilnError` of that run,
+//! naming the op's kernel.
 
 use crate::error::{IntoJs, JsResult, invalid, to_js};
 use crate::js;
