@@ -186,12 +186,6 @@ struct TrainArgs {
     /// setting with --resume.
     #[arg(long, default_value = "none", value_name = "SPEC")]
     augment: String,
-    /// Data-parallel replicas: with `--device cuda`, GPUs 0..N summing gradients through NCCL
-    /// (builds with the `nccl` feature); with `--device cpu`, N CPU replicas. Each trains on
-    /// its shard of every epoch with `--batch-size` images per step (a global batch of N times
-    /// that); rank 0 reports and writes checkpoints and the model.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    gpus: usize,
 }
 
 /// The options of every training command: checkpoints, resuming, logging, progress.
@@ -224,6 +218,13 @@ struct RunArgs {
     /// stops after the current step with a checkpoint. Needs a terminal.
     #[arg(long)]
     tui: bool,
+    /// Data-parallel replicas: with `--device cuda`, GPUs 0..N, one process each, summing
+    /// gradients through NCCL (builds with the `nccl` feature); with `--device cpu`, N CPU
+    /// replicas. Each trains and evaluates on its shard of every epoch with `--batch-size`
+    /// examples per step (a global batch of N times that); rank 0 reports and writes
+    /// checkpoints and the model.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    gpus: usize,
 }
 
 #[derive(Args)]
@@ -621,32 +622,47 @@ fn train_mnist(a: TrainArgs) -> Result<()> {
         max_steps: a.run.max_steps,
         augment,
     };
-    if a.gpus != 1 {
-        if let Some(member) = kiln::dist::Member::from_env()? {
-            // One of the processes `launch` started below: its GPU and rank. Ctrl-C reaches
-            // every process; rank 0's stop flag, summed at the next read, stops them all at
-            // the same step, so the others only have to survive the signal.
-            if member.rank > 0 {
-                ctrlc::set_handler(|| {}).map_err(|e| {
-                    Error::io("train", format!("cannot install the Ctrl-C handler: {e}"))
-                })?;
-            }
-            let (device, c) = member.join()?;
-            return mnist_replica(&a, &cfg, data, &dir, &device, Some(c), member.rank);
-        }
-        if a.common.device.eq_ignore_ascii_case("cuda") {
-            // One process per GPU (see kiln::dist): this program again, once per GPU.
-            return kiln::dist::launch(a.gpus);
-        }
-        let replicas = kiln::dist::replicas(&a.common.device, a.gpus)?;
+    if a.run.gpus != 1 {
+        let (device, gpus) = (a.common.device.clone(), a.run.gpus);
         let (a, data) = (Arc::new(a), Arc::new(data));
-        kiln::dist::run_replicas(replicas, move |rank, (device, c)| {
-            mnist_replica(&a, &cfg, (*data).clone(), &dir, &device, Some(c), rank)
-        })?;
-        return Ok(());
+        return replicated(&device, gpus, move |device, c, rank| {
+            mnist_replica(&a, &cfg, (*data).clone(), &dir, device, c, rank)
+        });
     }
     let device = kiln::device::select(&a.common.device)?;
     mnist_replica(&a, &cfg, data, &dir, &device, None, 0)
+}
+
+/// `--gpus N` (N != 1): `replica(device, collective, rank)` trains one replica. On CUDA this
+/// process is either one of the processes `kiln::dist::launch` started (one per GPU) or it
+/// launches them; on the CPU the replicas are threads of this process.
+fn replicated<F>(device: &str, gpus: usize, replica: F) -> Result<()>
+where
+    F: Fn(&kiln::core::Device, Option<Box<dyn Collective>>, usize) -> Result<()>
+        + Send
+        + Sync
+        + 'static,
+{
+    if let Some(member) = kiln::dist::Member::from_env()? {
+        // Ctrl-C reaches every process; rank 0's stop flag, summed at the next read, stops
+        // them all at the same step, so the others only have to survive the signal.
+        if member.rank > 0 {
+            ctrlc::set_handler(|| {}).map_err(|e| {
+                Error::io("train", format!("cannot install the Ctrl-C handler: {e}"))
+            })?;
+        }
+        let (device, c) = member.join()?;
+        return replica(&device, Some(c), member.rank);
+    }
+    if device.eq_ignore_ascii_case("cuda") {
+        // One process per GPU (see kiln::dist): this program again, once per GPU.
+        return kiln::dist::launch(gpus);
+    }
+    let replicas = kiln::dist::replicas(device, gpus)?;
+    kiln::dist::run_replicas(replicas, move |rank, (device, c)| {
+        replica(&device, Some(c), rank)
+    })?;
+    Ok(())
 }
 
 /// Trains the MNIST CNN on `device`: alone, or as replica `rank` of a data-parallel run on
@@ -766,10 +782,40 @@ impl RunArgs {
 const PROFILE_FROM: u64 = 2;
 
 fn train_text(a: TextArgs) -> Result<()> {
+    if a.run.gpus != 1 {
+        if a.profile {
+            return Err(Error::invalid(
+                "train text",
+                format!(
+                    "--profile times one device: expected --gpus 1 with it, found --gpus {}",
+                    a.run.gpus
+                ),
+            ));
+        }
+        let (device, gpus) = (a.device.clone(), a.run.gpus);
+        let a = Arc::new(a);
+        return replicated(&device, gpus, move |device, c, rank| {
+            text_replica(&a, device, c, rank, None)
+        });
+    }
     let (device, profiler) = match a.profile {
         true => kiln::device::select_profiled(&a.device).map(|(d, p)| (d, Some(p)))?,
         false => (kiln::device::select(&a.device)?, None),
     };
+    text_replica(&a, &device, None, 0, profiler)
+}
+
+/// Trains the GPT on `device`: alone (with `profiler` timing its ops, if given), or as replica
+/// `rank` of a data-parallel run on its shard of the windows (then only rank 0 reports and
+/// writes the model).
+fn text_replica(
+    a: &TextArgs,
+    device: &kiln::core::Device,
+    collective: Option<Box<dyn Collective>>,
+    rank: usize,
+    profiler: Option<Arc<kiln::profile::Profiler>>,
+) -> Result<()> {
+    let world = collective.as_ref().map_or(1, |c| c.world());
     let dir = kiln::data::text::data_dir(a.data.as_deref())?;
     let held: Vec<&str> = a.held_out.iter().map(String::as_str).collect();
     let corpus = kiln::data::text::Corpus::load(&dir, &held)?;
@@ -792,7 +838,8 @@ fn train_text(a: TextArgs) -> Result<()> {
         ..kiln::lm::TextConfig::default()
     };
     let (tok, train, valid) = kiln::lm::prepare(&corpus, &cfg)?;
-    if !a.run.quiet && !a.run.tui {
+    let (train, valid) = (train.shard(rank, world), valid.shard(rank, world));
+    if rank == 0 && !a.run.quiet && !a.run.tui {
         eprintln!(
             "GPT on {}: {} training characters, {} held out ({}), vocabulary {}",
             dir.display(),
@@ -802,13 +849,26 @@ fn train_text(a: TextArgs) -> Result<()> {
             tok.vocab_size()
         );
     }
-    let learner = kiln::lm::learner(&cfg, &tok, &train, &device)?;
-    let mut learner = a.run.attach(learner)?;
+    let mut learner = kiln::lm::learner(&cfg, &tok, &train, device)?;
+    if let Some(c) = collective {
+        learner = learner.collective(c);
+    }
+    let mut learner = if rank == 0 {
+        a.run.attach(learner)?
+    } else {
+        if let Some(from) = &a.run.resume {
+            learner.resume(from)?;
+        }
+        learner
+    };
     if let Some(p) = &profiler {
         learner = learner.reporter(kiln::profile::FromStep::new(p.clone(), PROFILE_FROM));
     }
-    let outcome = learner.fit(&train, Some(&valid), kiln::lm::step(&device));
+    let outcome = learner.fit(&train, Some(&valid), kiln::lm::step(device));
     learner.close_reporters();
+    if rank != 0 {
+        return outcome.map(|_| ());
+    }
     let outcome = outcome?;
     if let Some(p) = profiler {
         let steps = learner.state.step.saturating_sub(PROFILE_FROM);

@@ -269,3 +269,69 @@ fn train_text_and_generate_from_the_command_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("vocabulary"), "{err}");
 }
+
+/// `train text --gpus 2` on the CPU: two replicas on halves of the windows, one log and model.
+#[test]
+fn train_text_on_two_replicas() {
+    if corpus().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let (out, log) = (p("gpt.safetensors"), p("log.jsonl"));
+    let args = [
+        "train",
+        "text",
+        "--device",
+        "cpu",
+        "--gpus",
+        "2",
+        "--context",
+        "16",
+        "--dim",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--eval-windows",
+        "8",
+        "--quiet",
+        "--out",
+        &out,
+        "--log",
+        &log,
+    ];
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("validation loss: "), "{stdout}");
+    let read = Log::read(std::path::Path::new(&log)).unwrap();
+    assert_eq!(read.evals.len(), 2);
+    assert!(std::path::Path::new(&out).exists());
+    // --profile times one device
+    let mut with_profile = args.to_vec();
+    with_profile.push("--profile");
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(with_profile)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && stderr.contains("expected --gpus 1"),
+        "{stderr}"
+    );
+}
