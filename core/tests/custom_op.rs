@@ -8,7 +8,9 @@ mod scaled_softmax;
 
 use kiln_core::model::{Model, save_model};
 use kiln_core::nn::{Forward, Init, Linear};
-use kiln_core::op::custom::{Attrs, CustomOp, register_op, registered_ops, unregister_op};
+use kiln_core::op::custom::{
+    Attrs, CustomOp, KILN_PREFIX, register_op, registered_ops, unregister_op,
+};
 use kiln_core::{DType, Device, ErrorKind, Meta, Op, Result, Shape, Tensor, TensorData};
 use scaled_softmax::{NAME, ScaledSoftmax, composed, scaled_softmax};
 use std::collections::BTreeMap;
@@ -270,6 +272,12 @@ fn errors_name_the_op_and_what_was_expected() {
         assert!(e.contains("letters, digits"), "{bad:?}: {e}");
     }
     register_op(Arc::new(Named("test_flat"))).unwrap();
+    // kiln's own ops (fusion's kernels) run like any other but are not listed or removable
+    register_op(Arc::new(Named("kiln.test_own"))).unwrap();
+    assert!(!registered_ops().iter().any(|n| n.starts_with(KILN_PREFIX)));
+    assert!(!unregister_op("kiln.test_own"));
+    let own = Tensor::custom("kiln.test_own", Attrs::new(), &[&x]).unwrap();
+    assert_eq!(own.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
     let flat = Attrs::from([("flat".into(), 1.0)]);
     let e = Tensor::custom("test_flat", flat, &[&x])
         .unwrap_err()

@@ -30,7 +30,7 @@ pub fn select(name: &str) -> Result<Device> {
 }
 
 /// [`select`] with [`Profiler`]'s per-op timer under the fusion decorator, so that each
-/// generated kernel is timed as an op of its own (`fused.<hash>`) and the elementwise ops it
+/// generated kernel is timed as an op of its own (`kiln.fused.<hash>`) and the elementwise ops it
 /// replaced do not appear.
 ///
 /// ```

@@ -180,8 +180,16 @@ pub fn register_op(op: Arc<dyn CustomOp>) -> Result<()> {
     Ok(())
 }
 
-/// Removes the op registered as `name`; `false` if there was none.
+/// Names starting with this are kiln's own ops (the kernels its fusion generates):
+/// [`registered_ops`] leaves them out and [`unregister_op`] keeps them.
+pub const KILN_PREFIX: &str = "kiln.";
+
+/// Removes the op registered as `name`; `false` if there was none or it is one of kiln's own
+/// ([`KILN_PREFIX`]).
 pub fn unregister_op(name: &str) -> bool {
+    if name.starts_with(KILN_PREFIX) {
+        return false;
+    }
     REGISTRY
         .lock()
         .get_mut(name)
@@ -189,12 +197,12 @@ pub fn unregister_op(name: &str) -> bool {
         .is_some()
 }
 
-/// The names of the registered ops, sorted.
+/// The names of the registered ops, sorted, but for kiln's own ([`KILN_PREFIX`]).
 pub fn registered_ops() -> Vec<String> {
     REGISTRY
         .lock()
         .iter()
-        .filter(|(_, r)| r.is_some())
+        .filter(|(k, r)| r.is_some() && !k.starts_with(KILN_PREFIX))
         .map(|(k, _)| k.clone())
         .collect()
 }

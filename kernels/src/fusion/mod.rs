@@ -7,7 +7,7 @@
 //! storages of the inner device, or constants). An elementwise op on a lazy input seen whole
 //! (or reshaped) inlines its expression; any other view of it, a read, a non-elementwise op or
 //! [`Backend::synchronize`] materializes it: one kernel generated from the elementwise tables'
-//! WGSL, registered once per structure as a custom op (`fused.<hash>`, naga-checked), and run
+//! WGSL, registered once per structure as a custom op (`kiln.fused.<hash>`, naga-checked), and run
 //! through the inner device's custom-op path, so it is planned, cached and translated (CUDA,
 //! HIP) like any other kernel. Everything else goes to the inner device unchanged, and real
 //! storages pass through unwrapped: only elementwise outputs are ever lazy.
@@ -34,7 +34,7 @@ pub use expr::{MAX_LEAVES, MAX_NODES};
 
 use codegen::{FusedOp, word_value};
 use expr::{Expr, Leaf, Node};
-use kiln_core::op::custom::CustomCall;
+use kiln_core::op::custom::{CustomCall, KILN_PREFIX};
 use kiln_core::{
     Backend, DType, Device, Error, Meta, Op, ReadFuture, Result, Storage, TensorData, View,
 };
@@ -316,16 +316,39 @@ fn one(mut v: Vec<Storage>) -> Result<Storage> {
         .ok_or_else(|| Error::invalid("fusion", "the inner device returned no output"))
 }
 
+/// The generated kernels of this process by structural key: their custom ops' names.
+static KNOWN: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+
+/// The kernels fusion has generated in this process: each one's name (`kiln.fused.<hash>`, as
+/// profiles and errors show it) and WGSL, in the order of their names.
+pub fn kernels() -> Vec<(String, String)> {
+    let names: Vec<String> = (KNOWN.lock().unwrap_or_else(|x| x.into_inner()).values())
+        .cloned()
+        .collect();
+    let mut out: Vec<(String, String)> = names
+        .into_iter()
+        .filter_map(|n| {
+            let wgsl = kiln_core::op::custom::lookup(&n)
+                .ok()?
+                .op
+                .wgsl()?
+                .to_string();
+            Some((n, wgsl))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The custom op running `e` (registered, and its WGSL checked by naga, on first use of its
 /// structure in this process).
 fn register(e: &Expr) -> Result<String> {
-    static KNOWN: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
     let key = e.key(&e.shape);
     let mut known = KNOWN.lock().unwrap_or_else(|x| x.into_inner());
     if let Some(name) = known.get(&key) {
         return Ok(name.clone());
     }
-    let name = format!("fused.{:016x}", hash(&key));
+    let name = format!("{KILN_PREFIX}fused.{:016x}", hash(&key));
     let op = FusedOp::new(name.clone(), key.clone(), e, &e.shape)?;
     if std::env::var("KILN_FUSION_LOG").is_ok_and(|v| v.trim() == "1") {
         eprintln!(
