@@ -48,14 +48,8 @@ pub fn select_profiled(name: &str) -> Result<(Device, Arc<Profiler>)> {
 fn fused_if_gpu(name: &str, device: Device) -> Device {
     match name.trim().eq_ignore_ascii_case("cpu") {
         true => device,
-        false => with_fusion(device),
+        false => kiln_kernels::fusion::wrap_if_enabled(device),
     }
-}
-
-/// A GPU `device` behind the fusion decorator, unless the environment sets `KILN_FUSION=0`
-/// (what [`select`] does to the GPU devices it makes).
-pub fn with_fusion(device: Device) -> Device {
-    kiln_kernels::fusion::wrap_if_enabled(device)
 }
 
 /// [`select`] without the fusion decorator: each op its own kernel.

@@ -509,7 +509,7 @@ fn nccl_id(n: usize) -> Result<String> {
 fn join_nccl(m: &Member) -> Result<(Device, Box<dyn Collective>)> {
     let options = crate::cuda::CudaOptions::default();
     let (device, c) = crate::cuda::nccl::join(m.rank, m.world, &m.id, options)?;
-    Ok((crate::device::with_fusion(device), Box::new(c)))
+    Ok((kiln_kernels::fusion::wrap_if_enabled(device), Box::new(c)))
 }
 
 #[cfg(not(feature = "nccl"))]

@@ -680,18 +680,8 @@ fn mnist_replica(
     let (train, test) = kiln::train::loaders(data, cfg)?;
     // Each replica trains and evaluates on its own part; the learner sums the figures.
     let (train, test) = (train.shard(rank, world), test.shard(rank, world));
-    let mut learner = kiln::train::learner(cfg, &train, device)?;
-    if let Some(c) = collective {
-        learner = learner.collective(c);
-    }
-    let mut learner = if rank == 0 {
-        a.run.attach(learner)?
-    } else {
-        if let Some(from) = &a.run.resume {
-            learner.resume(from)?;
-        }
-        learner
-    };
+    let learner = kiln::train::learner(cfg, &train, device)?;
+    let mut learner = a.run.attach_replica(learner, collective, rank)?;
     if rank == 0 && !a.run.quiet && !a.run.tui {
         eprintln!(
             "MNIST CNN: {} training images from {}, batch {}{}, augment {}",
@@ -751,6 +741,26 @@ impl RunArgs {
         self.checkpoint_dir
             .clone()
             .unwrap_or_else(|| out.with_extension("ckpt"))
+    }
+
+    /// `learner` as replica `rank` summing through `collective` (alone without one): rank 0
+    /// [`RunArgs::attach`]es, the other ranks only resume if asked (rank 0 reports).
+    fn attach_replica<M: kiln::core::nn::Module>(
+        &self,
+        mut learner: Learner<M>,
+        collective: Option<Box<dyn Collective>>,
+        rank: usize,
+    ) -> Result<Learner<M>> {
+        if let Some(c) = collective {
+            learner = learner.collective(c);
+        }
+        if rank == 0 {
+            return self.attach(learner);
+        }
+        if let Some(from) = &self.resume {
+            learner.resume(from)?;
+        }
+        Ok(learner)
     }
 
     /// Resumes `learner` if asked, adds the log, console or dashboard, and points Ctrl-C at its
@@ -849,18 +859,8 @@ fn text_replica(
             tok.vocab_size()
         );
     }
-    let mut learner = kiln::lm::learner(&cfg, &tok, &train, device)?;
-    if let Some(c) = collective {
-        learner = learner.collective(c);
-    }
-    let mut learner = if rank == 0 {
-        a.run.attach(learner)?
-    } else {
-        if let Some(from) = &a.run.resume {
-            learner.resume(from)?;
-        }
-        learner
-    };
+    let learner = kiln::lm::learner(&cfg, &tok, &train, device)?;
+    let mut learner = a.run.attach_replica(learner, collective, rank)?;
     if let Some(p) = &profiler {
         learner = learner.reporter(kiln::profile::FromStep::new(p.clone(), PROFILE_FROM));
     }

@@ -193,6 +193,14 @@ fn choose_is_greedy_at_zero_and_respects_top_k() {
     assert!((500..560).contains(&ones), "{ones}");
 }
 
+/// Runs the `kiln` binary with `args`.
+fn kiln(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn train_text_and_generate_from_the_command_line() {
     if corpus().is_none() {
@@ -201,12 +209,6 @@ fn train_text_and_generate_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
     let (out, log) = (p("gpt.safetensors"), p("log.jsonl"));
-    let kiln = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let o = kiln(&[
         "train",
         "text",
@@ -308,10 +310,7 @@ fn train_text_on_two_replicas() {
         "--log",
         &log,
     ];
-    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .unwrap();
+    let o = kiln(&args);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -325,10 +324,7 @@ fn train_text_on_two_replicas() {
     // --profile times one device
     let mut with_profile = args.to_vec();
     with_profile.push("--profile");
-    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(with_profile)
-        .output()
-        .unwrap();
+    let o = kiln(&with_profile);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && stderr.contains("expected --gpus 1"),

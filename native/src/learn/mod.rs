@@ -793,10 +793,9 @@ impl<M: Module> Learner<M> {
                 let out = no_grad(|| step(&mut self.model, &batch))?;
                 pending.add(&out)?;
             }
-            let values: Vec<(String, f64)> = (pending.read()?.into_iter())
+            let (names, mut sums): (Vec<String>, Vec<f64>) = (pending.read()?.into_iter())
                 .map(|(n, v)| (n, v as f64))
-                .collect();
-            let (names, mut sums): (Vec<String>, Vec<f64>) = values.into_iter().unzip();
+                .unzip();
             let mut samples = pending.samples;
             self.sum_replicas(&mut samples, &mut sums, device)?;
             let sums = Sums {
