@@ -534,7 +534,11 @@ fn cross_entropy_composite() {
 
 #[test]
 fn matmul_shapes() {
-    let cases: [(&[usize], &[usize], bool); 9] = [
+    // a matrix shared by a batch ([2, 3, 4] x [4, 5]) takes its gradient as one product
+    let cases: [(&[usize], &[usize], bool); 12] = [
+        (&[2, 3, 4], &[4, 5], false),
+        (&[2, 3, 4], &[4, 5], true),
+        (&[2, 2, 3, 4], &[4, 5], false),
         (&[3, 4], &[4, 5], false),
         (&[3, 4], &[4, 5], true),
         (&[2, 3, 4], &[2, 4, 5], true),

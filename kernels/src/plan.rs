@@ -750,6 +750,60 @@ fn reduction_chunks(op: ReduceOp, n_out: u32, rd: &[usize], same_type: bool) -> 
         .find(|c| outer % c == 0 && len / c >= 1024)
 }
 
+/// Row lengths that take every path and workgroup size of reduce.wgsl and rows.wgsl.
+const ROW_SAMPLES: [usize; 6] = [7, 8, 101, 100, 999, 1000];
+
+/// The workgroup size for rows of `units` loads (vec4s or elements) reduced by one workgroup
+/// each: 32 up to 128 loads (4 per invocation, which rows.wgsl keeps in registers), else 256.
+/// A 256-wide workgroup on rows of 384 or 256 floats (layer norm, attention softmax) left most
+/// invocations idle through the tree's barriers: on an H100, 32-wide ones took softmax over
+/// [98304, 256] from 490 to 2,161 GB/s and a sum over [16384, 384] from 689 to 1,331 GB/s
+/// (64-wide: 1,233 and 1,363).
+fn row_workgroup(units: u32) -> &'static str {
+    if units <= 128 { "32" } else { "256" }
+}
+
+/// Where a chunked reduction's first pass puts the chunk axis among its outputs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Chunks {
+    /// After the kept axes: the partials of one output are adjacent (a workgroup per output).
+    Inner,
+    /// Before them: one chunk's outputs are adjacent, as a column reduction reads them.
+    Outer,
+}
+
+/// Invocations a column reduction aims for: enough loads in flight to keep memory busy. On an
+/// H200, 2^18 took a sum over the columns of [16384, 1536] from 870 GB/s (2^17) to 1,422; before
+/// the column path (a workgroup per output) it was 550 GB/s on an H100.
+const COLUMN_THREADS: usize = 1 << 18;
+/// Outputs from which a column reduction runs an invocation per output in one pass; with
+/// fewer, each would walk a long column alone unless the column is cut into chunks.
+const COLUMN_MIN_OUTPUTS: usize = 8 << 10;
+/// Elements below which a column reduction is not cut into chunks.
+const COLUMN_CHUNK_MIN_LEN: usize = 1 << 20;
+
+/// Into how many chunks to cut a column reduction (outputs adjacent in memory, the reduced
+/// axes strided) of `n_out` outputs over the coalesced reduced dims `rd`, so that about
+/// [`COLUMN_THREADS`] invocations each fold at least 16 elements; like [`reduction_chunks`],
+/// only ops whose chunks combine, and a divisor of the outermost reduced dim.
+fn column_chunks(op: ReduceOp, n_out: u32, rd: &[usize], same_type: bool) -> Option<usize> {
+    let combines = matches!(
+        op,
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
+    );
+    let n_out = n_out as usize;
+    let len: usize = rd.iter().product();
+    if !combines || !same_type || n_out >= COLUMN_THREADS / 2 || n_out * len < COLUMN_CHUNK_MIN_LEN
+    {
+        return None;
+    }
+    let outer = *rd.first()?;
+    let want = COLUMN_THREADS / n_out.max(1);
+    (2..=want.min(outer))
+        .rev()
+        .find(|c| outer % c == 0 && len / c >= 16)
+}
+
 /// Whether every value is a multiple of 4: sizes, offsets and strides that keep vec4 accesses
 /// whole and aligned.
 fn x4(values: &[usize]) -> bool {
@@ -1053,8 +1107,18 @@ impl Planner {
         let (rd, rs) = coalesce(&rd, vec![rs]);
         let n_out = u32_len(kd.iter().product(), self.name)?;
         let len = u32_len(rd.iter().product(), self.name)?;
-        if let Some(chunks) = reduction_chunks(op, n_out, &rd, ty == to) {
-            return self.reduce_in_chunks(op, chunks, (&kd, &ks[0]), (&rd, &rs[0]), x, bufs, ty);
+        // Outputs adjacent in memory and reduced axes strided (a column sum: the bias gradient
+        // of a linear layer): a workgroup per output would read one element per row, so each
+        // output gets one invocation instead and a warp's loads are adjacent.
+        let column = ks[0].last() == Some(&1) && !rs[0].contains(&1);
+        let chunked = column
+            .then(|| column_chunks(op, n_out, &rd, ty == to))
+            .flatten()
+            .map(|c| (c, Chunks::Outer))
+            .or_else(|| reduction_chunks(op, n_out, &rd, ty == to).map(|c| (c, Chunks::Inner)));
+        if let Some((chunks, at)) = chunked {
+            let (keep, red) = ((&kd[..], &ks[0][..]), (&rd[..], &rs[0][..]));
+            return self.reduce_in_chunks(op, chunks, at, keep, red, x, bufs, ty);
         }
         let correction = match op {
             ReduceOp::Var { correction } => correction as u32,
@@ -1071,7 +1135,11 @@ impl Planner {
             correction,
         };
         let params = h.with_tail(tail);
-        let per_thread = len <= 64;
+        let per_thread = if column {
+            n_out as usize >= COLUMN_MIN_OUTPUTS
+        } else {
+            len <= 64
+        };
         // each output's elements one contiguous, 4-aligned run: read as vec4
         let vec4 = rs[0] == [1] && x4(&[len as usize, x.offset()]) && x4(&ks[0]);
         let (lowest, highest) = match ty {
@@ -1088,7 +1156,14 @@ impl Planner {
                 ("LOWEST", lowest),
                 ("HIGHEST", highest),
                 ("PER_THREAD", if per_thread { "1" } else { "0" }),
-                ("WG", "256"),
+                (
+                    "WG",
+                    if per_thread {
+                        "256"
+                    } else {
+                        row_workgroup(len / if vec4 { 4 } else { 1 })
+                    },
+                ),
             ],
         );
         let key = if vec4 { Fast::Vec4.key(key) } else { key };
@@ -1103,14 +1178,16 @@ impl Planner {
     }
 
     /// A reduction of few outputs over long runs, in two passes: the outermost reduced axis is
-    /// cut into `chunks` equal pieces, each output's pieces are reduced by separate workgroups
-    /// into a [outputs, chunks] scratch, which the second pass reduces. The bias gradients of
-    /// convolutions are the case: [N, C, H, W] summed to [C] is C workgroups in one pass.
+    /// cut into `chunks` equal pieces, each output's pieces are reduced separately into a
+    /// scratch of partials, which the second pass reduces. The bias gradients of convolutions
+    /// are the case: [N, C, H, W] summed to [C] is C workgroups in one pass. `at` says where
+    /// the chunk axis goes among the outputs of the first pass.
     #[allow(clippy::too_many_arguments)]
     fn reduce_in_chunks(
         &mut self,
         op: ReduceOp,
         chunks: usize,
+        at: Chunks,
         (kd, ks): (&[usize], &[usize]),
         (rd, rs): (&[usize], &[usize]),
         x: &Layout,
@@ -1118,19 +1195,32 @@ impl Planner {
         ty: &'static str,
     ) -> Result<()> {
         let piece = rd[0] / chunks;
-        let mut dims = kd.to_vec();
-        dims.extend([chunks, piece]);
+        let chunk_stride = (rs[0] * piece) as isize;
+        let (mut dims, mut strides) = (vec![], vec![]);
+        if at == Chunks::Outer {
+            (dims, strides) = (vec![chunks], vec![chunk_stride]);
+        }
+        dims.extend(kd);
+        strides.extend(ks.iter().map(|&s| s as isize));
+        if at == Chunks::Inner {
+            dims.push(chunks);
+            strides.push(chunk_stride);
+        }
+        dims.push(piece);
         dims.extend(&rd[1..]);
-        let mut strides: Vec<isize> = ks.iter().map(|&s| s as isize).collect();
-        strides.extend([(rs[0] * piece) as isize, rs[0] as isize]);
+        strides.push(rs[0] as isize);
         strides.extend(rs[1..].iter().map(|&s| s as isize));
         let pieces = Layout::from_parts(Shape::new(dims), strides, x.offset());
         let axes: Vec<usize> = (kd.len() + 1..kd.len() + 1 + rd.len()).collect();
         let outputs: usize = kd.iter().product();
         let partial = self.scratch(outputs * chunks);
         self.reduce(op, &axes, &pieces, [bufs[0], partial], ty, ty)?;
-        let partials = Layout::contiguous(Shape::from([outputs, chunks]));
-        self.reduce(op, &[1], &partials, [partial, bufs[1]], ty, ty)
+        let (partials, axis) = match at {
+            Chunks::Outer => ([chunks, outputs], 0),
+            Chunks::Inner => ([outputs, chunks], 1),
+        };
+        let partials = Layout::contiguous(Shape::from(partials));
+        self.reduce(op, &[axis], &partials, [partial, bufs[1]], ty, ty)
     }
 
     fn rows(
@@ -1185,7 +1275,14 @@ impl Planner {
                 ("OP", op),
                 ("T", ty),
                 ("PER_THREAD", if per_thread { "1" } else { "0" }),
-                ("WG", "256"),
+                (
+                    "WG",
+                    if per_thread {
+                        "256"
+                    } else {
+                        row_workgroup(len / if vec4 { 4 } else { 1 })
+                    },
+                ),
             ],
         );
         if vec4 {
@@ -1740,8 +1837,9 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
     }
     for dt in [F32, I32, U32, Bool] {
         for r in ReduceOp::samples() {
-            // rows of 7 and 999 take the strided kernels, rows of 8 and 1000 the vec4 ones
-            for len in [7, 8, 999, 1000] {
+            // rows of 7 and 8 take an invocation each (strided, vec4); 101 and 100 a workgroup
+            // of 32 (strided, vec4), 999 and 1000 one of 256
+            for len in ROW_SAMPLES {
                 let op = Op::Reduce {
                     op: r,
                     axes: vec![1],
@@ -1759,7 +1857,7 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
         );
         add(Op::Matmul, &[vec![view(&[4, 5], dt), view(&[5, 6], dt)]]);
     }
-    for len in [7, 8, 999, 1000] {
+    for len in ROW_SAMPLES {
         add(Op::Softmax { axis: 1 }, &[vec![view(&[3, len], F32)]]);
         add(Op::LogSoftmax { axis: 1 }, &[vec![view(&[3, len], F32)]]);
     }
@@ -2136,6 +2234,33 @@ mod tests {
             let metas = [(DType::F32, x.layout.shape().clone())];
             let p = plan(&r, from_ref(&x), &r.infer(&metas).unwrap()).unwrap();
             assert_eq!(p.dispatches.len(), 1, "{op:?} of {:?}", x.layout);
+        }
+    }
+
+    #[test]
+    fn columns_get_an_invocation_per_output() {
+        let sum0 = Op::Reduce {
+            op: ReduceOp::Sum,
+            axes: vec![0],
+            keepdim: false,
+        };
+        // a linear layer's bias gradient: [16384, 384] down the columns, 512 chunks of 32 (one
+        // invocation per output and chunk), then the [512, 384] partials a workgroup per output
+        let x = view(&[16384, 384], &[384, 1], 0);
+        let p = plan(&sum0, from_ref(&x), &[(DType::F32, Shape::from([384]))]).unwrap();
+        assert_eq!(p.dispatches.len(), 2);
+        let (first, second) = (&p.dispatches[0], &p.dispatches[1]);
+        assert_eq!(&first.params[..4], &[512 * 384, 2, 1, 32]);
+        assert_eq!(first.kernel.defines["PER_THREAD"], "1");
+        assert_eq!(&second.params[..4], &[384, 1, 1, 512]);
+        assert_eq!(second.kernel.defines["PER_THREAD"], "0");
+        assert_eq!(p.scratch_bytes, vec![512 * 384 * ELEM_BYTES]);
+        // many outputs: one pass, an invocation each; a short column of few: a workgroup each
+        for (dims, per_thread) in [([8, 70000], "1"), ([64, 8], "0")] {
+            let x = view(&dims, &[dims[1] as isize, 1], 0);
+            let p = plan(&sum0, from_ref(&x), &[(DType::F32, Shape::from([dims[1]]))]).unwrap();
+            assert_eq!(p.dispatches.len(), 1, "{dims:?}");
+            assert_eq!(p.dispatches[0].kernel.defines["PER_THREAD"], per_thread);
         }
     }
 

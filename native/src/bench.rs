@@ -163,19 +163,32 @@ pub fn generation(model: &Gpt, tokens: usize, bucket: usize) -> Result<Vec<Gener
 }
 
 /// [`fusion`]'s figures: GELU composed from tensor ops, fused and not, and a device copy of
-/// the same bytes, each in ms per run.
+/// the same bytes, each in ms per GELU (or copy).
 #[derive(Clone, Copy, Debug)]
 pub struct FusionBench {
     /// Through the fusion decorator: one generated kernel.
-    pub fused: Latency,
+    pub fused: Timing,
     /// On the same device unwrapped: one kernel per op.
-    pub unfused: Latency,
+    pub unfused: Timing,
     /// `Op::Contiguous` of an `n`-element slice at offset 4 of a longer buffer: a plain copy
     /// kernel reading and writing the same bytes as GELU (unfused device).
-    pub copy: Latency,
+    pub copy: Timing,
     /// The largest difference between the fused and the unfused result.
     pub max_diff: f64,
 }
+
+/// One row of [`FusionBench`].
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// One run between two waits for the device: the host's work before the launch counts.
+    pub alone: Latency,
+    /// [`STREAMED`] runs between two waits, per run: the host works while the device does,
+    /// so this is nearer the kernels' own time.
+    pub streamed: Latency,
+}
+
+/// Runs per wait in [`Timing::streamed`].
+pub const STREAMED: usize = 10;
 
 /// GELU written as `x * ((x / sqrt 2).erf() + 1) / 2`: 5 elementwise tensor ops and 3 scalar
 /// constants (8 backend ops unfused).
@@ -190,32 +203,39 @@ pub fn composed_gelu(x: &Tensor) -> Result<Tensor> {
 
 /// Times composed GELU on `n` f32 elements on `device` (a device from
 /// [`crate::device::select_unfused`]) fused and unfused, and a device copy of the same bytes:
-/// 3 warm-up runs then `runs` timed ones, each waited for with `synchronize`.
+/// 3 warm-up runs then `runs` timed ones, each waited for with `synchronize`, alone and
+/// [`STREAMED`] at a time.
 pub fn fusion(device: &Device, n: usize, runs: usize) -> Result<FusionBench> {
     use crate::core::{DType, Op};
     let fused_device = kiln_kernels::fusion::wrap(device);
-    let time = |dev: &Device, f: &dyn Fn() -> Result<Tensor>| -> Result<Latency> {
-        let once = || -> Result<f64> {
+    let time = |dev: &Device, f: &dyn Fn() -> Result<Tensor>| -> Result<Timing> {
+        let once = |reps: usize| -> Result<f64> {
             dev.backend().synchronize()?;
             let start = Instant::now();
-            // the output stays alive until the work is done (a dropped lazy never runs)
-            let y = f()?;
+            // the outputs stay alive until the work is done (a dropped lazy never runs)
+            let ys = (0..reps).map(|_| f()).collect::<Result<Vec<Tensor>>>()?;
             dev.backend().synchronize()?;
-            let ms = start.elapsed().as_secs_f64() * 1e3;
-            drop(y);
+            let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+            drop(ys);
             Ok(ms)
         };
-        for _ in 0..3 {
-            once()?;
-        }
-        let mut ms = (0..runs.max(1))
-            .map(|_| once())
-            .collect::<Result<Vec<f64>>>()?;
-        ms.sort_by(f64::total_cmp);
-        Ok(Latency {
-            median_ms: ms[ms.len() / 2],
-            min_ms: ms[0],
-            max_ms: ms[ms.len() - 1],
+        let latency = |reps: usize| -> Result<Latency> {
+            for _ in 0..3 {
+                once(reps)?;
+            }
+            let mut ms = (0..runs.max(1))
+                .map(|_| once(reps))
+                .collect::<Result<Vec<f64>>>()?;
+            ms.sort_by(f64::total_cmp);
+            Ok(Latency {
+                median_ms: ms[ms.len() / 2],
+                min_ms: ms[0],
+                max_ms: ms[ms.len() - 1],
+            })
+        };
+        Ok(Timing {
+            alone: latency(1)?,
+            streamed: latency(STREAMED)?,
         })
     };
     let x = Tensor::rand_uniform([n], -3.0, 3.0, 0, DType::F32, device)?;

@@ -6,7 +6,8 @@
     kiln's `Trainer::step` uploads each batch from the host and reads the loss and the number
     correct back every step, so its figure includes that traffic;
 (b) matmul f32 4096: torch.matmul against kiln's cuBLAS path and its translated WGSL GEMM;
-(c) an elementwise add, a row sum and a row softmax in GB/s against a device-to-device copy.
+(c) an elementwise add, a row sum, two column sums (the GPT's bias gradients) and a row softmax
+    in GB/s against a device-to-device copy.
 
     python3 tests/bench/cuda_vs_torch.py --kiln-bin DIR/kiln --kiln-lib-test DIR/kiln-lib-test
 
@@ -126,6 +127,17 @@ def main():
     rows = u.view(1 << 14, 1 << 12)
     tsum = 4 * length / timed(lambda: rows.sum(dim=1), 20) / 1e9
     tsm = 8 * length / timed(lambda: torch.softmax(rows, dim=1), 20) / 1e9
+    tcols = {}
+    for width in (384, 1536):
+        c = torch.rand(16384, width, device=dev) * 2 - 1
+        tcols[width] = 4 * c.numel() / timed(lambda: c.sum(dim=0), 20) / 1e9
+    for n, width in ((16384, 384), (98304, 256)):
+        c = torch.rand(n, width, device=dev) * 2 - 1
+        g = 4 * c.numel() / timed(lambda: c.sum(dim=1), 20) / 1e9
+        sm = 8 * c.numel() / timed(lambda: torch.softmax(c, dim=1), 20) / 1e9
+        print(f"torch short rows [{n}, {width}]: sum {g:.1f} GB/s, softmax {sm:.1f} GB/s", flush=True)
+    print("torch column sums: " + ", ".join(f"[16384, {w}] {g:.1f} GB/s" for w, g in tcols.items()),
+          flush=True)
     out = torch.empty_like(u)
     tcopy = 8 * length / timed(lambda: out.copy_(u), 20) / 1e9
     print(f"torch add: {tadd:.1f} GB/s, row sum: {tsum:.1f} GB/s, softmax: {tsm:.1f} GB/s, "
@@ -141,6 +153,9 @@ def main():
         ratio("add GB/s vs torch add", kadd, tadd)
         ratio("row sum GB/s vs torch sum", ksum, tsum)
         ratio("softmax GB/s vs torch softmax", ksm, tsm)
+        for w, g in tcols.items():
+            kc = figure(rf"kiln sum over columns \[16384, {w}\] f32: ([\d.]+) GB/s", text)
+            ratio(f"column sum [16384, {w}] GB/s vs torch sum", kc, g)
         if kcopy:
             ratio("add GB/s vs device copy (cuMemcpyDtoD)", kadd, kcopy, "copy")
             ratio("row sum GB/s vs device copy (cuMemcpyDtoD)", ksum, kcopy, "copy")

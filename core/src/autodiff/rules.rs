@@ -452,6 +452,15 @@ fn matmul(
         sum_to(&product_like(&g2, &b2.t()?, &a2)?, a2.shape())?.reshape(a.shape())
     })?;
     let gb = on(want_b, || {
+        let (k, n) = (b2.dims()[0], b2.dims()[1]);
+        if b2.rank() == 2 && a2.rank() > 2 && k * n > 0 {
+            // A matrix shared by the whole batch (a linear layer's weight over [batch, time,
+            // features]): one product over all rows at once. A batch of products summed
+            // afterwards wrote and read batch-many copies of the weight's gradient.
+            let rows = a2.reshape([a2.numel() / k, k])?;
+            let g_rows = g2.reshape([g2.numel() / n, n])?;
+            return product_like(&rows.t()?, &g_rows, &b2)?.reshape(b.shape());
+        }
         sum_to(&product_like(&a2.t()?, &g2, &b2)?, b2.shape())?.reshape(b.shape())
     })?;
     Ok((ga, gb))

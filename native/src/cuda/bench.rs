@@ -6,7 +6,7 @@
 //! ```
 //!
 //! matmul 4096 through cuBLAS (strict fp32) and through the translated WGSL GEMM, an
-//! elementwise add, a row sum and a row softmax in GB/s, and a device-to-device copy
+//! elementwise add, a row sum, column sums and a row softmax in GB/s, and a device-to-device copy
 //! (`cuMemcpyDtoDAsync`) of the same bytes as the reference.
 
 use super::tests::gpu;
@@ -71,6 +71,29 @@ fn bench() -> Result<()> {
         "kiln sum over rows [16384, 4096] f32: {:.1} GB/s",
         4.0 * len as f64 / s / 1e9
     );
+    // Short rows: layer norm over 384 features, attention softmax over 256 positions.
+    for (n, width) in [(16384, 384), (98304, 256)] {
+        let short = Tensor::rand_uniform(vec![n, width], -1.0, 1.0, 7, DType::F32, &dev)?;
+        let s = timed(dev.backend(), 20, || short.sum(&[1], false))?;
+        println!(
+            "kiln sum over rows [{n}, {width}] f32: {:.1} GB/s",
+            4.0 * (n * width) as f64 / s / 1e9
+        );
+        let s = timed(dev.backend(), 20, || short.softmax(-1))?;
+        println!(
+            "kiln softmax rows [{n}, {width}] f32: {:.1} GB/s",
+            8.0 * (n * width) as f64 / s / 1e9
+        );
+    }
+    // Column sums: the bias gradients of the GPT's linear layers (batch 64 x context 256 rows).
+    for width in [384, 1536] {
+        let cols = Tensor::rand_uniform(vec![16384, width], -1.0, 1.0, 6, DType::F32, &dev)?;
+        let s = timed(dev.backend(), 20, || cols.sum(&[0], false))?;
+        println!(
+            "kiln sum over columns [16384, {width}] f32: {:.1} GB/s",
+            4.0 * (16384 * width) as f64 / s / 1e9
+        );
+    }
     let s = timed(dev.backend(), 20, || rows.softmax(-1))?;
     println!(
         "kiln softmax rows [16384, 4096] f32: {:.1} GB/s",

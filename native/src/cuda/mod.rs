@@ -406,6 +406,10 @@ impl CudaRuntime {
             options: vec![
                 format!("--gpu-architecture={}", self.inner.arch),
                 "-std=c++17".into(),
+                // WGSL allows 2.5 ULP for `/`, so the translated kernels need not pay for
+                // correctly rounded division: composed GELU (three divisions) ran 1.44x a
+                // copy's time with it and 1.28x without, on an H200.
+                "--prec-div=false".into(),
             ],
             ..Default::default()
         };

@@ -415,12 +415,15 @@ fn reductions_of_contiguous_and_strided_runs() {
 fn few_long_runs_reduced_in_chunks() {
     let Some(dev) = dev() else { return };
     // runs of 40000 (8 chunks of 5000), along rows and down columns, everything at once
-    // (50 chunks of 4200), and a prime run (one pass)
-    let cases: [(&[usize], &[isize]); 4] = [
+    // (50 chunks of 4200), and a prime run (one pass); columns of over 2^20 elements (an
+    // invocation per output and chunk: 256 chunks of 16, and a middle axis in 128 of 16)
+    let cases: [(&[usize], &[isize]); 6] = [
         (&[3, 40000], &[1]),
         (&[40000, 3], &[0]),
         (&[300, 700], &[]),
         (&[2, 40009], &[1]),
+        (&[4096, 300], &[0]),
+        (&[3, 2048, 171], &[1]),
     ];
     for (dims, axes) in cases {
         let x = data(dims, F, 800 + dims[1] as u64, -2.0, 2.0);
@@ -472,6 +475,44 @@ fn few_long_runs_reduced_in_chunks() {
             &|v| v[0].prod(axes, false),
             false,
             (1e-3, 1e-6),
+        );
+    }
+}
+
+#[test]
+fn many_columns_reduced_an_invocation_each() {
+    let Some(dev) = dev() else { return };
+    // 9000 outputs adjacent in memory, each down a column of 37 (ops that do not combine in
+    // chunks; an invocation per output) and a column of 2 (a workgroup per output before)
+    for dims in [[37, 9000], [2, 9000]] {
+        let x = data(&dims, F, 830 + dims[0] as u64, -2.0, 2.0);
+        let w = format!("{dims:?} down columns");
+        check(
+            &format!("var {w}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| v[0].var(&[0], 1, false),
+            true,
+            (1e-4, 1e-5),
+        );
+        check(
+            &format!("argmax {w}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| v[0].argmax(0, false),
+            false,
+            (0.0, 0.0),
+        );
+        check(
+            &format!("sum {w}"),
+            &dev,
+            from_ref(&x),
+            &same,
+            &|v| v[0].sum(&[0], false),
+            true,
+            TOL,
         );
     }
 }
