@@ -40,6 +40,18 @@ export interface CreateOptions {
   dtype?: DTypeLike;
   /** Default: the CPU. "webgpu" needs `await Device.webgpu()` (or `Device.auto()`) first. */
   device?: DeviceLike;
+  /** With `device: "webgpu"`: kernel fusion on (default) or off, as for `Device.webgpu`. */
+  fusion?: boolean;
+}
+
+/** Options of `Device.webgpu` and `Device.auto`. */
+export interface WebGpuOptions {
+  /**
+   * Kernel fusion (default `true`): chains of elementwise ops run as one generated WGSL kernel
+   * when their result is needed. `false`: one kernel per op. The two devices share the GPU but
+   * not tensors: an op needs all its inputs on the same one.
+   */
+  fusion?: boolean;
 }
 
 /** `[h, w]`, or one number for both. */
@@ -126,12 +138,17 @@ export class Device {
    * Never rejects. To pick the faster backend for a particular model, use
    * `Model.load(source, { device: "auto" })`.
    */
-  static auto(): Promise<Device>;
-  /** The GPU through WebGPU; rejects with the reason when there is none. */
-  static webgpu(): Promise<Device>;
+  static auto(options?: WebGpuOptions): Promise<Device>;
+  /**
+   * The GPU through WebGPU; rejects with the reason when there is none.
+   * `Device.webgpu({ fusion: false })`: without kernel fusion.
+   */
+  static webgpu(options?: WebGpuOptions): Promise<Device>;
   /** kiln's CPU backend (always available). */
   static cpu(): Device;
   readonly kind: "webgpu" | "cpu";
+  /** Whether chains of elementwise ops run as one generated kernel (WebGPU, unless turned off). */
+  readonly fusion: boolean;
   /** The backend's own name ("cpu", or the GPU adapter's description). */
   readonly name: string;
   /**
@@ -369,6 +386,8 @@ export function unregisterOp(name: string): boolean;
 
 /** The names of the registered custom ops, sorted. */
 export function registeredOps(): string[];
+/** The kernels fusion generated so far in this page (name `kiln.fused.<hash>` and WGSL), by name. */
+export function fusedKernels(): { name: string; wgsl: string }[];
 
 /** Runs the registered custom op `name` on `inputs` (at least one) with `attrs`. */
 export function customOp(name: string, inputs: Tensor[], attrs?: OpAttrs): Tensor;
@@ -400,7 +419,7 @@ export class Model {
    */
   static load(
     source: string | URL | Response | ArrayBuffer | ArrayBufferView,
-    options?: { device?: DeviceLike | "auto" } & OnnxOptions,
+    options?: { device?: DeviceLike | "auto"; fusion?: boolean } & OnnxOptions,
   ): Promise<Model>;
   readonly inputs: TensorInfo[];
   readonly outputs: TensorInfo[];
@@ -439,7 +458,7 @@ export class TextModel {
   /** From a URL, a Response or bytes, onto `options.device` (default: the CPU; `"auto"`: WebGPU on a hardware adapter, else the CPU). */
   static load(
     source: string | URL | Response | ArrayBuffer | ArrayBufferView,
-    options?: { device?: DeviceLike | "auto" },
+    options?: { device?: DeviceLike | "auto"; fusion?: boolean },
   ): Promise<TextModel>;
   /** Continues `prompt`; resolves to the generated text (without the prompt). */
   generate(prompt: string, options?: GenerateOptions): Promise<string>;

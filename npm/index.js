@@ -5,7 +5,7 @@
 import loadWasm, { Model } from "./dist/kiln_web.js";
 
 export { Device, Tensor, Model, TextModel, memoryReport as memory, version } from "./dist/kiln_web.js";
-export { registerOp, unregisterOp, registeredOps, customOp } from "./dist/kiln_web.js";
+export { registerOp, unregisterOp, registeredOps, customOp, fusedKernels } from "./dist/kiln_web.js";
 
 let ready;
 let onnxReady;

@@ -42,11 +42,16 @@ if [ -z "${KILN_WEB_DEV:-}" ]; then
   export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
   export CARGO_PROFILE_RELEASE_PANIC=abort
   # Dependencies (wgpu's web layer, serde, safetensors...) are built for size: they are not the
-  # hot loops. kiln's own crates and matrixmultiply (the CPU backend's GEMM) keep the opt-level
-  # above. Measured at 70576ed: 401.9 KiB gzipped with every crate at 3.
+  # hot loops. kiln-core (the CPU kernels) and matrixmultiply keep the opt-level above; so do
+  # kiln's other crates unless named here. Measured at 70576ed: 401.9 KiB gzipped with every
+  # crate at 3. kiln-kernels (the GPU planner, fusion, WGSL generation: host code run once per
+  # op) at z: 448.9 KiB instead of 451.0, with no measurable change in kiln CPU's MNIST batch 1
+  # and 64 nor in the host cost of a WebGPU dispatch (issue 18). Not kiln-web: the fat-LTO link
+  # runs at the cdylib's level, so kiln-web at z (438.1 KiB) made batch 64 11-15% slower.
   if [ -z "${KILN_WEB_OPT_LEVEL:-}" ]; then
     cargo_args+=(--config 'profile.release.package."*".opt-level="z"'
-      --config 'profile.release.package.matrixmultiply.opt-level=3')
+      --config 'profile.release.package.matrixmultiply.opt-level=3'
+      --config 'profile.release.package.kiln-kernels.opt-level="z"')
   fi
   # The ONNX converter runs one trace per model file, so it is built for size throughout: its
   # own crates at opt-level z, and z for its fat-LTO link, which follows the cdylib's level

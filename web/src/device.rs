@@ -12,9 +12,36 @@ use std::future::Future;
 use std::pin::Pin;
 use wasm_bindgen::prelude::*;
 
+/// The page's one WebGPU device, both ways: behind the fusion decorator and without it. Both
+/// share the GPU device (buffers, pipelines); tensors of one are not accepted by ops of the other.
+#[derive(Clone)]
+struct Gpu {
+    fused: KDevice,
+    plain: KDevice,
+}
+
+impl Gpu {
+    fn get(&self, fusion: bool) -> KDevice {
+        if fusion {
+            self.fused.clone()
+        } else {
+            self.plain.clone()
+        }
+    }
+}
+
 thread_local! {
     /// The page's one WebGPU device, created on first request.
-    static WEBGPU: RefCell<Option<KDevice>> = const { RefCell::new(None) };
+    static WEBGPU: RefCell<Option<Gpu>> = const { RefCell::new(None) };
+}
+
+/// `options.fusion` (default `true`): whether WebGPU runs chains of elementwise ops as one
+/// generated kernel. `d` is `options.device`; a `Device` passed there brings its own setting.
+fn fusion_option(options: &JsValue, d: &JsValue) -> bool {
+    js::get(options, "fusion")
+        .as_bool()
+        .or_else(|| js::get(d, "fusion").as_bool())
+        .unwrap_or(true)
 }
 
 /// A compute device: `"webgpu"` (the GPU through the browser's WebGPU) or `"cpu"` (kiln's
@@ -37,8 +64,8 @@ pub fn kind_of(d: &KDevice) -> &'static str {
 
 /// What an options bag's `device` asks for.
 pub enum Wanted {
-    /// `"auto"`: let kiln choose (only `Model.load` accepts it).
-    Auto,
+    /// `"auto"`: let kiln choose (only `Model.load` accepts it); WebGPU fused or not.
+    Auto { fusion: bool },
     /// A device, with the reason it was chosen.
     Given(Device),
 }
@@ -69,11 +96,12 @@ impl Device {
             .as_string()
             .unwrap_or_else(|| "requested explicitly".into());
         let kind = d.as_string().or_else(|| js::get(&d, "kind").as_string());
+        let fusion = fusion_option(options, &d);
         match kind.as_deref() {
-            Some("auto") if d.is_string() => Ok(Wanted::Auto),
+            Some("auto") if d.is_string() => Ok(Wanted::Auto { fusion }),
             Some("cpu") => Ok(Wanted::Given(Device::from_kiln(KDevice::cpu(), reason))),
             Some("webgpu") => match WEBGPU.with_borrow(|w| w.clone()) {
-                Some(dev) => Ok(Wanted::Given(Device::from_kiln(dev, reason))),
+                Some(gpu) => Ok(Wanted::Given(Device::from_kiln(gpu.get(fusion), reason))),
                 None => Err(invalid(
                     op,
                     "WebGPU is not initialised; call `await Device.webgpu()` first",
@@ -94,7 +122,7 @@ impl Device {
     pub fn from_options(options: &JsValue, op: &'static str) -> JsResult<KDevice> {
         match Self::wanted(options, op)? {
             Wanted::Given(d) => Ok(d.inner),
-            Wanted::Auto => Err(invalid(
+            Wanted::Auto { .. } => Err(invalid(
                 op,
                 "options.device \"auto\" is only for Model.load; pass `await Device.auto()` here",
             )),
@@ -110,9 +138,14 @@ impl Device {
     }
 
     /// The GPU through WebGPU. Rejects with an error saying why when the browser has no WebGPU
-    /// or no adapter.
-    pub async fn webgpu() -> JsResult<Device> {
-        let dev = webgpu_device()
+    /// or no adapter. `options.fusion: false` turns kernel fusion off (it is on by default):
+    ///
+    /// ```js
+    /// const plain = await Device.webgpu({ fusion: false }); // one kernel per op
+    /// ```
+    pub async fn webgpu(options: JsValue) -> JsResult<Device> {
+        let fusion = fusion_option(&options, &JsValue::UNDEFINED);
+        let dev = webgpu_device(fusion)
             .await
             .map_err(|why| invalid("Device.webgpu", why))?;
         Ok(Device::from_kiln(dev, "requested explicitly"))
@@ -120,8 +153,16 @@ impl Device {
 
     /// WebGPU on a hardware adapter, else the CPU (no WebGPU, no adapter, or only a software
     /// fallback adapter, which is slower than kiln's CPU backend); `reason` says why.
-    pub async fn auto() -> Device {
-        by_adapter().await.0
+    /// `options.fusion` as for `Device.webgpu`.
+    pub async fn auto(options: JsValue) -> Device {
+        auto(fusion_option(&options, &JsValue::UNDEFINED)).await
+    }
+
+    /// Whether chains of elementwise ops run as one generated kernel: `true` on WebGPU unless
+    /// it was asked for with `fusion: false`; `false` on the CPU.
+    #[wasm_bindgen(getter)]
+    pub fn fusion(&self) -> bool {
+        WEBGPU.with_borrow(|w| w.as_ref().is_some_and(|g| g.fused.same(&self.inner)))
     }
 
     /// `"webgpu"` or `"cpu"`.
@@ -155,28 +196,59 @@ impl Device {
 /// A boxed future: awaited from several places, its code is in the .wasm once.
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
-/// The page's WebGPU device, created once; `Err` says why there is none.
-fn webgpu_device() -> Boxed<'static, Result<KDevice, String>> {
-    Box::pin(async {
-        if let Some(d) = WEBGPU.with_borrow(|w| w.clone()) {
-            return Ok(d);
+/// The page's WebGPU device (created once), fused or not; `Err` says why there is none.
+fn webgpu_device(fusion: bool) -> Boxed<'static, Result<KDevice, String>> {
+    Box::pin(async move {
+        if let Some(gpu) = WEBGPU.with_borrow(|w| w.clone()) {
+            return Ok(gpu.get(fusion));
         }
-        let d = fused(webgpu::create().await?);
-        WEBGPU.with_borrow_mut(|w| *w = Some(d.clone()));
-        Ok(d)
+        let plain = webgpu::create().await?;
+        let gpu = Gpu {
+            fused: fused(&plain),
+            plain,
+        };
+        WEBGPU.with_borrow_mut(|w| *w = Some(gpu.clone()));
+        Ok(gpu.get(fusion))
     })
 }
 
 /// The WebGPU device behind kiln's fusion decorator: chains of elementwise ops run as one
 /// generated kernel (`kiln_kernels::fusion`).
 #[cfg(feature = "webgpu")]
-fn fused(d: KDevice) -> KDevice {
-    kiln_kernels::fusion::wrap(&d)
+fn fused(d: &KDevice) -> KDevice {
+    kiln_kernels::fusion::wrap(d)
 }
 
 #[cfg(not(feature = "webgpu"))]
-fn fused(d: KDevice) -> KDevice {
-    d
+fn fused(d: &KDevice) -> KDevice {
+    d.clone()
+}
+
+/// The names and WGSL of the kernels fusion generated so far in this page,
+/// ordered by name: `[{ name: "kiln.fused.<hash>", wgsl }]`.
+///
+/// ```js
+/// const x = Tensor.randNormal([1000], { device: await Device.webgpu() });
+/// await x.mul(0.5).add(1).data();
+/// fusedKernels().length; // 1
+/// ```
+#[wasm_bindgen(js_name = fusedKernels)]
+pub fn fused_kernels() -> js_sys::Array {
+    #[cfg(feature = "webgpu")]
+    let kernels = kiln_kernels::fusion::kernels();
+    #[cfg(not(feature = "webgpu"))]
+    let kernels: Vec<(String, String)> = Vec::new();
+    kernels
+        .into_iter()
+        .map(|(name, wgsl)| {
+            JsValue::from(js::object(&[("name", name.into()), ("wgsl", wgsl.into())]))
+        })
+        .collect()
+}
+
+/// `Device.auto()`, with WebGPU fused or not.
+pub async fn auto(fusion: bool) -> Device {
+    by_adapter(fusion).await.0
 }
 
 fn on_cpu(reason: String) -> Device {
@@ -185,8 +257,8 @@ fn on_cpu(reason: String) -> Device {
 
 /// `Device.auto()`'s choice, with the adapter when it is WebGPU. The adapter is read through JS
 /// first: a GPU device is created only for a hardware adapter.
-fn by_adapter() -> Boxed<'static, (Device, Option<Adapter>)> {
-    Box::pin(async {
+fn by_adapter(fusion: bool) -> Boxed<'static, (Device, Option<Adapter>)> {
+    Box::pin(async move {
         match webgpu::adapter().await {
             Err(why) => (on_cpu(format!("WebGPU unavailable: {why}")), None),
             Ok(a) if a.fallback => (
@@ -196,7 +268,7 @@ fn by_adapter() -> Boxed<'static, (Device, Option<Adapter>)> {
                 )),
                 None,
             ),
-            Ok(a) => match webgpu_device().await {
+            Ok(a) => match webgpu_device(fusion).await {
                 Ok(dev) => (
                     Device::from_kiln(dev, format!("WebGPU adapter: {}", a.label)),
                     Some(a),
@@ -217,8 +289,8 @@ fn by_adapter() -> Boxed<'static, (Device, Option<Adapter>)> {
 /// when `Device.auto()` says so; otherwise the choice remembered in `localStorage` for this
 /// adapter and these model bytes, else measured (load on both, one warm-up, median of 3 timed
 /// runs on random inputs) and remembered.
-pub async fn load_on_fastest(bytes: &[u8]) -> JsResult<(KModel, Device)> {
-    let (auto, adapter) = by_adapter().await;
+pub async fn load_on_fastest(bytes: &[u8], fusion: bool) -> JsResult<(KModel, Device)> {
+    let (auto, adapter) = by_adapter(fusion).await;
     let Some(adapter) = adapter else {
         return Ok((load(bytes, &auto.inner)?, auto));
     };

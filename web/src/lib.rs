@@ -28,7 +28,7 @@ mod text;
 mod webgpu;
 
 pub use custom::{custom_op, register_op, registered_ops, unregister_op};
-pub use device::Device;
+pub use device::{Device, fused_kernels};
 pub use ledger::memory_report;
 pub use model::Model;
 pub use tensor::Tensor;

@@ -125,7 +125,7 @@ impl Model {
         let bytes = source_bytes(&source, "Model.load").await?;
         let (model, device) = match wanted {
             Wanted::Given(d) => (KModel::load(&bytes, d.inner()).js()?, d),
-            Wanted::Auto => device::load_on_fastest(&bytes).await?,
+            Wanted::Auto { fusion } => device::load_on_fastest(&bytes, fusion).await?,
         };
         let params = model.tensors();
         let bytes: u64 = params.values().map(ledger::tensor_bytes).sum();

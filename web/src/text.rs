@@ -3,7 +3,7 @@
 //! never blocking the page: each token's logits are awaited, and the event loop runs between
 //! tokens.
 
-use crate::device::{Device, Wanted, kind_of};
+use crate::device::{self, Device, Wanted, kind_of};
 use crate::error::{IntoJs, JsResult, invalid};
 use crate::model::source_bytes;
 use crate::{js, ledger};
@@ -52,7 +52,7 @@ impl TextModel {
     pub async fn load(source: JsValue, options: JsValue) -> JsResult<TextModel> {
         let device = match Device::wanted(&options, "TextModel.load")? {
             Wanted::Given(d) => d,
-            Wanted::Auto => Device::auto().await,
+            Wanted::Auto { fusion } => device::auto(fusion).await,
         };
         let bytes = source_bytes(&source, "TextModel.load").await?;
         let (model, tok) = Gpt::from_file(&bytes, device.inner()).js()?;

@@ -398,7 +398,7 @@ async fn cpu_ops_match_independent_references() {
 
 #[wasm_bindgen_test]
 async fn webgpu_ops_match_the_cpu() {
-    let gpu = match Device::webgpu().await {
+    let gpu = match Device::webgpu(JsValue::UNDEFINED).await {
         Ok(d) => d,
         Err(e) => {
             web_sys::console::log_1(
@@ -468,7 +468,7 @@ async fn browser_adapter() -> Option<(bool, Vec<String>)> {
 
 #[wasm_bindgen_test]
 async fn auto_is_the_cpu_on_a_software_adapter_and_webgpu_on_hardware_and_says_why() {
-    let auto = Device::auto().await;
+    let auto = Device::auto(JsValue::UNDEFINED).await;
     let reason = auto.reason();
     match browser_adapter().await {
         None => {
@@ -496,7 +496,7 @@ async fn auto_is_the_cpu_on_a_software_adapter_and_webgpu_on_hardware_and_says_w
 
 #[wasm_bindgen_test]
 async fn webgpu_forced_still_works_and_matches_the_cpu() {
-    let gpu = match Device::webgpu().await {
+    let gpu = match Device::webgpu(JsValue::UNDEFINED).await {
         Ok(d) => d,
         Err(e) => {
             assert!(browser_adapter().await.is_none(), "{}", message(&e));
@@ -710,7 +710,7 @@ async fn cnn_model_from_a_url_runs_on_every_device_like_the_module() {
     let xv = rand(3 * 64, 23);
     let want = cpu_forward(&net, &xv, &[3, 1, 8, 8]);
     let mut devices = vec![Device::cpu()];
-    if let Ok(gpu) = Device::webgpu().await {
+    if let Ok(gpu) = Device::webgpu(JsValue::UNDEFINED).await {
         devices.push(gpu);
     }
     for dev in devices {
@@ -828,7 +828,7 @@ async fn ten_thousand_runs_leave_live_bytes_flat_on_cpu() {
 
 #[wasm_bindgen_test]
 async fn ten_thousand_runs_leave_live_bytes_flat_on_webgpu() {
-    match Device::webgpu().await {
+    match Device::webgpu(JsValue::UNDEFINED).await {
         Ok(d) => leak_check(d).await,
         Err(e) => {
             web_sys::console::log_1(&format!("SKIP webgpu leak check: {}", message(&e)).into())
@@ -910,7 +910,7 @@ async fn a_js_custom_op_runs_on_webgpu_and_the_cpu_like_its_reference() {
     let want: Vec<f32> = xv.iter().map(|v| v / (1.0 + (-1.5 * v).exp())).collect();
     let cpu = run_custom("browser_swish", &xv, &[7, 37], &Device::cpu()).await;
     assert_close(&cpu.unwrap(), &want, 1e-6, "the JS op on the CPU");
-    let gpu = match Device::webgpu().await {
+    let gpu = match Device::webgpu(JsValue::UNDEFINED).await {
         Ok(d) => d,
         Err(e) => {
             web_sys::console::log_1(&format!("SKIP the JS op on WebGPU: {}", message(&e)).into());
@@ -959,4 +959,99 @@ async fn a_js_custom_op_runs_on_webgpu_and_the_cpu_like_its_reference() {
         1e-5,
         "the good op after the bad one",
     );
+}
+
+/// GELU composed from tensor ops through the JS API: `x * (erf(x / sqrt2) + 1) / 2`. Every
+/// intermediate is freed here (the leak checks count live bytes).
+fn js_gelu(x: &Tensor) -> Tensor {
+    let sqrt2 = JsValue::from(std::f64::consts::SQRT_2);
+    let e = x.div(&sqrt2).unwrap().erf().unwrap();
+    let e1: JsValue = e.add(&1.0.into()).unwrap().into();
+    let p = x.mul(&e1).unwrap();
+    dispose(&e1);
+    p.div(&2.0.into()).unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn webgpu_fusion_on_and_off_both_match_the_cpu_and_only_on_generates_kernels() {
+    let Ok(fused) = Device::webgpu(JsValue::UNDEFINED).await else {
+        web_sys::console::log_1(&"SKIP fusion on/off: no WebGPU".into());
+        return;
+    };
+    let plain = Device::webgpu(obj(&[("fusion", false.into())]))
+        .await
+        .unwrap();
+    assert!(fused.fusion() && !plain.fusion() && !Device::cpu().fusion());
+    // The option works wherever JS names a device: a string with `fusion`, or a Device.
+    let by_name = obj(&[("device", "webgpu".into()), ("fusion", false.into())]);
+    assert!(
+        !Tensor::zeros(&shape(&[2]), &by_name)
+            .unwrap()
+            .device()
+            .unwrap()
+            .fusion()
+    );
+    let by_device = obj(&[("device", plain.clone().into())]);
+    assert!(
+        !Tensor::zeros(&shape(&[2]), &by_device)
+            .unwrap()
+            .device()
+            .unwrap()
+            .fusion()
+    );
+
+    // An odd shape (several workgroups, a partial vec4 tail), values over erf's whole range.
+    let dims = [7, 37, 3];
+    let xv: Vec<f32> = rand(7 * 37 * 3, 61).iter().map(|v| v * 4.0).collect();
+    let gelu_on = |dev: &Device| {
+        let x = tensor(&xv, &dims, dev);
+        let y = js_gelu(&x);
+        x.dispose();
+        y
+    };
+    let want = read(&gelu_on(&Device::cpu())).await;
+    let exact: Vec<f32> = xv
+        .iter()
+        .map(|&v| (v as f64 * 0.5 * (1.0 + libm_erf(v as f64 / std::f64::consts::SQRT_2))) as f32)
+        .collect();
+    assert_close(&want, &exact, 1e-5, "GELU on the CPU against f64");
+
+    let before = kiln_web::fused_kernels().length();
+    let off = read(&gelu_on(&plain)).await;
+    assert_eq!(
+        kiln_web::fused_kernels().length(),
+        before,
+        "fusion off generated a kernel"
+    );
+    assert_close(&off, &want, 1e-5, "GELU on WebGPU, fusion off");
+    let on = read(&gelu_on(&fused)).await;
+    assert_close(&on, &want, 1e-5, "GELU on WebGPU, fusion on");
+    let kernels = kiln_web::fused_kernels();
+    let erf_kernel = kernels.iter().any(|k| {
+        let wgsl = Reflect::get(&k, &"wgsl".into())
+            .unwrap()
+            .as_string()
+            .unwrap();
+        let name = Reflect::get(&k, &"name".into())
+            .unwrap()
+            .as_string()
+            .unwrap();
+        name.starts_with("kiln.fused.") && wgsl.contains("erf")
+    });
+    assert!(
+        erf_kernel,
+        "no fused kernel with erf among {}",
+        kernels.length()
+    );
+}
+
+/// erf in f64 by its Taylor series, for |x| < 3 (the test's inputs stay under 2.9).
+fn libm_erf(x: f64) -> f64 {
+    assert!(x.abs() < 3.0, "{x}");
+    let (mut term, mut sum, x2) = (x, x, x * x);
+    for n in 1..200 {
+        term *= -x2 / n as f64;
+        sum += term / (2 * n + 1) as f64;
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
 }

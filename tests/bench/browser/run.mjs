@@ -6,6 +6,8 @@
 //   node run.mjs [--runs 200] [--warmup 10] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
 //                [--gpu-b64-warmup 1] [--cold 3] [--batches 1,64] [--only kiln-cpu,ort-wasm-2t,...] [--no-webgpu]
 //                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
+//   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--only ...]
+//                GELU on 2^p random inputs: kiln fused/unfused vs onnxruntime-web's Gelu (issue 19)
 
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
@@ -26,6 +28,7 @@ const DEFAULTS = {
   kiln: join(ROOT, "npm"), model: join(ROOT, "demos/mnist/models/mnist.safetensors"),
   chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
   data: process.env.KILN_MNIST_DATA || "/work/shared/data/mnist", help: false,
+  gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30,
 };
 const opt = { ...DEFAULTS };
 for (let i = 2; i < process.argv.length; i++) {
@@ -40,10 +43,11 @@ for (let i = 2; i < process.argv.length; i++) {
   else opt[key] = m[2] ?? process.argv[++i];
 }
 if (opt.help) {
-  console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 8).join("\n"));
+  console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 10).join("\n"));
   process.exit(0);
 }
-for (const k of ["runs", "warmup", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds"]) opt[k] = Number(opt[k]);
+for (const k of ["runs", "warmup", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds",
+  "gelu-runs", "gelu-warmup", "gelu-seconds"]) opt[k] = Number(opt[k]);
 opt["gpu-runs"] = opt["gpu-runs"] == null ? opt.runs : Number(opt["gpu-runs"]);
 const BATCHES = String(opt.batches).split(",").map(Number);
 const JSON_OUT = opt.json || join(tmpdir(), `kiln-browser-bench-${Date.now()}.json`);
@@ -59,8 +63,18 @@ const CONFIGS = [
   { id: "ort-webgpu", label: "onnxruntime-web WebGPU", lib: "ort", backend: "webgpu", threads: 1, group: "webgpu" },
   { id: "tfjs-webgpu", label: "tfjs WebGPU", lib: "tfjs", backend: "webgpu", threads: 1, group: "webgpu" },
 ];
+// --gelu: one elementwise op, GELU, on 2^p random normal inputs (gelu_onnx.py writes them).
+const GELU_CONFIGS = [
+  { id: "kiln-webgpu-fused", label: "kiln WebGPU, fused", lib: "kiln", backend: "webgpu", fusion: 1 },
+  { id: "kiln-webgpu-unfused", label: "kiln WebGPU, fusion off", lib: "kiln", backend: "webgpu", fusion: 0 },
+  { id: "ort-webgpu", label: "onnxruntime-web WebGPU, Gelu-20", lib: "ort", backend: "webgpu", model: "gelu20" },
+  { id: "ort-webgpu-ms", label: "onnxruntime-web WebGPU, ms Gelu", lib: "ort", backend: "webgpu", model: "gelu_ms" },
+  { id: "ort-webgpu-6", label: "onnxruntime-web WebGPU, 5 nodes", lib: "ort", backend: "webgpu", model: "gelu6" },
+  { id: "kiln-cpu", label: "kiln CPU (wasm, 1 thread)", lib: "kiln", backend: "cpu", fusion: 1 },
+  { id: "ort-wasm-1t", label: "onnxruntime-web wasm, 1 thread", lib: "ort", backend: "wasm", model: "gelu20" },
+];
 const only = String(opt.only).split(",").filter(Boolean);
-const configs = CONFIGS.filter((c) => (!only.length || only.includes(c.id)) && !(opt["no-webgpu"] && c.group === "webgpu"));
+const configs = (opt.gelu ? GELU_CONFIGS : CONFIGS).filter((c) => (!only.length || only.includes(c.id)) && !(opt["no-webgpu"] && c.group === "webgpu"));
 
 const pkgVersion = (p) => {
   try { return JSON.parse(readFileSync(join(HERE, "node_modules", p, "package.json"), "utf8")).version; }
@@ -73,18 +87,21 @@ const t0 = Date.now();
 const upBefore = spawnSync("uptime", { encoding: "utf8" }).stdout.trim();
 console.log(`machine: ${cpus().length} cores (${cpus()[0]?.model}); uptime before: ${upBefore}`);
 const images = Math.max(64, ...BATCHES);
-const py = spawnSync(opt.python, [join(HERE, "export_onnx.py"), "--out", work, "--images", String(images),
-  "--weights", opt.model, "--data", opt.data], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+const SIZES = String(opt.sizes).split(",").map(Number);
+const py = opt.gelu
+  ? spawnSync(opt.python, [join(HERE, "gelu_onnx.py"), "--out", work, "--sizes", SIZES.join(",")],
+    { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] })
+  : spawnSync(opt.python, [join(HERE, "export_onnx.py"), "--out", work, "--images", String(images),
+    "--weights", opt.model, "--data", opt.data], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
 process.stdout.write(py.stdout || "");
 if (py.status !== 0) {
-  console.error("export_onnx.py failed (pip install onnx numpy safetensors onnxruntime)");
+  console.error(`${opt.gelu ? "gelu_onnx" : "export_onnx"}.py failed (pip install onnx numpy safetensors onnxruntime)`);
   process.exit(1);
 }
 const pyMeta = JSON.parse(readFileSync(join(work, "meta.json"), "utf8"));
 const f32 = (name) => new Float32Array(new Uint8Array(readFileSync(join(work, name))).buffer);
-const refOrt = f32("ref_onnxruntime.f32");
-const refNumpy = f32("ref_numpy.f32");
-const labels = [...readFileSync(join(work, "labels.u8"))];
+const [refOrt, refNumpy, labels] = opt.gelu ? [] :
+  [f32("ref_onnxruntime.f32"), f32("ref_numpy.f32"), [...readFileSync(join(work, "labels.u8"))]];
 
 // ---- http server: cross-origin isolated (COOP/COEP), so SharedArrayBuffer and threads work -----
 const MOUNTS = [
@@ -96,6 +113,8 @@ const MOUNTS = [
 const FILES = {
   "/bench.html": join(HERE, "bench.html"),
   "/harness.mjs": join(HERE, "harness.mjs"),
+  "/gelu.html": join(HERE, "gelu.html"),
+  "/gelu.mjs": join(HERE, "gelu.mjs"),
   "/data/mnist.safetensors": opt.model,
 };
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript",
@@ -112,6 +131,15 @@ function resolvePath(url) {
   return null;
 }
 const server = createServer((req, res) => {
+  // --gelu: a page posts its output here (gelu.mjs check()), into the temp folder.
+  const out = /^\/out\/([\w.-]+\.f32)$/.exec(new URL(req.url, "http://x").pathname);
+  if (req.method === "POST" && out) {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => { writeFileSync(join(work, out[1]), Buffer.concat(chunks)); res.end("ok"); });
+    return;
+  }
+  if (req.url === "/favicon.ico") { res.statusCode = 204; res.end(); return; }
   const f = resolvePath(req.url);
   res.setHeader("Cross-Origin-Opener-Policy", "same-origin");
   res.setHeader("Cross-Origin-Embedder-Policy", "require-corp");
@@ -165,6 +193,87 @@ const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s[Math.mi
 const maxAbs = (a, b) => { let m = 0; for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i])); return m; };
 const argmaxRows = (a) => { const r = []; for (let i = 0; i < a.length / 10; i++) { let k = 0; for (let j = 1; j < 10; j++) if (a[i * 10 + j] > a[i * 10 + k]) k = j; r.push(k); } return r; };
 const agree = (a, b) => a.filter((v, i) => v === b[i]).length / a.length;
+
+// ---- --gelu: GELU on 2^p random inputs, each row in its own page (fresh context) ----------------
+async function runGelu() {
+  const MODES = [["e2e", "upload -> GELU -> read back"], ["compute", "input on the device, GELU, wait for the result"]];
+  const rows = [];
+  const browser = await launch();
+  for (const c of configs) {
+    const r = { ...c, times: {}, warnings: [] };
+    rows.push(r);
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    // onnxruntime warns when nodes fall back from the preferred EP to the CPU: kept for the report.
+    page.on("console", (m) => { if (["warning", "error"].includes(m.type())) r.warnings.push(m.text().slice(0, 300)); });
+    page.on("pageerror", (e) => r.warnings.push(String(e)));
+    try {
+      await page.goto(`${BASE}/gelu.html?lib=${c.lib}&backend=${c.backend}&fusion=${c.fusion ?? 1}&model=${c.model ?? ""}`);
+      await page.waitForFunction(() => window.__gelu && (window.__gelu.ready || window.__gelu.error), null, { timeout: 300e3, polling: 50 });
+      const st = await page.evaluate(() => ({ ...window.__gelu }));
+      if (st.error) throw new Error(st.error.message);
+      Object.assign(r, { version: st.version, actualBackend: st.actualBackend, adapter: st.adapter });
+      for (const p of SIZES) {
+        await page.evaluate(([p, id]) => window.__gelu.check(p, id), [p, c.id]);
+        for (const [mode] of MODES) {
+          const times = await page.evaluate(([p, m, w, n, ms]) => window.__gelu.time(p, m, w, n, ms),
+            [p, mode, opt["gelu-warmup"], opt["gelu-runs"], opt["gelu-seconds"] * 1000]);
+          r.times[`${mode}_${p}`] = { median: median(times), p90: pct(times, 90), min: Math.min(...times), runs: times.length, times };
+          console.log(`[${c.id}] 2^${p} ${mode}: median ${median(times).toFixed(3)} ms, p90 ${pct(times, 90).toFixed(3)} ms, n ${times.length}`);
+        }
+      }
+      r.kernels = await page.evaluate(() => window.__gelu.kernels());
+    } catch (e) {
+      r.skipped = String(e.message || e).slice(0, 400);
+      console.log(`[${c.id}] skipped: ${r.skipped}`);
+    }
+    await context.close();
+  }
+  await browser.close();
+  server.close();
+
+  const ok = rows.filter((r) => !r.skipped);
+  const base = ok.find((r) => r.id === "kiln-webgpu-fused");
+  const fmt = (x) => (x == null ? "-" : x >= 100 ? x.toFixed(1) : x >= 1 ? x.toFixed(2) : x.toFixed(3));
+  const pad = (v, n, left) => (left ? String(v).padEnd(n) : String(v).padStart(n));
+  console.log(`\nChromium ${browserVersion} (headless), ${cpus().length} cores; onnxruntime-web ${pkgVersion("onnxruntime-web")}, ` +
+    `kiln ${ok.find((r) => r.lib === "kiln")?.version ?? "?"}; WebGPU adapter: ${[...new Set(ok.map((r) => r.adapter).filter(Boolean))].join("; ") || "-"}`);
+  console.log(`GELU x * (erf(x / sqrt 2) + 1) / 2 on f32 standard-normal inputs; ${opt["gelu-warmup"]} warm-up + up to ` +
+    `${opt["gelu-runs"]} runs per cell (stopped after ${opt["gelu-seconds"]} s); times in ms; ratio = kiln fused / row (< 1: kiln fused is faster)`);
+  for (const p of SIZES) {
+    for (const [mode, what] of MODES) {
+      console.log(`\n2^${p} elements, ${mode} (${what}):`);
+      console.log(`  ${pad("row", 36, true)} ${pad("median", 9)} ${pad("p90", 9)} ${pad("p90/med", 8)} ${pad("n", 4)} ${pad("fused/row", 10)}`);
+      for (const r of ok) {
+        const t = r.times[`${mode}_${p}`];
+        const b = base?.times[`${mode}_${p}`];
+        console.log(`  ${pad(r.label, 36, true)} ${pad(fmt(t?.median), 9)} ${pad(fmt(t?.p90), 9)} ${pad(t ? (t.p90 / t.median).toFixed(2) : "-", 8)} ` +
+          `${pad(t?.runs ?? "-", 4)} ${pad(t && b && r !== base ? `${(b.median / t.median).toFixed(2)}x` : "", 10)}`);
+      }
+    }
+    // Agreement: each row's output against float64 GELU (rounded to f32) and against kiln fused.
+    const ref = f32(`ref_${p}.f32`);
+    const outOf = (r) => (existsSync(join(work, `${r.id}_${p}.f32`)) ? f32(`${r.id}_${p}.f32`) : null);
+    const baseOut = base && outOf(base);
+    console.log(`  max |diff| at 2^${p}: ` + ok.map((r) => {
+      const y = outOf(r);
+      if (!y || y.length !== ref.length) return `${r.id} missing`;
+      return `${r.id} vs f64 ${maxAbs(y, ref).toExponential(1)}` + (baseOut && r !== base ? `, vs kiln fused ${maxAbs(y, baseOut).toExponential(1)}` : "");
+    }).join("; "));
+  }
+  for (const r of rows.filter((r) => r.skipped)) console.log(`${r.id} skipped: ${r.skipped}`);
+  for (const r of ok.filter((r) => r.kernels)) console.log(`${r.id}: fused kernels in the page: ${r.kernels.length ? r.kernels.join(", ") : "none"}`);
+  for (const r of ok.filter((r) => r.warnings.length)) console.log(`${r.id} console warnings: ${[...new Set(r.warnings)].slice(0, 4).join(" | ")}`);
+  const upAfter = spawnSync("uptime", { encoding: "utf8" }).stdout.trim();
+  console.log(`\nuptime before: ${upBefore}\nuptime after:  ${upAfter}\ntotal ${((Date.now() - t0) / 1000).toFixed(0)} s; JSON: ${JSON_OUT}; models and inputs: ${work}`);
+  writeFileSync(JSON_OUT, JSON.stringify({ date: new Date().toISOString(), chromium: browserVersion, cores: cpus().length,
+    uptimeBefore: upBefore, uptimeAfter: upAfter, options: opt, python: pyMeta,
+    onnxruntimeWeb: pkgVersion("onnxruntime-web"), rows }, null, 1));
+}
+if (opt.gelu) {
+  await runGelu();
+  process.exit(0);
+}
 
 const results = [];
 if (!existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm")))
