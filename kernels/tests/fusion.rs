@@ -118,6 +118,30 @@ fn broadcasts_of_a_bias_and_a_scalar() -> Result<()> {
 }
 
 #[test]
+fn a_causal_mask_reads_rows_and_columns_by_broadcast() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    // scores [B, H, T, T] masked where column > row: the column index [T] is read `i % T`,
+    // the row index [T, 1] `(i / T) % T`; T = 8 takes the vec4 kernel, T = 5 the scalar one
+    let mask = |x: &Tensor, col: &Tensor, row: &Tensor| -> Result<Tensor> {
+        let keep = col.compare(CmpOp::Le, row)?;
+        keep.where_cond(&x.mul_scalar(0.125)?, &x.full_like(-1e9)?)
+    };
+    for t in [8, 5] {
+        let x = tensor(&[2, 3, t, t], 7 + t as u64, &cpu)?;
+        let col = Tensor::arange(0.0, t as f64, 1.0, DType::I32, &cpu)?;
+        let row = col.reshape([t, 1])?;
+        let k0 = stats.kernels();
+        let y = mask(&on(&x, &dev)?, &on(&col, &dev)?, &on(&row, &dev)?)?;
+        assert_close(&on(&y, &cpu)?, &mask(&x, &col, &row)?, 1e-6)?;
+        assert_eq!(stats.kernels() - k0, 1, "T = {t}");
+    }
+    Ok(())
+}
+
+#[test]
 fn reshape_between_ops_inlines() -> Result<()> {
     let Some((dev, stats)) = fused() else {
         return Ok(());
@@ -351,8 +375,11 @@ fn fuzz_random_chains_match_the_cpu() -> Result<()> {
     let start = std::time::Instant::now();
     for seed in 0..chains {
         let mut r = Rng(SplitMix64::new(seed));
-        let rank = r.below(4);
-        let out: Vec<usize> = (0..rank).map(|_| *r.pick(&[1, 2, 3, 5, 7, 13])).collect();
+        // rank 4 and sizes of 4 reach the middle read kind and vec4 kernels with broadcasts
+        let rank = r.below(5);
+        let out: Vec<usize> = (0..rank)
+            .map(|_| *r.pick(&[1, 2, 3, 4, 5, 7, 13]))
+            .collect();
         let base = if r.chance(0.5) {
             DType::F32
         } else {

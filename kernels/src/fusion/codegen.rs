@@ -132,14 +132,16 @@ impl CustomOp for FusedOp {
         params.extend(out.dims().iter().map(|&d| d as u32));
         for ((_, shape), kind) in inputs.iter().zip(&self.kinds) {
             let mut words = broadcast_strides(shape, out);
-            // an inner or outer leaf reads its `m` from the first word of its block
-            let m = match kind {
-                ReadKind::Inner => shape.numel(),
-                ReadKind::Outer => out.numel() / shape.numel().max(1),
-                _ => 0,
+            // an inner, outer or middle leaf reads its `m` (and a middle one its `d`) from the
+            // first words of its block
+            let (m, d) = match kind {
+                ReadKind::Inner => (shape.numel(), 0),
+                ReadKind::Outer => (out.numel() / shape.numel().max(1), 0),
+                ReadKind::Middle => (shape.numel(), trailing_broadcast(shape, out)),
+                _ => (0, 0),
             };
-            if let (Some(w), true) = (words.first_mut(), m > 0) {
-                *w = m as u32;
+            for (w, v) in words.iter_mut().zip([m, d]).filter(|(_, v)| *v > 0) {
+                *w = v as u32;
             }
             params.extend(words);
         }
@@ -170,9 +172,35 @@ pub fn word_value(w: u32, dtype: DType) -> f64 {
     }
 }
 
-/// The WGSL of input `j`'s `m` (an inner or outer leaf): the first word of its strides block.
-fn m_of(nconsts: usize, j: usize) -> String {
-    format!("params.tail[{nconsts}u + params.rank * {}u]", j + 1)
+/// The WGSL of word `w` of input `j`'s strides block (an inner, outer or middle leaf's `m`,
+/// a middle leaf's `d`).
+fn word_of(nconsts: usize, j: usize, w: usize) -> String {
+    format!("params.tail[{nconsts}u + params.rank * {}u + {w}u]", j + 1)
+}
+
+/// The WGSL reading input `j`, of `kind`, for output element `e` (a scalar load).
+fn read(kind: ReadKind, j: usize, e: &str, nconsts: usize) -> String {
+    let m = || word_of(nconsts, j, 0);
+    match kind {
+        ReadKind::Whole => format!("in{j}[{e}]"),
+        ReadKind::One => format!("in{j}[0]"),
+        ReadKind::Broadcast => format!("in{j}[at_of({e}, {j}u)]"),
+        ReadKind::Inner => format!("in{j}[{e} % {}]", m()),
+        ReadKind::Outer => format!("in{j}[{e} / {}]", m()),
+        ReadKind::Middle => format!("in{j}[({e} / {}) % {}]", word_of(nconsts, j, 1), m()),
+    }
+}
+
+/// The output's elements per step of a middle leaf of `shape`: the product of the output's
+/// trailing axes that the leaf broadcasts over.
+fn trailing_broadcast(shape: &Shape, out: &Shape) -> usize {
+    let dims = shape.dims();
+    let skip = out.rank() - dims.len().min(out.rank());
+    (skip..out.rank())
+        .rev()
+        .take_while(|&d| dims[d - skip] == 1)
+        .map(|d| out.dims()[d])
+        .product()
 }
 
 /// The strides of a contiguous input of `shape` against the axes of `out`, right-aligned, 0
@@ -318,20 +346,26 @@ fn generate(
          if (i >= {count}) {{\n        return;\n    }}\n"
     );
     let store = if vec4 {
-        // one vec4 of each whole input, its lanes through `value` one by one
+        // one vec4 of each whole input and one element of the others per lane, each lane
+        // through `value`
         for (j, k) in kinds.iter().enumerate() {
-            let at = if *k == ReadKind::Whole { "i" } else { "0" };
-            let _ = writeln!(s, "    let w{j} = in{j}[{at}];");
+            match k {
+                ReadKind::Whole => _ = writeln!(s, "    let w{j} = in{j}[i];"),
+                ReadKind::One => _ = writeln!(s, "    let w{j} = in{j}[0];"),
+                _ => {}
+            }
         }
         let lanes: Vec<String> = ["x", "y", "z", "w"]
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(lane, c)| {
                 let a: Vec<String> = kinds
                     .iter()
                     .enumerate()
-                    .map(|(j, k)| match k {
+                    .map(|(j, &k)| match k {
                         ReadKind::Whole => format!("w{j}.{c}"),
-                        _ => format!("w{j}"),
+                        ReadKind::One => format!("w{j}"),
+                        _ => read(k, j, &format!("(4u * i + {lane}u)"), nconsts),
                     })
                     .collect();
                 format!("value({})", a.join(", "))
@@ -339,16 +373,8 @@ fn generate(
             .collect();
         format!("{out_elem}({})", lanes.join(", "))
     } else {
-        let a: Vec<String> = kinds
-            .iter()
-            .enumerate()
-            .map(|(j, k)| match k {
-                ReadKind::Whole => format!("in{j}[i]"),
-                ReadKind::One => format!("in{j}[0]"),
-                ReadKind::Broadcast => format!("in{j}[at_of(i, {j}u)]"),
-                ReadKind::Inner => format!("in{j}[i % {}]", m_of(nconsts, j)),
-                ReadKind::Outer => format!("in{j}[i / {}]", m_of(nconsts, j)),
-            })
+        let a: Vec<String> = (kinds.iter().enumerate())
+            .map(|(j, &k)| read(k, j, "i", nconsts))
             .collect();
         format!("value({})", a.join(", "))
     };
@@ -410,6 +436,14 @@ mod tests {
             substitute("max(v, T(0)) + 1.0e0", &[("v", "n2"), ("T", "i32")]),
             "max(n2, i32(0)) + 1.0e0"
         );
+    }
+
+    #[test]
+    fn middle_leaves_step_over_the_trailing_broadcast() {
+        let out = Shape::from([2, 3, 5, 4]);
+        assert_eq!(trailing_broadcast(&Shape::from([5, 1]), &out), 4);
+        assert_eq!(trailing_broadcast(&Shape::from([3, 1, 1]), &out), 20);
+        assert_eq!(trailing_broadcast(&Shape::from([1, 3, 5, 1]), &out), 4);
     }
 
     #[test]

@@ -253,6 +253,10 @@ pub enum ReadKind {
     /// broadcast over trailing axes only (a row mean `[N, 1]` on `[N, C]`): element `i / m`,
     /// `m` the output's elements per input element
     Outer,
+    /// broadcast over leading and trailing axes (a causal mask's row index `[T, 1]` on
+    /// `[B, H, T, T]`): element `(i / d) % m`, `m` its element count, `d` the output's elements
+    /// per step of it
+    Middle,
     /// any other broadcast: index from the output's coordinates (a division per axis)
     Broadcast,
 }
@@ -264,6 +268,7 @@ impl ReadKind {
             ReadKind::One => "one",
             ReadKind::Inner => "inner",
             ReadKind::Outer => "outer",
+            ReadKind::Middle => "middle",
             ReadKind::Broadcast => "bcast",
         }
     }
@@ -282,22 +287,22 @@ pub fn read_kind(leaf: &Shape, out: &Shape) -> ReadKind {
             .filter(|&d| out.dims()[d] != 1)
             .map(|d| d >= pad && leaf.dims()[d - pad] != 1)
             .collect();
-        // one run of broadcast axes, then one of spanned axes (or the reverse)
+        // one run of broadcast axes, then one of spanned axes (or the reverse), or spanned
+        // axes between two broadcast runs
         let switches = spans.windows(2).filter(|w| w[0] != w[1]).count();
         match (switches, spans.first()) {
             (1, Some(false)) => ReadKind::Inner,
             (1, Some(true)) => ReadKind::Outer,
+            (2, Some(false)) => ReadKind::Middle,
             _ => ReadKind::Broadcast,
         }
     }
 }
 
-/// Whether the kernel computes 4 elements per invocation from vec4 loads and stores: every
-/// input read whole (at least one) or as one element, and whole vec4s of output.
+/// Whether the kernel computes 4 elements per invocation, storing whole vec4s of output: when
+/// at least one input is read whole (as vec4s); the others are read a lane at a time.
 pub fn vectorized(kinds: &[ReadKind], out: &Shape) -> bool {
-    out.numel().is_multiple_of(4)
-        && kinds.contains(&ReadKind::Whole)
-        && (kinds.iter()).all(|k| matches!(k, ReadKind::Whole | ReadKind::One))
+    out.numel().is_multiple_of(4) && kinds.contains(&ReadKind::Whole)
 }
 
 #[cfg(test)]
@@ -316,8 +321,9 @@ mod tests {
         // a row statistic
         assert_eq!(kind(&[2, 3, 1], &[2, 3, 4]), ReadKind::Outer);
         assert_eq!(kind(&[2, 1, 1], &[2, 3, 4]), ReadKind::Outer);
-        // broadcast in the middle, or on both sides
+        // spanned axes between broadcast ones (a mask's row index), and the reverse
+        assert_eq!(kind(&[1, 3, 1], &[2, 3, 4]), ReadKind::Middle);
+        assert_eq!(kind(&[5, 1], &[2, 3, 5, 4]), ReadKind::Middle);
         assert_eq!(kind(&[2, 1, 4], &[2, 3, 4]), ReadKind::Broadcast);
-        assert_eq!(kind(&[1, 3, 1], &[2, 3, 4]), ReadKind::Broadcast);
     }
 }
