@@ -67,6 +67,43 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
                 groups: 3,
             },
         ),
+        // 3x3 at stride 1 over 8+ channels per group: Winograd in f32 (odd sizes, partial tiles).
+        ([2, 9, 7, 6], [5, 9, 3, 3], Conv2dParams::default()),
+        (
+            [3, 20, 8, 9],
+            [6, 10, 3, 3],
+            Conv2dParams {
+                padding: [1, 1],
+                groups: 2,
+                ..Conv2dParams::default()
+            },
+        ),
+        (
+            [1, 11, 4, 5],
+            [13, 11, 3, 3],
+            Conv2dParams {
+                padding: [2, 0],
+                ..Conv2dParams::default()
+            },
+        ),
+        (
+            [2, 8, 3, 3],
+            [3, 8, 3, 3],
+            Conv2dParams {
+                padding: [0, 1],
+                ..Conv2dParams::default()
+            },
+        ),
+        // the same kernel at stride 2: the column matrix
+        (
+            [1, 8, 7, 7],
+            [4, 8, 3, 3],
+            Conv2dParams {
+                stride: [2, 2],
+                padding: [1, 1],
+                ..Conv2dParams::default()
+            },
+        ),
     ]
 }
 
