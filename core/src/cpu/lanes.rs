@@ -43,22 +43,6 @@ mod imp {
         pub(in crate::cpu) fn sub(self, o: F4) -> F4 {
             F4(f32x4_sub(self.0, o.0))
         }
-        /// `[a0, b0, a1, b1]` and `[a2, b2, a3, b3]`.
-        #[inline(always)]
-        pub(in crate::cpu) fn interleave(a: F4, b: F4) -> [F4; 2] {
-            [
-                F4(i32x4_shuffle::<0, 4, 1, 5>(a.0, b.0)),
-                F4(i32x4_shuffle::<2, 6, 3, 7>(a.0, b.0)),
-            ]
-        }
-        /// The even lanes `[a0, a2, b0, b2]` and the odd ones `[a1, a3, b1, b3]`.
-        #[inline(always)]
-        pub(in crate::cpu) fn deinterleave(a: F4, b: F4) -> [F4; 2] {
-            [
-                F4(i32x4_shuffle::<0, 2, 4, 6>(a.0, b.0)),
-                F4(i32x4_shuffle::<1, 3, 5, 7>(a.0, b.0)),
-            ]
-        }
         #[inline(always)]
         pub(in crate::cpu) fn mul(self, o: F4) -> F4 {
             F4(f32x4_mul(self.0, o.0))
@@ -137,18 +121,6 @@ mod imp {
         #[inline(always)]
         pub(in crate::cpu) fn sub(self, o: F4) -> F4 {
             F4(core::array::from_fn(|i| self.0[i] - o.0[i]))
-        }
-        /// `[a0, b0, a1, b1]` and `[a2, b2, a3, b3]`.
-        #[inline(always)]
-        pub(in crate::cpu) fn interleave(a: F4, b: F4) -> [F4; 2] {
-            let (a, b) = (a.0, b.0);
-            [F4([a[0], b[0], a[1], b[1]]), F4([a[2], b[2], a[3], b[3]])]
-        }
-        /// The even lanes `[a0, a2, b0, b2]` and the odd ones `[a1, a3, b1, b3]`.
-        #[inline(always)]
-        pub(in crate::cpu) fn deinterleave(a: F4, b: F4) -> [F4; 2] {
-            let (a, b) = (a.0, b.0);
-            [F4([a[0], a[2], b[0], b[2]]), F4([a[1], a[3], b[1], b[3]])]
         }
         #[inline(always)]
         pub(in crate::cpu) fn mul(self, o: F4) -> F4 {

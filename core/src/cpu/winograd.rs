@@ -1,16 +1,19 @@
-//! Winograd F(2x2, 3x3) convolution of f32 for 3x3 kernels at stride 1 without dilation: each
-//! 2x2 output tile costs 16 multiply-adds per input channel instead of 36. The input's 4x4
-//! tiles and the filters are transformed into 16 planes, the planes are multiplied by 16 GEMMs
-//! (`[o, c] x [c, tiles]`) and each output tile is transformed back from its 16 products. The
-//! planes run along the tiles, so both transforms work on four neighbouring tiles per vector.
+//! Winograd F(4x4, 3x3) convolution of f32 for 3x3 kernels at stride 1 without dilation: each
+//! 4x4 output tile costs 36 multiply-adds per input channel instead of 144. The input's 6x6
+//! tiles (overlapping by 2) and the filters are transformed into 36 planes, the planes are
+//! multiplied by 36 GEMMs (`[o, c] x [c, tiles]`) and each output tile is transformed back from
+//! its 36 products (Lavin and Gray's matrices, interpolation points 0, ±1, ±2). The planes run
+//! along the tiles, so both transforms work on four neighbouring tiles per vector.
 
 use super::conv::gemm;
 use super::lanes::F4;
 use alloc::vec;
 use alloc::vec::Vec;
 
-/// Values per tile in the transformed domain (4x4).
-const P: usize = 16;
+/// Side of an input tile in the transformed domain.
+const S: usize = 6;
+/// Values per tile in the transformed domain (6x6).
+const P: usize = S * S;
 
 /// Four values from the start of `s`.
 #[inline(always)]
@@ -28,7 +31,41 @@ fn store(v: F4, d: &mut [f32]) {
     unsafe { v.store(d.as_mut_ptr()) }
 }
 
-/// The filters of one convolution transformed as `[groups][16][og][cg]` (`U = G g G^T`).
+/// `B^T d` for six inputs `d` (the input transform along one axis).
+#[inline(always)]
+fn input_1d(d: [F4; S]) -> [F4; S] {
+    let (four, two, five) = (F4::splat(4.0), F4::splat(2.0), F4::splat(5.0));
+    let (s12, d12) = (d[1].add(d[2]), d[1].sub(d[2]));
+    let (s34, d43, d42, d31) = (
+        d[3].add(d[4]),
+        d[4].sub(d[3]),
+        d[4].sub(d[2]),
+        d[3].sub(d[1]),
+    );
+    [
+        d[4].sub(d[2].mul(five)).mul_add(d[0], four),
+        s34.sub(s12.mul(four)),
+        d43.mul_add(d12, four),
+        d42.mul_add(d31, two),
+        d42.sub(d31.mul(two)),
+        d[5].sub(d[3].mul(five)).mul_add(d[1], four),
+    ]
+}
+
+/// `A^T m` for six products `m` (the output transform along one axis).
+#[inline(always)]
+fn output_1d(m: [F4; S]) -> [F4; 4] {
+    let (s12, d12) = (m[1].add(m[2]), m[1].sub(m[2]));
+    let (s34, d34) = (m[3].add(m[4]), m[3].sub(m[4]));
+    [
+        m[0].add(s12).add(s34),
+        d12.mul_add(d34, F4::splat(2.0)),
+        s12.mul_add(s34, F4::splat(4.0)),
+        d12.add(m[5]).mul_add(d34, F4::splat(8.0)),
+    ]
+}
+
+/// The filters of one convolution transformed as `[groups][36][og][cg]` (`U = G g G^T`).
 pub(super) struct Filters {
     u: Vec<f32>,
     og: usize,
@@ -38,26 +75,37 @@ pub(super) struct Filters {
 impl Filters {
     /// Transforms OIHW 3x3 weights `w` (`[groups * og, cg, 3, 3]`).
     pub(super) fn new(w: &[f32], groups: usize, og: usize, cg: usize) -> Self {
-        let mut u = vec![0.0; groups * P * og * cg];
-        // G t for three values t: [t0, (t0 + t1 + t2) / 2, (t0 - t1 + t2) / 2, t2].
-        let g4 = |t: [f32; 3]| {
+        // G t for three values t (by reciprocals: products are cheaper than divisions).
+        let g6 = |t: [f32; 3]| {
+            let (sixth, twelfth) = (1.0 / 6.0, 1.0 / 12.0);
+            let (even, odd) = (t[0] + t[2], t[1]);
+            let quarter_even = (t[0] * 0.25 + t[2]) * (2.0 * twelfth);
             [
-                t[0],
-                (t[0] + t[1] + t[2]) * 0.5,
-                (t[0] - t[1] + t[2]) * 0.5,
+                t[0] * 0.25,
+                -(even + odd) * sixth,
+                -(even - odd) * sixth,
+                quarter_even + odd * twelfth,
+                quarter_even - odd * twelfth,
                 t[2],
             ]
         };
-        for (oc, k) in w.chunks_exact(9).enumerate().take(groups * og * cg) {
-            let (gi, o, c) = (oc / (og * cg), oc / cg % og, oc % cg);
-            // G k along the columns (each column of k), then G along each resulting row.
-            let cols: [[f32; 4]; 3] = core::array::from_fn(|j| g4([k[j], k[3 + j], k[6 + j]]));
-            for i in 0..4 {
-                for (j, v) in g4([cols[0][i], cols[1][i], cols[2][i]])
-                    .into_iter()
-                    .enumerate()
-                {
-                    u[((gi * P + 4 * i + j) * og + o) * cg + c] = v;
+        // Each filter's 36 values side by side first, then the planes: writing the planes
+        // filter by filter would hit 36 addresses a power of two apart, which share cache sets.
+        let mut per = vec![0.0; groups * og * cg * P];
+        for (k, d) in w.chunks_exact(9).zip(per.chunks_exact_mut(P)) {
+            // G along each column of k, then along each resulting row.
+            let cols: [[f32; S]; 3] = core::array::from_fn(|j| g6([k[j], k[3 + j], k[6 + j]]));
+            for (i, d) in d.chunks_exact_mut(S).enumerate() {
+                d.copy_from_slice(&g6([cols[0][i], cols[1][i], cols[2][i]]));
+            }
+        }
+        // [groups][og * cg][36] -> [groups][36][og * cg]
+        let ocg = og * cg;
+        let mut u = vec![0.0; groups * P * ocg];
+        for (gi, block) in u.chunks_exact_mut(P * ocg).enumerate() {
+            for (xi, plane) in block.chunks_exact_mut(ocg).enumerate() {
+                for (f, d) in plane.iter_mut().enumerate() {
+                    *d = per[(gi * ocg + f) * P + xi];
                 }
             }
         }
@@ -66,7 +114,9 @@ impl Filters {
 }
 
 /// One image's geometry: input `[h, w]` with `pad` zeros around, output `[oh, ow]`, and its
-/// `th` rows of `tw` tiles (a multiple of 4; the tiles past the output are computed, not stored).
+/// `th` rows of `tw` tiles. The transforms take four tiles at a time along a row; a row's last
+/// group reaches into the next row (which is written after it) or, for the last row, into
+/// three spare tiles at the end (`ld` = tiles + 3 per plane row).
 #[derive(Clone, Copy)]
 pub(super) struct Tiles {
     pad: [usize; 2],
@@ -88,23 +138,28 @@ impl Tiles {
             w,
             oh,
             ow,
-            th: oh.div_ceil(2),
-            tw: ow.div_ceil(2).next_multiple_of(4),
+            th: oh.div_ceil(4),
+            tw: ow.div_ceil(4),
         }
     }
-    fn count(&self) -> usize {
-        self.th * self.tw
+    /// Tiles per transformed plane row, with room for a last group of four.
+    fn ld(&self) -> usize {
+        self.th * self.tw + 3
     }
-    /// The padded input plane's width: every tile's 4 columns inside it.
+    /// Tiles per row, including those of the last group past the row's end.
+    fn tw4(&self) -> usize {
+        self.tw.next_multiple_of(4)
+    }
+    /// The padded input plane's width: every tile's 6 columns inside it.
     fn pw(&self) -> usize {
-        2 * self.tw + 2
+        4 * self.tw4() + 2
     }
     fn plane_len(&self) -> usize {
-        (2 * self.th + 2) * self.pw()
+        (4 * self.th + 2) * self.pw()
     }
     /// Elements of scratch one image needs for `og` outputs and `cg` inputs per group.
     pub(super) fn scratch_len(&self, og: usize, cg: usize) -> usize {
-        self.plane_len() + P * (cg + og) * self.count() + 4 * self.tw
+        self.plane_len() + P * (cg + og) * self.ld() + 16 * self.tw4()
     }
 }
 
@@ -119,7 +174,7 @@ pub(super) fn conv_image(
     scratch: &mut [f32],
     threaded: bool,
 ) {
-    let (og, cg, n, pw) = (f.og, f.cg, t.count(), t.pw());
+    let (og, cg, n, pw) = (f.og, f.cg, t.ld(), t.pw());
     let (plane, rest) = scratch.split_at_mut(t.plane_len());
     let (v, rest) = rest.split_at_mut(P * cg * n);
     let (m, rows) = rest.split_at_mut(P * og * n);
@@ -135,6 +190,7 @@ pub(super) fn conv_image(
             }
             input_transform(t, plane, &mut v[c * n..], cg * n);
         }
+        // The spare tiles are multiplied too: M keeps V's row stride.
         for xi in 0..P {
             gemm(
                 og,
@@ -156,56 +212,55 @@ pub(super) fn conv_image(
     }
 }
 
-/// Writes the 16 transformed values (`V = B^T d B`) of every tile of the padded input `plane`
+/// Writes the 36 transformed values (`V = B^T d B`) of every tile of the padded input `plane`
 /// to `v[xi * stride + tile]`, four tiles per vector.
 fn input_transform(t: &Tiles, plane: &[f32], v: &mut [f32], stride: usize) {
     let pw = t.pw();
     for ty in 0..t.th {
-        let rows = &plane[2 * ty * pw..][..4 * pw];
+        let rows = &plane[4 * ty * pw..][..S * pw];
         for q in (0..t.tw).step_by(4) {
-            // Per row r of the four tiles' 4x4 inputs: d B, from the tiles' columns 0..4.
-            let db: [[F4; 4]; 4] = core::array::from_fn(|r| {
-                let s = &rows[r * pw + 2 * q..][..10];
-                let [c0, c1] = F4::deinterleave(load(s), load(&s[4..]));
-                let [c2, c3] = F4::deinterleave(load(&s[2..]), load(&s[6..]));
-                [c0.sub(c2), c1.add(c2), c2.sub(c1), c1.sub(c3)]
+            // Per row r of the four tiles' 6x6 inputs: d B, from the tiles' columns 0..6
+            // (column j of tile l is at 4 (q + l) + j: two 4x4 transposes).
+            let db: [[F4; S]; S] = core::array::from_fn(|r| {
+                let s = &rows[r * pw + 4 * q..][..18];
+                let [c0, c1, c2, c3] =
+                    F4::transpose([load(s), load(&s[4..]), load(&s[8..]), load(&s[12..])]);
+                let [_, _, c4, c5] =
+                    F4::transpose([load(&s[2..]), load(&s[6..]), load(&s[10..]), load(&s[14..])]);
+                input_1d([c0, c1, c2, c3, c4, c5])
             });
             let at = ty * t.tw + q;
-            for j in 0..4 {
-                let (r0, r1, r2, r3) = (db[0][j], db[1][j], db[2][j], db[3][j]);
-                let col = [r0.sub(r2), r1.add(r2), r2.sub(r1), r1.sub(r3)];
+            for j in 0..S {
+                let col = input_1d(core::array::from_fn(|r| db[r][j]));
                 for (i, x) in col.into_iter().enumerate() {
-                    store(x, &mut v[(4 * i + j) * stride + at..]);
+                    store(x, &mut v[(S * i + j) * stride + at..]);
                 }
             }
         }
     }
 }
 
-/// Writes one output plane `out` (`[oh, ow]`) from its tiles' 16 products
-/// (`m[xi * stride + tile]`): `Y = A^T M A`, two output rows per tile row, built in `rows`.
+/// Writes one output plane `out` (`[oh, ow]`) from its tiles' 36 products
+/// (`m[xi * stride + tile]`): `Y = A^T M A`, four output rows per tile row, built in `rows`.
 fn output_transform(t: &Tiles, m: &[f32], stride: usize, out: &mut [f32], rows: &mut [f32]) {
-    let tw = t.tw;
-    let (r0, r1) = rows[..4 * tw].split_at_mut(2 * tw);
+    let (tw, rw) = (t.tw, 4 * t.tw4());
     for ty in 0..t.th {
         for q in (0..tw).step_by(4) {
             let at = ty * tw + q;
             let mv: [F4; P] = core::array::from_fn(|xi| load(&m[xi * stride + at..]));
-            // A^T M: rows 0 + 1 + 2 and 1 - 2 - 3; then the same along the columns.
-            let s0: [F4; 4] = core::array::from_fn(|j| mv[j].add(mv[4 + j]).add(mv[8 + j]));
-            let s1: [F4; 4] = core::array::from_fn(|j| mv[4 + j].sub(mv[8 + j]).sub(mv[12 + j]));
-            for (s, r) in [(s0, &mut *r0), (s1, &mut *r1)] {
-                let y0 = s[0].add(s[1]).add(s[2]);
-                let y1 = s[1].sub(s[2]).sub(s[3]);
-                let [lo, hi] = F4::interleave(y0, y1);
-                store(lo, &mut r[2 * q..]);
-                store(hi, &mut r[2 * q + 4..]);
+            // A^T M along the columns: am[j][r] = row r of column j.
+            let am: [[F4; 4]; S] =
+                core::array::from_fn(|j| output_1d(core::array::from_fn(|i| mv[S * i + j])));
+            for r in 0..4 {
+                // Row r of the four tiles, one tile per vector after the transpose.
+                let y = output_1d(core::array::from_fn(|j| am[j][r]));
+                for (l, x) in F4::transpose(y).into_iter().enumerate() {
+                    store(x, &mut rows[r * rw + 4 * (q + l)..]);
+                }
             }
         }
-        let y = 2 * ty;
-        out[y * t.ow..][..t.ow].copy_from_slice(&r0[..t.ow]);
-        if y + 1 < t.oh {
-            out[(y + 1) * t.ow..][..t.ow].copy_from_slice(&r1[..t.ow]);
+        for r in 0..4.min(t.oh - 4 * ty) {
+            out[(4 * ty + r) * t.ow..][..t.ow].copy_from_slice(&rows[r * rw..][..t.ow]);
         }
     }
 }
