@@ -65,11 +65,18 @@ fn output_1d(m: [F4; S]) -> [F4; 4] {
     ]
 }
 
-/// The filters of one convolution transformed as `[groups][36][og][cg]` (`U = G g G^T`).
+/// The filters of one convolution transformed as `[groups][36][og * cg + 16]` (`U = G g G^T`).
 pub(super) struct Filters {
     u: Vec<f32>,
     og: usize,
     cg: usize,
+}
+
+impl Filters {
+    /// Elements from one plane of `u` to the next.
+    fn plane(&self) -> usize {
+        self.og * self.cg + 16
+    }
 }
 
 impl Filters {
@@ -89,23 +96,20 @@ impl Filters {
                 t[2],
             ]
         };
-        // Each filter's 36 values side by side first, then the planes: writing the planes
-        // filter by filter would hit 36 addresses a power of two apart, which share cache sets.
-        let mut per = vec![0.0; groups * og * cg * P];
-        for (k, d) in w.chunks_exact(9).zip(per.chunks_exact_mut(P)) {
+        // Planes one cache line longer than their filters: filter by filter, the 36 writes
+        // would otherwise be a power of two apart and share one cache set.
+        let plane = og * cg + 16;
+        let mut u = vec![0.0; groups * P * plane];
+        for (f, k) in w.chunks_exact(9).enumerate().take(groups * og * cg) {
+            let (gi, at) = (f / (og * cg), f % (og * cg));
             // G along each column of k, then along each resulting row.
             let cols: [[f32; S]; 3] = core::array::from_fn(|j| g6([k[j], k[3 + j], k[6 + j]]));
-            for (i, d) in d.chunks_exact_mut(S).enumerate() {
-                d.copy_from_slice(&g6([cols[0][i], cols[1][i], cols[2][i]]));
-            }
-        }
-        // [groups][og * cg][36] -> [groups][36][og * cg]
-        let ocg = og * cg;
-        let mut u = vec![0.0; groups * P * ocg];
-        for (gi, block) in u.chunks_exact_mut(P * ocg).enumerate() {
-            for (xi, plane) in block.chunks_exact_mut(ocg).enumerate() {
-                for (f, d) in plane.iter_mut().enumerate() {
-                    *d = per[(gi * ocg + f) * P + xi];
+            for i in 0..S {
+                for (j, v) in g6([cols[0][i], cols[1][i], cols[2][i]])
+                    .into_iter()
+                    .enumerate()
+                {
+                    u[(gi * P + S * i + j) * plane + at] = v;
                 }
             }
         }
@@ -180,7 +184,7 @@ pub(super) fn conv_image(
     let (m, rows) = rest.split_at_mut(P * og * n);
     // The zero border stays: every channel writes the same interior.
     plane.fill(0.0);
-    let groups = f.u.len() / (P * og * cg).max(1);
+    let groups = f.u.len() / (P * f.plane());
     for gi in 0..groups {
         for c in 0..cg {
             let src = &img[(gi * cg + c) * t.h * t.w..][..t.h * t.w];
@@ -196,7 +200,7 @@ pub(super) fn conv_image(
                 og,
                 cg,
                 n,
-                &f.u[(gi * P + xi) * og * cg..],
+                &f.u[(gi * P + xi) * f.plane()..],
                 [cg as isize, 1],
                 &v[xi * cg * n..],
                 [n as isize, 1],
@@ -230,10 +234,16 @@ fn input_transform(t: &Tiles, plane: &[f32], v: &mut [f32], stride: usize) {
                 input_1d([c0, c1, c2, c3, c4, c5])
             });
             let at = ty * t.tw + q;
-            for j in 0..S {
-                let col = input_1d(core::array::from_fn(|r| db[r][j]));
-                for (i, x) in col.into_iter().enumerate() {
-                    store(x, &mut v[(S * i + j) * stride + at..]);
+            // One check for the 36 stores (each check would cost module bytes).
+            assert!((P - 1) * stride + at + 4 <= v.len());
+            let base = v.as_mut_ptr().wrapping_add(at);
+            // Column j of d B across the rows: B^T (d B).
+            let columns: [[F4; S]; S] =
+                core::array::from_fn(|j| core::array::from_fn(|r| db[r][j]));
+            for (j, column) in columns.into_iter().enumerate() {
+                for (i, x) in input_1d(column).into_iter().enumerate() {
+                    // SAFETY: inside `v`, per the assert above.
+                    unsafe { x.store(base.add((S * i + j) * stride)) };
                 }
             }
         }
@@ -247,7 +257,10 @@ fn output_transform(t: &Tiles, m: &[f32], stride: usize, out: &mut [f32], rows: 
     for ty in 0..t.th {
         for q in (0..tw).step_by(4) {
             let at = ty * tw + q;
-            let mv: [F4; P] = core::array::from_fn(|xi| load(&m[xi * stride + at..]));
+            assert!((P - 1) * stride + at + 4 <= m.len());
+            // SAFETY: inside `m`, per the assert above.
+            let mv: [F4; P] =
+                core::array::from_fn(|xi| unsafe { F4::load(m.as_ptr().add(xi * stride + at)) });
             // A^T M along the columns: am[j][r] = row r of column j.
             let am: [[F4; 4]; S] =
                 core::array::from_fn(|j| output_1d(core::array::from_fn(|i| mv[S * i + j])));
