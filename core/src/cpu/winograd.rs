@@ -72,14 +72,18 @@ pub(super) struct Filters {
     cg: usize,
 }
 
-impl Filters {
-    /// Elements from one plane of `u` to the next.
-    fn plane(&self) -> usize {
-        self.og * self.cg + 16
-    }
+/// Elements from one plane of [`Filters`] to the next: one cache line more than its filters,
+/// so that a filter's 36 values, written together, are not a power of two apart (which puts
+/// them in one cache set).
+fn plane_len(og: usize, cg: usize) -> usize {
+    og * cg + 16
 }
 
 impl Filters {
+    /// Elements from one plane of `u` to the next.
+    fn plane(&self) -> usize {
+        plane_len(self.og, self.cg)
+    }
     /// Transforms OIHW 3x3 weights `w` (`[groups * og, cg, 3, 3]`).
     pub(super) fn new(w: &[f32], groups: usize, og: usize, cg: usize) -> Self {
         // G t for three values t (by reciprocals: products are cheaper than divisions).
@@ -96,9 +100,7 @@ impl Filters {
                 t[2],
             ]
         };
-        // Planes one cache line longer than their filters: filter by filter, the 36 writes
-        // would otherwise be a power of two apart and share one cache set.
-        let plane = og * cg + 16;
+        let plane = plane_len(og, cg);
         let mut u = vec![0.0; groups * P * plane];
         for (f, k) in w.chunks_exact(9).enumerate().take(groups * og * cg) {
             let (gi, at) = (f / (og * cg), f % (og * cg));
