@@ -5,8 +5,8 @@
 //! Products with a few rows against a transposed `B` (a linear layer's batch of one) skip the
 //! packing: they are dot products along contiguous memory, bound by reading `B` once.
 
+use super::lanes::F4;
 use alloc::vec::Vec;
-use lanes::F4;
 
 /// Rows of the micro-kernel's tile. Each step loads `MR` values of `A` as two vectors and
 /// broadcasts their lanes by shuffles, cheaper in V8 than scalar loads and splats (in Node on
@@ -24,128 +24,6 @@ const MC: usize = 64;
 const NC: usize = 1024;
 /// Rows up to which a product against a column-contiguous `B` is computed as dot products.
 const DOT_ROWS: usize = 4;
-
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod lanes {
-    use core::arch::wasm32::*;
-
-    /// Four f32 lanes in one SIMD128 register.
-    #[derive(Clone, Copy)]
-    pub(super) struct F4(v128);
-
-    impl F4 {
-        #[inline(always)]
-        pub(super) fn splat(v: f32) -> F4 {
-            F4(f32x4_splat(v))
-        }
-        /// # Safety
-        /// `p` must be valid for reading four f32s (any alignment).
-        #[inline(always)]
-        pub(super) unsafe fn load(p: *const f32) -> F4 {
-            // SAFETY: forwarded; v128_load has no alignment requirement.
-            F4(unsafe { v128_load(p.cast()) })
-        }
-        /// # Safety
-        /// `p` must be valid for writing four f32s (any alignment).
-        #[inline(always)]
-        pub(super) unsafe fn store(self, p: *mut f32) {
-            // SAFETY: forwarded; v128_store has no alignment requirement.
-            unsafe { v128_store(p.cast(), self.0) }
-        }
-        /// `self + a * b` (no fused multiply-add in SIMD128).
-        #[inline(always)]
-        pub(super) fn mul_add(self, a: F4, b: F4) -> F4 {
-            F4(f32x4_add(self.0, f32x4_mul(a.0, b.0)))
-        }
-        #[inline(always)]
-        pub(super) fn mul(self, o: F4) -> F4 {
-            F4(f32x4_mul(self.0, o.0))
-        }
-        /// Rows of a 4x4 block as its columns.
-        #[inline(always)]
-        pub(super) fn transpose([a, b, c, d]: [F4; 4]) -> [F4; 4] {
-            let lo = |x: F4, y: F4| i32x4_shuffle::<0, 4, 1, 5>(x.0, y.0);
-            let hi = |x: F4, y: F4| i32x4_shuffle::<2, 6, 3, 7>(x.0, y.0);
-            let (t0, t1, t2, t3) = (lo(a, b), lo(c, d), hi(a, b), hi(c, d));
-            [
-                F4(i32x4_shuffle::<0, 1, 4, 5>(t0, t1)),
-                F4(i32x4_shuffle::<2, 3, 6, 7>(t0, t1)),
-                F4(i32x4_shuffle::<0, 1, 4, 5>(t2, t3)),
-                F4(i32x4_shuffle::<2, 3, 6, 7>(t2, t3)),
-            ]
-        }
-        /// Lane `l` in every lane (`l` is a constant once the kernel's loops are unrolled).
-        #[inline(always)]
-        pub(super) fn lane(self, l: usize) -> F4 {
-            F4(match l {
-                0 => i32x4_shuffle::<0, 0, 0, 0>(self.0, self.0),
-                1 => i32x4_shuffle::<1, 1, 1, 1>(self.0, self.0),
-                2 => i32x4_shuffle::<2, 2, 2, 2>(self.0, self.0),
-                _ => i32x4_shuffle::<3, 3, 3, 3>(self.0, self.0),
-            })
-        }
-        #[inline(always)]
-        pub(super) fn to_array(self) -> [f32; 4] {
-            [
-                f32x4_extract_lane::<0>(self.0),
-                f32x4_extract_lane::<1>(self.0),
-                f32x4_extract_lane::<2>(self.0),
-                f32x4_extract_lane::<3>(self.0),
-            ]
-        }
-    }
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-mod lanes {
-    /// Four f32 lanes: the portable stand-in for a SIMD register.
-    #[derive(Clone, Copy)]
-    pub(super) struct F4([f32; 4]);
-
-    impl F4 {
-        #[inline(always)]
-        pub(super) fn splat(v: f32) -> F4 {
-            F4([v; 4])
-        }
-        /// # Safety
-        /// `p` must be valid for reading four f32s.
-        #[inline(always)]
-        pub(super) unsafe fn load(p: *const f32) -> F4 {
-            // SAFETY: forwarded.
-            F4(unsafe { p.cast::<[f32; 4]>().read_unaligned() })
-        }
-        /// # Safety
-        /// `p` must be valid for writing four f32s.
-        #[inline(always)]
-        pub(super) unsafe fn store(self, p: *mut f32) {
-            // SAFETY: forwarded.
-            unsafe { p.cast::<[f32; 4]>().write_unaligned(self.0) }
-        }
-        /// `self + a * b`, unfused as on SIMD128.
-        #[inline(always)]
-        pub(super) fn mul_add(self, a: F4, b: F4) -> F4 {
-            F4(core::array::from_fn(|i| self.0[i] + a.0[i] * b.0[i]))
-        }
-        #[inline(always)]
-        pub(super) fn mul(self, o: F4) -> F4 {
-            F4(core::array::from_fn(|i| self.0[i] * o.0[i]))
-        }
-        /// Rows of a 4x4 block as its columns.
-        #[inline(always)]
-        pub(super) fn transpose(r: [F4; 4]) -> [F4; 4] {
-            core::array::from_fn(|i| F4(core::array::from_fn(|j| r[j].0[i])))
-        }
-        /// Lane `l` in every lane.
-        #[inline(always)]
-        pub(super) fn lane(self, l: usize) -> F4 {
-            F4([self.0[l]; 4])
-        }
-        #[inline(always)]
-        pub(super) fn to_array(self) -> [f32; 4] {
-            self.0
-        }
-    }
-}
 
 /// `c = alpha * a b + beta * c` for `a: m x k`, `b: k x n`, `c: m x n` with arbitrary (row,
 /// column) strides; `c` is not read when `beta` is 0. The signature of `matrixmultiply::sgemm`.

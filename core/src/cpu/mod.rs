@@ -18,6 +18,7 @@
 mod conv;
 mod elementwise;
 mod gemm;
+mod lanes;
 mod matmul;
 mod movement;
 mod num;
@@ -29,6 +30,7 @@ mod storage;
 mod strided;
 #[cfg(test)]
 mod tests;
+mod winograd;
 
 pub use storage::CpuStorage;
 

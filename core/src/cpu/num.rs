@@ -232,6 +232,10 @@ pub(crate) trait Float:
     /// SIMD128 kernel ([`super::gemm`]) for f32, matrixmultiply's for f64.
     #[cfg_attr(all(feature = "std", not(target_arch = "wasm32")), allow(dead_code))]
     const PORTABLE_GEMM: MatrixMultiply<Self>;
+    /// The values as f32 when this type is f32: the kernels written for f32 alone take them
+    /// (Winograd's convolution, [`super::winograd`], whose transforms' rounding f32 absorbs;
+    /// f64 keeps the direct product as the reference).
+    fn as_f32(v: &[Self]) -> Option<&[f32]>;
     /// `c = a b + beta * c` with arbitrary strides: the `gemm` crate on native `std` builds,
     /// [`Float::PORTABLE_GEMM`] elsewhere. `parallel`: spread it over the thread pool (callers already
     /// running one GEMM per thread pass `false`).
@@ -407,6 +411,9 @@ impl Float for f32 {
         libm::powf(self, p)
     }
     const PORTABLE_GEMM: MatrixMultiply<f32> = super::gemm::sgemm;
+    fn as_f32(v: &[f32]) -> Option<&[f32]> {
+        Some(v)
+    }
 }
 
 impl Float for f64 {
@@ -452,4 +459,7 @@ impl Float for f64 {
         libm::pow(self, p)
     }
     const PORTABLE_GEMM: MatrixMultiply<f64> = matrixmultiply::dgemm;
+    fn as_f32(_: &[f64]) -> Option<&[f32]> {
+        None
+    }
 }
