@@ -729,25 +729,38 @@ const REDUCE_WORKGROUPS: usize = 512;
 const REDUCE_CHUNK_MIN_LEN: usize = 16 << 10;
 
 /// Into how many chunks to cut a reduction of `n_out` outputs over the (coalesced) reduced
-/// dims `rd`: only ops whose chunks combine with the op itself (the mean of equal chunks' means
-/// is the mean), only where few outputs would leave the GPU idle, and only into a divisor of
-/// the outermost reduced dim, so that the chunks are a plain view.
+/// dims `rd`: only where few outputs would leave the GPU idle, each chunk long enough to be
+/// worth a workgroup (see [`chunks`]).
 fn reduction_chunks(op: ReduceOp, n_out: u32, rd: &[usize], same_type: bool) -> Option<usize> {
+    let (n_out, len) = (n_out as usize, rd.iter().product::<usize>());
+    if n_out * 2 >= REDUCE_WORKGROUPS || len < REDUCE_CHUNK_MIN_LEN {
+        return None;
+    }
+    chunks(op, same_type, rd, REDUCE_WORKGROUPS / n_out.max(1), 1024)
+}
+
+/// The largest number of chunks, 2 to `want`, that the reduced dims `rd` cut into with at
+/// least `min_len` elements each: only for ops whose chunks combine with the op itself (the
+/// mean of equal chunks' means is the mean), and only a divisor of the outermost reduced dim,
+/// so that the chunks are a plain view.
+fn chunks(
+    op: ReduceOp,
+    same_type: bool,
+    rd: &[usize],
+    want: usize,
+    min_len: usize,
+) -> Option<usize> {
     let combines = matches!(
         op,
         ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
     );
-    let n_out = n_out as usize;
-    let len: usize = rd.iter().product();
-    if !combines || !same_type || n_out * 2 >= REDUCE_WORKGROUPS || len < REDUCE_CHUNK_MIN_LEN {
+    if !combines || !same_type {
         return None;
     }
-    let outer = *rd.first()?;
-    let want = REDUCE_WORKGROUPS / n_out.max(1);
-    // each chunk stays long enough to be worth a workgroup
+    let (outer, len) = (*rd.first()?, rd.iter().product::<usize>());
     (2..=want.min(outer))
         .rev()
-        .find(|c| outer % c == 0 && len / c >= 1024)
+        .find(|c| outer % c == 0 && len / c >= min_len)
 }
 
 /// Row lengths that take every path and workgroup size of reduce.wgsl and rows.wgsl.
@@ -784,24 +797,13 @@ const COLUMN_CHUNK_MIN_LEN: usize = 1 << 20;
 
 /// Into how many chunks to cut a column reduction (outputs adjacent in memory, the reduced
 /// axes strided) of `n_out` outputs over the coalesced reduced dims `rd`, so that about
-/// [`COLUMN_THREADS`] invocations each fold at least 16 elements; like [`reduction_chunks`],
-/// only ops whose chunks combine, and a divisor of the outermost reduced dim.
+/// [`COLUMN_THREADS`] invocations each fold at least 16 elements (see [`chunks`]).
 fn column_chunks(op: ReduceOp, n_out: u32, rd: &[usize], same_type: bool) -> Option<usize> {
-    let combines = matches!(
-        op,
-        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
-    );
-    let n_out = n_out as usize;
-    let len: usize = rd.iter().product();
-    if !combines || !same_type || n_out >= COLUMN_THREADS / 2 || n_out * len < COLUMN_CHUNK_MIN_LEN
-    {
+    let (n_out, len) = (n_out as usize, rd.iter().product::<usize>());
+    if n_out >= COLUMN_THREADS / 2 || n_out * len < COLUMN_CHUNK_MIN_LEN {
         return None;
     }
-    let outer = *rd.first()?;
-    let want = COLUMN_THREADS / n_out.max(1);
-    (2..=want.min(outer))
-        .rev()
-        .find(|c| outer % c == 0 && len / c >= 16)
+    chunks(op, same_type, rd, COLUMN_THREADS / n_out.max(1), 16)
 }
 
 /// Whether every value is a multiple of 4: sizes, offsets and strides that keep vec4 accesses
