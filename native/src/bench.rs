@@ -187,6 +187,13 @@ pub struct Timing {
     pub streamed: Latency,
 }
 
+impl Timing {
+    /// Both ways of timing, each with its name: `alone` then `streamed`.
+    pub fn modes(&self) -> [(&'static str, Latency); 2] {
+        [("alone", self.alone), ("streamed", self.streamed)]
+    }
+}
+
 /// Runs per wait in [`Timing::streamed`].
 pub const STREAMED: usize = 10;
 

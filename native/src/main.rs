@@ -536,24 +536,19 @@ fn run(cli: Cli) -> Result<()> {
                 ("device copy (Op::Contiguous of a slice)", &r.copy),
             ];
             for (name, t) in rows {
-                for (how, l) in [("alone", &t.alone), ("streamed", &t.streamed)] {
+                for (how, l) in t.modes() {
                     println!(
                         "{name:<42} {how:<8} median {:>9.3} ms  min {:>9.3}  max {:>9.3}",
                         l.median_ms, l.min_ms, l.max_ms
                     );
                 }
             }
-            for (how, of) in [
-                (
-                    "alone",
-                    (|t: &kiln::bench::Timing| t.alone.median_ms) as fn(&_) -> f64,
-                ),
-                ("streamed", |t| t.streamed.median_ms),
-            ] {
+            for i in 0..2 {
+                let [(how, fused), (_, unfused), (_, copy)] = rows.map(|(_, t)| t.modes()[i]);
                 println!(
                     "{how:<8} unfused / fused: {:.2}x   fused / copy: {:.2}x",
-                    of(&r.unfused) / of(&r.fused).max(1e-9),
-                    of(&r.fused) / of(&r.copy).max(1e-9),
+                    unfused.median_ms / fused.median_ms.max(1e-9),
+                    fused.median_ms / copy.median_ms.max(1e-9),
                 );
             }
             println!("max |fused - unfused|: {:.2e}", r.max_diff);

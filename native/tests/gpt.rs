@@ -201,39 +201,20 @@ fn kiln(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn train_text_and_generate_from_the_command_line() {
-    if corpus().is_none() {
-        return;
-    }
+/// A fresh folder with the paths of `kiln train text`'s model and log, or `None` without the
+/// corpus (the test then has nothing to train on).
+fn text_run_paths() -> Option<(tempfile::TempDir, String, String)> {
+    corpus()?;
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
     let (out, log) = (p("gpt.safetensors"), p("log.jsonl"));
-    let o = kiln(&[
-        "train",
-        "text",
-        "--context",
-        "16",
-        "--dim",
-        "24",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--batch-size",
-        "8",
-        "--max-steps",
-        "12",
-        "--eval-every",
-        "6",
-        "--eval-windows",
-        "4",
-        "--quiet",
-        "--out",
-        &out,
-        "--log",
-        &log,
-    ]);
+    Some((dir, out, log))
+}
+
+/// Runs `kiln` with `args` (a `train text` writing its log to `log`) and checks that it
+/// succeeded, printed a validation loss and logged two evaluations.
+fn assert_trained(args: &[&str], log: &str) {
+    let o = kiln(args);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -241,9 +222,41 @@ fn train_text_and_generate_from_the_command_line() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(stdout.contains("validation loss: "), "{stdout}");
-    assert_eq!(
-        Log::read(std::path::Path::new(&log)).unwrap().evals.len(),
-        2
+    assert_eq!(Log::read(std::path::Path::new(log)).unwrap().evals.len(), 2);
+}
+
+#[test]
+fn train_text_and_generate_from_the_command_line() {
+    let Some((_dir, out, log)) = text_run_paths() else {
+        return;
+    };
+    assert_trained(
+        &[
+            "train",
+            "text",
+            "--context",
+            "16",
+            "--dim",
+            "24",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "12",
+            "--eval-every",
+            "6",
+            "--eval-windows",
+            "4",
+            "--quiet",
+            "--out",
+            &out,
+            "--log",
+            &log,
+        ],
+        &log,
     );
     let greedy_text = |seed: &str| {
         let o = kiln(&[
@@ -275,12 +288,9 @@ fn train_text_and_generate_from_the_command_line() {
 /// `train text --gpus 2` on the CPU: two replicas on halves of the windows, one log and model.
 #[test]
 fn train_text_on_two_replicas() {
-    if corpus().is_none() {
+    let Some((_dir, out, log)) = text_run_paths() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
-    let (out, log) = (p("gpt.safetensors"), p("log.jsonl"));
+    };
     let args = [
         "train",
         "text",
@@ -310,16 +320,7 @@ fn train_text_on_two_replicas() {
         "--log",
         &log,
     ];
-    let o = kiln(&args);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(stdout.contains("validation loss: "), "{stdout}");
-    let read = Log::read(std::path::Path::new(&log)).unwrap();
-    assert_eq!(read.evals.len(), 2);
+    assert_trained(&args, &log);
     assert!(std::path::Path::new(&out).exists());
     // --profile times one device
     let mut with_profile = args.to_vec();

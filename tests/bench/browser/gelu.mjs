@@ -10,6 +10,8 @@
 //                   library's run with the input tensor made beforehand)
 // check(p) posts the output of 2^p inputs to the server (/out/<row>_<p>.f32) for the comparisons.
 
+import { Unavailable, adapterInfo, kilnOn } from "./page.mjs";
+
 const q = new URLSearchParams(location.search);
 const lib = q.get("lib");
 const backend = q.get("backend");
@@ -18,31 +20,11 @@ const modelName = q.get("model") || "gelu20";
 
 const state = { lib, backend, fusion, model: modelName, warnings: [] };
 window.__gelu = state;
-class Unavailable extends Error {}
-
-async function adapterInfo() {
-  if (!("gpu" in navigator)) throw new Unavailable("navigator.gpu is missing (WebGPU not exposed)");
-  const a = await navigator.gpu.requestAdapter();
-  if (!a) throw new Unavailable("navigator.gpu.requestAdapter() returned null (no WebGPU adapter)");
-  const i = a.info || {};
-  return `${i.vendor || "?"} ${i.architecture || ""} ${i.description || ""}`.replace(/\s+/g, " ").trim();
-}
-
 // Each loader returns { version, backend, upload(x) -> handle, e2e(x) -> Float32Array,
 // compute(handle) -> Promise<void>, free(handle) }.
 const loaders = {
   async kiln() {
-    const k = await import("/kiln/index.js");
-    await k.init();
-    let device;
-    if (backend === "webgpu") {
-      await adapterInfo();
-      device = await k.Device.webgpu({ fusion }).catch((e) => {
-        throw new Unavailable(`kiln Device.webgpu(): ${e.message}`);
-      });
-    } else {
-      device = k.Device.cpu();
-    }
+    const { k, device } = await kilnOn(backend, { fusion });
     const gelu = (x) => {
       const a = x.div(Math.SQRT2);
       const e = a.erf();

@@ -6,12 +6,12 @@
 // Every timed run is "input upload to logits read back in JS": a library tensor is made from the
 // Float32Array, the model runs, the logits are read back into a Float32Array, tensors are freed.
 
+import { Unavailable, adapterInfo, kilnOn } from "./page.mjs";
+
 const q = new URLSearchParams(location.search);
 const lib = q.get("lib");
 const backend = q.get("backend");
 const threads = Number(q.get("threads") || 1);
-
-class Unavailable extends Error {}
 
 function loadScript(src) {
   return new Promise((resolve, reject) => {
@@ -21,15 +21,6 @@ function loadScript(src) {
     s.onerror = () => reject(new Error(`failed to load ${src}`));
     document.head.appendChild(s);
   });
-}
-
-async function adapterInfo() {
-  if (!("gpu" in navigator)) throw new Unavailable("navigator.gpu is missing (WebGPU not exposed)");
-  const a = await navigator.gpu.requestAdapter();
-  if (!a) throw new Unavailable("navigator.gpu.requestAdapter() returned null (no WebGPU adapter)");
-  const i = a.info || {};
-  return `${i.vendor || "?"} ${i.architecture || ""} ${i.description || ""}`.replace(/\s+/g, " ").trim() +
-    (i.isFallbackAdapter || a.isFallbackAdapter ? " (fallback adapter)" : "");
 }
 
 /** Parses a safetensors file (8-byte header length, JSON header, raw little-endian data). */
@@ -49,19 +40,7 @@ function safetensors(buf) {
 // Each loader returns { version, backend, threads, run(x: Float32Array, batch) -> Promise<Float32Array> }.
 const loaders = {
   async kiln() {
-    const k = await import("/kiln/index.js");
-    await k.init();
-    let device;
-    if (backend === "webgpu") {
-      await adapterInfo();
-      try {
-        device = await k.Device.webgpu();
-      } catch (e) {
-        throw new Unavailable(`kiln Device.webgpu(): ${e.message}`);
-      }
-    } else {
-      device = k.Device.cpu();
-    }
+    const { k, device } = await kilnOn(backend);
     const model = await k.Model.load("/data/mnist.safetensors", { device });
     return {
       version: k.version(),

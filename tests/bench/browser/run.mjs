@@ -115,6 +115,7 @@ const FILES = {
   "/harness.mjs": join(HERE, "harness.mjs"),
   "/gelu.html": join(HERE, "gelu.html"),
   "/gelu.mjs": join(HERE, "gelu.mjs"),
+  "/page.mjs": join(HERE, "page.mjs"),
   "/data/mnist.safetensors": opt.model,
 };
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript",

@@ -1,0 +1,26 @@
+// What both benchmark pages (harness.mjs, gelu.mjs) need: the error that marks a row as
+// unavailable on this browser (not failed), the WebGPU adapter's description, kiln on a backend.
+
+export class Unavailable extends Error {}
+
+export async function adapterInfo() {
+  if (!("gpu" in navigator)) throw new Unavailable("navigator.gpu is missing (WebGPU not exposed)");
+  const a = await navigator.gpu.requestAdapter();
+  if (!a) throw new Unavailable("navigator.gpu.requestAdapter() returned null (no WebGPU adapter)");
+  const i = a.info || {};
+  return `${i.vendor || "?"} ${i.architecture || ""} ${i.description || ""}`.replace(/\s+/g, " ").trim() +
+    (i.isFallbackAdapter || a.isFallbackAdapter ? " (fallback adapter)" : "");
+}
+
+/** The kiln package `k`, initialised, and its device for `backend`: WebGPU with `options`, else the CPU. */
+export async function kilnOn(backend, options) {
+  const k = await import("/kiln/index.js");
+  await k.init();
+  if (backend !== "webgpu") return { k, device: k.Device.cpu() };
+  await adapterInfo();
+  try {
+    return { k, device: await k.Device.webgpu(options) };
+  } catch (e) {
+    throw new Unavailable(`kiln Device.webgpu(): ${e.message}`);
+  }
+}
