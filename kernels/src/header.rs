@@ -153,10 +153,11 @@ headers! {
     /// words), then x's view and the index view (an offset and `rank` strides each).
     GatherParams { numel: u32, rank: u32, axis: u32, axis_len: u32 }
 
-    /// index.wgsl in mode `scatter_add`: `numel` outputs. The tail is the output shape and the
-    /// index shape (`rank` words each), then the views of x, index and src (an offset and `rank`
-    /// strides each).
-    ScatterAddParams { numel: u32, rank: u32, axis: u32 }
+    /// index.wgsl in mode `scatter_add`: `numel` outputs, each summing `chunk` positions of the
+    /// index axis per invocation (chunk c of output o is invocation c * numel + o; chunk 0 adds
+    /// x). The tail is the output shape and the index shape (`rank` words each), then the views
+    /// of x, index and src (an offset and `rank` strides each).
+    ScatterAddParams { numel: u32, rank: u32, axis: u32, chunk: u32 }
 
     /// index.wgsl in mode `one_hot`: `numel` outputs of `classes` each per index, the indices
     /// contiguous from `index_offset`. No tail.

@@ -377,10 +377,19 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                 let l = &input.layout;
                 push_view(&mut tail, l.offset(), &strides_u32(l.strides(), name)?);
             }
+            // Each output walks the whole index axis: with few outputs (an embedding's gradient:
+            // a small table, many tokens) the walk is cut into chunks summed by a column sum.
+            let len = index_dims[*axis];
+            let chunks = (SCATTER_THREADS / n.max(1) as usize)
+                .min(len / SCATTER_CHUNK_MIN_LEN)
+                .max(1);
+            let chunk = len.div_ceil(chunks).max(1);
+            let chunks = len.div_ceil(chunk).max(1);
             let h = ScatterAddParams {
                 numel: n,
                 rank: rank as u32,
                 axis: *axis as u32,
+                chunk: chunk as u32,
             };
             let key = KernelKey::new(
                 "index.wgsl",
@@ -391,13 +400,29 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                     ("WG", "256"),
                 ],
             );
-            let bufs = vec![
-                Buffer::Input(0),
-                Buffer::Input(1),
-                Buffer::Input(2),
-                Buffer::Output(0),
-            ];
-            p.launch(key, h.with_tail(tail), bufs, n)
+            let sums = match chunks {
+                1 => Buffer::Output(0),
+                _ => p.scratch(chunks * n as usize),
+            };
+            let bufs = vec![Buffer::Input(0), Buffer::Input(1), Buffer::Input(2), sums];
+            p.launch(
+                key,
+                h.with_tail(tail),
+                bufs,
+                u32_len(chunks * n as usize, name)?,
+            )?;
+            if chunks > 1 {
+                let partials = Layout::contiguous(Shape::from([chunks, n as usize]));
+                p.reduce(
+                    ReduceOp::Sum,
+                    &[0],
+                    &partials,
+                    [sums, Buffer::Output(0)],
+                    ty,
+                    ty,
+                )?;
+            }
+            Ok(())
         }
         Op::Custom(c) => p.custom(c, inputs, &outputs[0]),
         Op::AdamStep(a) => {
@@ -564,6 +589,10 @@ enum Fast {
     /// element e of out reads its element (e / inner) % period. A scalar is (1, 1), a row of a
     /// multiple of 4 (period, 1), a channel of NCHW (C, H * W a multiple of 4).
     Bcast(&'static str, u32, u32),
+    /// map.wgsl only: every view walks its innermost axis contiguously, in runs of a multiple of
+    /// 4 from multiples of 4 (a permuted copy such as a head split, a pad's interior): one vec4
+    /// per invocation, the strided index in units of vec4 (so a quarter of the divisions).
+    Strided4,
 }
 
 impl Fast {
@@ -612,6 +641,10 @@ impl Fast {
             Fast::Vec4 => {
                 set("VEC4", "1");
             }
+            Fast::Strided4 => {
+                set("VEC4", "1");
+                set("STRIDED", "1");
+            }
             Fast::Bcast(which, ..) => {
                 set("VEC4", "1");
                 set("BCAST", which);
@@ -619,6 +652,18 @@ impl Fast {
         }
         key
     }
+}
+
+/// Whether a launch over coalesced `dims` (rank >= 2) can take [`Fast::Strided4`]: every view's
+/// innermost stride 1, the innermost length, the other strides and the offsets multiples of 4.
+fn strided4(dims: &[usize], strides: &[Vec<usize>], offsets: &[usize]) -> bool {
+    dims.len() >= 2
+        && dims[dims.len() - 1].is_multiple_of(4)
+        && x4(offsets)
+        && strides.iter().all(|s| {
+            let (last, outer) = s.split_last().expect("one stride per axis");
+            *last == 1 && x4(outer)
+        })
 }
 
 /// The header of an elementwise launch, by kernel file.
@@ -818,6 +863,12 @@ fn x4(values: &[usize]) -> bool {
 /// tiles up): the GPT trained at 209.9k tokens/s on Vulkan (H200); aiming at 256 workgroups
 /// gave 232.4k, at 512 240.8k, with MNIST at batch 256 unchanged.
 const SPLIT_K_WORKGROUPS: usize = 512;
+
+/// A scatter_add with fewer outputs than this many invocations cuts its index axis into chunks
+/// of at least `SCATTER_CHUNK_MIN_LEN`: the token embedding's gradient ([65, 384] from 16,384
+/// rows) walked all rows per output.
+const SCATTER_THREADS: usize = 1 << 20;
+const SCATTER_CHUNK_MIN_LEN: usize = 64;
 /// ...giving each split at least this much of K...
 const SPLIT_K_MIN_DEPTH: usize = 256;
 /// ...and keeping the partial products within this many elements (64 MiB).
@@ -1057,7 +1108,24 @@ impl Planner {
         let offsets: Vec<usize> = views.iter().map(|v| v.0).collect();
         // binary.wgsl can read one of two inputs as a repeating run (BCAST); where has three
         let bcast = matches!(kind, Elementwise::Binary) && inputs.len() == 2;
-        let fast = Fast::of(&dims, &strides, &offsets, bcast);
+        let mut fast = Fast::of(&dims, &strides, &offsets, bcast);
+        if fast == Fast::None
+            && matches!(kind, Elementwise::Map(_))
+            && strided4(&dims, &strides, &offsets)
+        {
+            // the tail in units of vec4: the inner axis a quarter as long, strides and offsets / 4
+            fast = Fast::Strided4;
+            tail = dims.iter().map(|&d| d as u32).collect();
+            *tail.last_mut().expect("rank >= 2") /= 4;
+            for (offset, s) in offsets.iter().zip(&strides) {
+                let quarter: Vec<usize> = s.iter().map(|&s| s / 4).collect();
+                push_view(
+                    &mut tail,
+                    offset / 4,
+                    &[&quarter[..quarter.len() - 1], &[1]].concat(),
+                );
+            }
+        }
         let (numel, rank) = (n, dims.len() as u32);
         let params = match kind {
             Elementwise::Map([c0, c1]) => MapParams {
@@ -1788,6 +1856,10 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
         add(Op::Where, &c([view(&[2, 4], dt), view(&[2, 4], dt)]));
         add(Op::Where, &[vec![strided(Bool), strided(dt), strided(dt)]]);
         add(Op::Contiguous, &one_input(dt));
+        // [3, 2, 4] read through a permute of [2, 3, 4]: map.wgsl's strided vec4 copy
+        let rows = Layout::contiguous(Shape::from([2, 3, 4]));
+        let rows = ViewMeta::new(&rows.permute(&[1, 0, 2]).unwrap_or(rows), dt);
+        add(Op::Contiguous, &[vec![rows]]);
         add(
             Op::Concat { axis: 0 },
             &[vec![strided(dt), view(&[1, 5], dt)]],

@@ -5,7 +5,8 @@
 // params (kernels/src/header.rs), one struct per mode:
 //   gather (and index_select): GatherParams: numel, rank (r), axis, axis_len;
 //     tail: shape_out[r], x view, index view
-//   scatter_add: ScatterAddParams: numel, rank (r), axis;
+//   scatter_add: ScatterAddParams: numel, rank (r), axis, chunk (index positions per
+//     invocation: invocation c * numel + o sums chunk c for output o, chunk 0 with x into it);
 //     tail: shape_out[r], shape_index[r], x view, index view, src view
 //   one_hot: OneHotParams: numel, classes, index_offset; no tail
 // A view is offset, strides[r]. Out-of-range indices read as 0 and scatter nowhere.
@@ -25,6 +26,7 @@ struct ScatterAddParams {
     numel: u32,
     rank: u32,
     axis: u32,
+    chunk: u32,
     tail: array<u32>,
 }
 @group(0) @binding(0) var<storage, read> params: ScatterAddParams;
@@ -74,10 +76,21 @@ fn coord(i: u32, rank: u32, shape_at: u32, axis: u32) -> u32 {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
+#if MODE == scatter_add
+    let slot = group_index(wid, nwg) * {{WG}}u + lid;
+    let len = word(params.rank + params.axis);
+    let first = (slot / params.numel) * params.chunk;
+    // chunk 0 always runs: it carries x even where the index axis is empty
+    if (slot >= params.numel && first >= len) {
+        return;
+    }
+    let i = slot % params.numel;
+#else
     let i = group_index(wid, nwg) * {{WG}}u + lid;
     if (i >= params.numel) {
         return;
     }
+#endif
 #if MODE == one_hot
     let classes = params.classes;
     let k = i32(index[params.index_offset + i / classes]);
@@ -104,7 +117,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let x_at = ishape_at + rank;
     let index_at = x_at + 1u + rank;
     let src_at = index_at + 1u + rank;
-    var v = x[strided_index(i, rank, shape_at, x_at)];
+    var v = select({{T}}(0), x[strided_index(i, rank, shape_at, x_at)], first == 0u);
     // the coordinates of i must lie inside the index tensor outside `axis`
     var rem = i;
     var inside = true;
@@ -122,12 +135,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     if (inside) {
         let c = i32(coord(i, rank, shape_at, axis));
-        for (var j = 0u; j < word(ishape_at + axis); j++) {
+        for (var j = first; j < min(first + params.chunk, len); j++) {
             if (i32(index[index_base + j * word(index_at + 1u + axis)]) == c) {
                 v += src[src_base + j * word(src_at + 1u + axis)];
             }
         }
     }
-    out[i] = v;
+    out[slot] = v;
 #endif
 }

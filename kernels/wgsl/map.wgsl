@@ -6,7 +6,8 @@
 // strides[rank]).
 // defines: OP (a UnaryOp name, "cast" or "copy"), EXPR (for a UnaryOp: its WGSL expression of
 // `v`, `T`, `c0`, `c1`, from kiln-core's unary table), TI/TO (input/output element types),
-// TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl).
+// TO_BOOL (cast to bool), WG (workgroup size), VEC4 (as in binary.wgsl), STRIDED (with VEC4:
+// each view walks its inner axis contiguously; the tail is in units of vec4).
 #include "common.wgsl"
 #include "math.wgsl"
 
@@ -74,8 +75,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= numel / 4u) {
         return;
     }
+#if STRIDED
+    // the tail's shape and views are in units of vec4
+    let at = strided_indices(i, rank, shape_at, out_at, 2u);
+    let v = x[at.y];
+    out[at.x] = vec4<{{TO}}>(apply(v.x), apply(v.y), apply(v.z), apply(v.w));
+#else
     let v = x[word(out_at + 1u + rank) / 4u + i];
     out[word(out_at) / 4u + i] = vec4<{{TO}}>(apply(v.x), apply(v.y), apply(v.z), apply(v.w));
+#endif
 #else
     if (i >= numel) {
         return;

@@ -108,6 +108,73 @@ fn elementwise_at_aligned_and_unaligned_offsets() {
     }
 }
 
+/// Copies whose views walk the inner axis contiguously read a vec4 at a time through the
+/// strided index (a head split, a pad's interior, a narrowed inner axis); inner lengths or
+/// offsets that are not multiples of 4 take the scalar kernel.
+#[test]
+fn permuted_copies_of_contiguous_rows() {
+    let Some(dev) = dev() else { return };
+    type View = fn(&Tensor) -> Result<Tensor>;
+    let cases: [(&str, &[usize], View); 6] = [
+        ("head split, D = 8", &[3, 5, 2, 8], |x| {
+            x.permute(&[0, 2, 1, 3])
+        }),
+        ("head split, D = 6", &[3, 5, 2, 6], |x| {
+            x.permute(&[0, 2, 1, 3])
+        }),
+        ("inner narrowed at 4", &[3, 7, 16], |x| x.narrow(2, 4, 8)),
+        ("inner narrowed at 2", &[3, 7, 16], |x| x.narrow(2, 2, 8)),
+        ("outer axes swapped", &[5, 3, 12], |x| x.permute(&[1, 0, 2])),
+        ("padded rows", &[7, 8], |x| x.pad(&[(0, 0), (4, 8)], 0.5)),
+    ];
+    for (i, (name, dims, view)) in cases.into_iter().enumerate() {
+        check(
+            &format!("contiguous of {name} {dims:?}"),
+            &dev,
+            &[data(dims, F, 300 + i as u64, -2.0, 2.0)],
+            &same,
+            &|v| view(&v[0])?.contiguous()?.mul_scalar(1.5),
+            true,
+            TOL,
+        );
+    }
+}
+
+/// A scatter_add with few outputs and a long index axis (an embedding's gradient) sums the
+/// axis in chunks, then the chunks: against the CPU's one pass, for f32 and i32, an index axis
+/// shorter than src's, and through index_select's gradient.
+#[test]
+fn scatter_add_over_a_long_index_axis() {
+    let Some(dev) = dev() else { return };
+    let table = data(&[13, 6], F, 320, -2.0, 2.0);
+    let ids = data(&[1000], DType::I32, 321, 0.0, 13.0);
+    check(
+        "embedding gradient (index_select of 1000 rows of 13)",
+        &dev,
+        &[table.clone(), ids.clone()],
+        &same,
+        &|v| v[0].index_select(0, &v[1])?.mul_scalar(0.5),
+        true,
+        TOL,
+    );
+    for dt in [F, DType::I32] {
+        let x = data(&[13, 6], dt, 322, -20.0, 20.0);
+        for rows in [1000, 937] {
+            let index = data(&[rows, 6], DType::I32, 323, 0.0, 13.0);
+            let src = data(&[1000, 6], dt, 324, -20.0, 20.0);
+            check(
+                &format!("scatter_add {dt} of {rows} index rows"),
+                &dev,
+                &[x.clone(), index, src],
+                &same,
+                &|v| v[0].scatter_add(0, &v[1], &v[2]),
+                dt == F,
+                TOL,
+            );
+        }
+    }
+}
+
 #[test]
 fn elementwise_with_broadcast_operands() {
     let Some(dev) = dev() else { return };
