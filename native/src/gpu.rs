@@ -246,6 +246,14 @@ impl Gemm {
         } else {
             (pick(0), pick(1), pick(2))
         };
+        // A batch of row-major A's stacked without gaps against one shared B (a linear layer
+        // on [B, T, K]) is one product over all B·T rows: cuBLAS's strided-batched call on
+        // 64 blocks of 256 rows picks smaller tiles than one GEMM of 16,384 rows.
+        let (m, batch, sa) = if batch > 1 && sb == 0 && !ta && sa == m * lda && sc == m * n {
+            (m * batch, 1, 0)
+        } else {
+            (m, batch, sa)
+        };
         let int = |v: usize| i32::try_from(v).ok();
         let long = |v: usize| i64::try_from(v).ok();
         Some(Gemm {
@@ -273,7 +281,44 @@ impl Gemm {
 
 #[cfg(test)]
 mod tests {
-    use super::operand;
+    use super::{Gemm, operand};
+    use kiln_core::{DType, Layout, Shape, Storage, View};
+
+    /// The GEMM of `x @ y` for views of the given dims, strides and offsets.
+    fn gemm(x: (&[usize], &[isize]), y: (&[usize], &[isize]), out: &[usize]) -> Option<Gemm> {
+        let storage = Storage::new(());
+        let layout =
+            |(d, s): (&[usize], &[isize])| Layout::from_parts(Shape::from(d), s.to_vec(), 0);
+        let (lx, ly) = (layout(x), layout(y));
+        let view = |layout| View {
+            storage: &storage,
+            layout,
+            dtype: DType::F32,
+        };
+        Gemm::of(&[view(&lx), view(&ly)], &Shape::from(out))
+    }
+
+    #[test]
+    fn a_batch_against_a_shared_matrix_is_one_product() {
+        // [4, 5, 3] @ [3, 2]: 20 rows in one GEMM
+        let g = gemm((&[4, 5, 3], &[15, 3, 1]), (&[3, 2], &[2, 1]), &[4, 5, 2]).unwrap();
+        assert_eq!((g.m, g.n, g.k, g.batch), (20, 2, 3, 1));
+        // the same through a transposed weight (Linear's x @ w^T)
+        let g = gemm((&[4, 5, 3], &[15, 3, 1]), (&[3, 2], &[1, 3]), &[4, 5, 2]).unwrap();
+        assert_eq!((g.m, g.batch, g.tb), (20, 1, true));
+        // rows with gaps between the blocks, a transposed A, or a B per batch stay batched
+        let g = gemm((&[4, 5, 3], &[16, 3, 1]), (&[3, 2], &[2, 1]), &[4, 5, 2]).unwrap();
+        assert_eq!((g.m, g.batch), (5, 4));
+        let g = gemm((&[4, 5, 3], &[15, 1, 5]), (&[3, 2], &[2, 1]), &[4, 5, 2]).unwrap();
+        assert_eq!((g.m, g.batch, g.ta), (5, 4, true));
+        let g = gemm(
+            (&[4, 5, 3], &[15, 3, 1]),
+            (&[4, 3, 2], &[6, 2, 1]),
+            &[4, 5, 2],
+        )
+        .unwrap();
+        assert_eq!((g.m, g.batch), (5, 4));
+    }
 
     #[test]
     fn operands_map_to_blas_layouts() {

@@ -130,6 +130,13 @@ fn matmul_on_cublas_and_fallback_match_the_cpu() -> Result<()> {
         &a.matmul(&b)?,
         1e-4,
     )?;
+    let w = random(&[41, 29], 8, &cpu)?;
+    assert_close(
+        "batched, transposed shared rhs (a linear layer: one product over all rows)",
+        &ag.matmul(&on(&w, &dev)?.t()?)?,
+        &a.matmul(&w.t()?)?,
+        1e-4,
+    )?;
     // Transposed operands go to cuBLAS with the transpose flags.
     let (at, bt) = (a.transpose(-1, -2)?, b.t()?);
     assert_close(
