@@ -2,7 +2,9 @@
 //! skips, with a notice, where the machine has no wgpu adapter.
 
 use kiln_core::random::SplitMix64;
-use kiln_core::{CmpOp, DType, Device, ErrorKind, Result, Shape, SliceRange, Tensor, TensorData};
+use kiln_core::{
+    CmpOp, DType, Device, ErrorKind, ReduceOp, Result, Shape, SliceRange, Tensor, TensorData,
+};
 use kiln_kernels::cuda::{Dialect, translate};
 use kiln_kernels::fusion::{self, Stats};
 use std::sync::{Arc, OnceLock};
@@ -138,6 +140,86 @@ fn a_causal_mask_reads_rows_and_columns_by_broadcast() -> Result<()> {
         assert_close(&on(&y, &cpu)?, &mask(&x, &col, &row)?, 1e-6)?;
         assert_eq!(stats.kernels() - k0, 1, "T = {t}");
     }
+    Ok(())
+}
+
+/// Compares a reduction of `x` (f32) with the CPU's within a bound from the sum of the terms'
+/// magnitudes (the GPU adds in another order).
+fn assert_reduced(got: &Tensor, want: &Tensor, magnitude: &Tensor, what: &str) -> Result<()> {
+    assert_eq!(got.shape(), want.shape(), "{what}");
+    let (g, w) = (got.to_data()?.to_f64_vec(), want.to_data()?.to_f64_vec());
+    let m = magnitude.to_data()?.to_f64_vec();
+    for (i, ((a, b), m)) in g.iter().zip(&w).zip(&m).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * m + 1e-6,
+            "{what}: element {i}: got {a}, expected {b}"
+        );
+    }
+    Ok(())
+}
+
+/// A sum, mean, max or min of a pending chain over adjacent axes is one generated kernel (a
+/// second one, the inner reduction, combines the partials of a long reduction with few
+/// outputs), rows, columns and middle blocks alike; axes that are not adjacent materialize
+/// the chain first. The same reductions through fusion over the CPU check its reference.
+#[test]
+fn reductions_of_a_chain_fuse_into_it() -> Result<()> {
+    let Some((gpu, gpu_stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let chain = |x: &Tensor, y: &Tensor| -> Result<Tensor> { x.mul(y)?.add_scalar(0.25)?.tanh() };
+    use ReduceOp::{Max, Mean, Min, Sum};
+    // (shape, axes, op, keepdim, kernels: 1 fused, or 2 with the partials' reduction)
+    type Case<'a> = (&'a [usize], &'a [usize], ReduceOp, bool, u64);
+    let cases: [Case; 12] = [
+        (&[37, 384], &[1], Mean, true, 1),      // a layer norm's rows
+        (&[2, 3, 5, 7], &[3], Sum, true, 1),    // a softmax gradient's rows
+        (&[13, 1000], &[1], Max, false, 1),     // longer rows
+        (&[1000, 24], &[0], Sum, false, 2),     // a bias gradient: columns in chunks
+        (&[3, 50, 7], &[1], Min, false, 1),     // a middle block
+        (&[100_000], &[0], Sum, false, 2),      // a squared norm: one long row in chunks
+        (&[200_001], &[], Mean, false, 2),      // odd length, all axes
+        (&[6, 7, 8], &[0, 1, 2], Min, true, 1), // every axis
+        (&[4, 9, 3], &[1, 2], Mean, false, 1),  // two trailing axes
+        (&[4, 9, 3], &[0, 1], Max, true, 1),    // two leading axes
+        (&[64, 6, 5], &[2, 1], Sum, false, 1),  // axes given out of order
+        (&[4, 5, 6], &[0, 2], Sum, false, 2),   // not adjacent: the chain, then a reduction
+    ];
+    let (wrapped_cpu, _) = fusion::wrap_with_stats(&cpu);
+    for (i, (shape, axes, op, keepdim, kernels)) in cases.into_iter().enumerate() {
+        let what = format!("{op:?} over {axes:?} of {shape:?}");
+        let (x, y) = (
+            tensor(shape, 40 + i as u64, &cpu)?,
+            tensor(shape, 60 + i as u64, &cpu)?,
+        );
+        let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+        let want = chain(&x, &y)?.reduce(op, &ax, keepdim)?;
+        let magnitude = chain(&x, &y)?.abs()?.reduce(
+            if op == Max || op == Min { Max } else { op },
+            &ax,
+            keepdim,
+        )?;
+        let k0 = gpu_stats.kernels();
+        let got = chain(&on(&x, &gpu)?, &on(&y, &gpu)?)?.reduce(op, &ax, keepdim)?;
+        assert_eq!(gpu_stats.kernels() - k0, kernels, "{what}: kernels");
+        assert_reduced(&on(&got, &cpu)?, &want, &magnitude, &what)?;
+        let got =
+            chain(&on(&x, &wrapped_cpu)?, &on(&y, &wrapped_cpu)?)?.reduce(op, &ax, keepdim)?;
+        assert_reduced(
+            &on(&got, &cpu)?,
+            &want,
+            &magnitude,
+            &format!("{what} (CPU)"),
+        )?;
+    }
+    // integers add exactly (wrapping) in any order
+    let xi = tensor(&[300, 7], 80, &cpu)?
+        .mul_scalar(100.0)?
+        .cast(DType::I32)?;
+    let f = |x: &Tensor| -> Result<Tensor> { x.mul(x)?.add_scalar(3.0)?.sum(&[0], false) };
+    let got = f(&on(&xi, &gpu)?)?;
+    assert_eq!(got.to_data()?.to_f64_vec(), f(&xi)?.to_data()?.to_f64_vec());
     Ok(())
 }
 
@@ -519,12 +601,44 @@ fn fuzz_random_chains_match_the_cpu() -> Result<()> {
             };
             pool.push(next);
         }
-        let last = pool.last().expect("a value");
+        let mut last = pool.last().expect("a value").clone();
+        let dt = last.c.dtype();
+        if !inexact && dt != DType::Bool && last.c.rank() > 0 && r.chance(0.4) {
+            // the chain reduced over an adjacent block of axes (fused) or any set (not)
+            let rk = last.c.rank();
+            let a0 = r.below(rk);
+            let axes: Vec<isize> = if r.chance(0.7) {
+                (a0..a0 + 1 + r.below(rk - a0))
+                    .map(|a| a as isize)
+                    .collect()
+            } else {
+                (0..rk)
+                    .filter(|_| r.chance(0.5))
+                    .map(|a| a as isize)
+                    .collect()
+            };
+            let mut ops = vec![ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
+            if dt == DType::F32 {
+                ops.push(ReduceOp::Mean);
+            }
+            let op = *r.pick(&ops);
+            let keepdim = r.chance(0.5);
+            log.push(format!("{op:?} over {axes:?}"));
+            let reduced = last.map(|t| t.reduce(op, &axes, keepdim))?;
+            if dt == DType::F32 && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+                // the GPU adds in another order
+                let m = last.c.abs()?.reduce(op, &axes, keepdim)?;
+                let what = format!("seed {seed}: {log:?} on {out:?}");
+                assert_reduced(&on(&reduced.g, &cpu)?, &reduced.c, &m, &what)?;
+                continue;
+            }
+            last = reduced;
+        }
         if start.elapsed().as_secs() > 240 {
             panic!("fuzz: too slow ({seed} chains in 240 s)");
         }
         check(
-            last,
+            &last,
             inexact,
             &format!("seed {seed}: {log:?} on {out:?} {base}"),
         )?;

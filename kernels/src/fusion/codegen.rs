@@ -1,13 +1,14 @@
 //! WGSL generation for a fused expression, and the custom op that runs it.
 //!
-//! The kernel computes one output element per invocation. Its params header is
-//! `numel, rank, tail`, the tail holding the constants (as 4-byte words), the output shape and,
-//! per input, its strides against the output's axes (0 where it broadcasts).
+//! An elementwise kernel computes one output element per invocation. Its params header is
+//! `numel, rank, tail`, the tail holding the constants (as 4-byte words), the expression's
+//! shape and, per input, its strides against the shape's axes (0 where it broadcasts). A
+//! reduction kernel ([`Reduction`]) has six more words before the tail.
 
 use super::expr::{Expr, Node, ReadKind, vectorized};
 use crate::plan::{WG, wgsl_type};
 use kiln_core::op::custom::{Attrs, CustomOp, Grid, KernelLaunch};
-use kiln_core::{DType, Device, Error, Meta, Result, Shape, Tensor, TensorData};
+use kiln_core::{DType, Device, Error, Meta, ReduceOp, Result, Shape, Tensor, TensorData};
 use std::fmt::Write;
 
 /// A registered fused kernel: the structure of one expression (sizes and constant values come
@@ -20,32 +21,92 @@ pub struct FusedOp {
     nconsts: usize,
     /// 4 elements per invocation ([`vectorized`])
     vec4: bool,
+    /// the expression reduced, not stored
+    reduce: Option<Reduction>,
     wgsl: String,
 }
 
+/// A fused expression reduced over one block of adjacent axes: its shape seen as
+/// `[outer, len, inner]` and the output `[outer, chunks, inner]`, each of `chunks` cuts of the
+/// reduced block giving a partial (the final result when `chunks` is 1; a mean's partials
+/// are divided by `len` already, so they add up to it). The sizes come with each call (attrs
+/// `outer`, `len`, `inner`, `chunks`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reduction {
+    /// Sum, Mean, Max or Min
+    pub op: ReduceOp,
+    /// With `inner` 1 (rows), a workgroup of this many invocations per row and chunk, folding
+    /// through workgroup memory; 0 for columns: an invocation per output column and chunk, so
+    /// that a warp's loads are adjacent.
+    pub row_wg: u32,
+}
+
+impl Reduction {
+    /// The ops a fused reduction runs.
+    pub fn supports(op: ReduceOp) -> bool {
+        matches!(
+            op,
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min
+        )
+    }
+
+    /// What a kernel's structural key adds for this reduction.
+    pub fn key(self) -> String {
+        format!("reduce:{}:{}", self.op.name(), self.row_wg)
+    }
+}
+
 impl FusedOp {
-    /// The op for `expr` producing `out`, named from `key` (its [`Expr::key`]).
-    pub fn new(name: String, key: String, expr: &Expr, out: &Shape) -> Result<FusedOp> {
+    /// The op for `expr` producing `out` (or reducing it), named from `key` (its
+    /// [`Expr::key`], and the reduction's).
+    pub fn new(
+        name: String,
+        key: String,
+        expr: &Expr,
+        out: &Shape,
+        reduce: Option<Reduction>,
+    ) -> Result<FusedOp> {
         let kinds = expr.kinds(out);
-        let vec4 = vectorized(&kinds, out);
+        let vec4 = reduce.is_none() && vectorized(&kinds, out);
         let dtypes: Vec<DType> = expr.leaves.iter().map(|l| l.dtype).collect();
-        let wgsl = generate(&name, &expr.nodes, &dtypes, &kinds, expr.consts.len(), vec4)?;
+        let (nodes, nconsts) = (&expr.nodes, expr.consts.len());
+        let mut wgsl = preamble(
+            &name,
+            nodes,
+            &dtypes,
+            &kinds,
+            nconsts,
+            vec4,
+            reduce.is_some(),
+        )?;
+        match reduce {
+            Some(r) => reduction_main(&mut wgsl, r, &kinds, nodes, nconsts)?,
+            None => elementwise_main(&mut wgsl, &kinds, nconsts, vec4),
+        }
+        let wgsl =
+            crate::preprocess::preprocess(&wgsl, &Default::default(), &crate::kernels::source)
+                .map_err(|e| e.context(name.clone()))?;
         Ok(FusedOp {
             name,
             key,
             nodes: expr.nodes.clone(),
             kinds,
-            nconsts: expr.consts.len(),
+            nconsts,
             vec4,
+            reduce,
             wgsl,
         })
     }
 }
 
-/// The call's attributes: the output shape (`rank`, `d0`..) and the constants' words (`k0`..),
-/// each an exact f64.
-pub fn attrs(expr: &Expr, out: &Shape) -> Attrs {
+/// The call's attributes: the expression's shape (`rank`, `d0`..) and the constants' words
+/// (`k0`..), each an exact f64; a reduction adds its sizes (`outer`, `len`, `inner`,
+/// `chunks`).
+pub fn attrs(expr: &Expr, out: &Shape, sizes: Option<[usize; 4]>) -> Attrs {
     let mut a = Attrs::new();
+    for (k, v) in REDUCTION_SIZES.iter().zip(sizes.iter().flatten()) {
+        a.insert(k.to_string(), *v as f64);
+    }
     a.insert("rank".into(), out.rank() as f64);
     for (i, &d) in out.dims().iter().enumerate() {
         a.insert(format!("d{i}"), d as f64);
@@ -55,6 +116,9 @@ pub fn attrs(expr: &Expr, out: &Shape) -> Attrs {
     }
     a
 }
+
+/// The attrs of a reduction's sizes, in the order of its header's words.
+const REDUCTION_SIZES: [&str; 4] = ["outer", "len", "inner", "chunks"];
 
 fn attr(attrs: &Attrs, key: &str, op: &str) -> Result<f64> {
     kiln_core::op::custom::attr(op, attrs, key)
@@ -67,6 +131,15 @@ impl FusedOp {
             .map(|i| attr(attrs, &format!("d{i}"), &self.name).map(|d| d as usize))
             .collect::<Result<Vec<_>>>()
             .map(Shape::new)
+    }
+
+    /// A reduction's `[outer, len, inner, chunks]`.
+    fn sizes(&self, attrs: &Attrs) -> Result<[usize; 4]> {
+        let mut v = [0; 4];
+        for (w, k) in v.iter_mut().zip(REDUCTION_SIZES) {
+            *w = attr(attrs, k, &self.name)? as usize;
+        }
+        Ok(v)
     }
 
     fn consts(&self, attrs: &Attrs) -> Result<Vec<u32>> {
@@ -87,6 +160,10 @@ impl CustomOp for FusedOp {
                 self.name.clone(),
                 format!("takes {} inputs, got {}", self.kinds.len(), inputs.len()),
             ));
+        }
+        if self.reduce.is_some() {
+            let [outer, _, inner, chunks] = self.sizes(attrs)?;
+            return Ok((self.dtype(), Shape::from([outer, chunks, inner])));
         }
         Ok((self.dtype(), self.out_shape(attrs)?))
     }
@@ -111,15 +188,37 @@ impl CustomOp for FusedOp {
         let last = values
             .pop()
             .ok_or_else(|| Error::invalid(self.name.clone(), "has no nodes"))?;
-        last.expand(output.1.clone())?.to_data()
+        let Some(r) = self.reduce else {
+            return last.expand(output.1.clone())?.to_data();
+        };
+        let [outer, len, inner, chunks] = self.sizes(attrs)?;
+        let v = last
+            .expand(self.out_shape(attrs)?)?
+            .reshape([outer, len, inner])?;
+        let chunk = len.div_ceil(chunks);
+        let parts = (0..chunks)
+            .map(|c| {
+                let part = v.narrow(1, c * chunk, chunk.min(len - c * chunk))?;
+                match r.op {
+                    ReduceOp::Mean => part.sum(&[1], true)?.mul_scalar(1.0 / len as f64),
+                    op => part.reduce(op, &[1], true),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::concat(&parts, 1)?.to_data()
     }
 
     fn wgsl(&self) -> Option<&str> {
         Some(&self.wgsl)
     }
 
-    fn launch(&self, attrs: &Attrs, inputs: &[Meta], output: &Meta) -> Result<KernelLaunch> {
-        let out = &output.1;
+    fn launch(&self, attrs: &Attrs, inputs: &[Meta], _: &Meta) -> Result<KernelLaunch> {
+        // the expression's shape (an elementwise kernel's output)
+        let out = &self.out_shape(attrs)?;
+        let mut grid = Grid::Invocations {
+            count: out.numel() as u64 / if self.vec4 { 4 } else { 1 },
+            workgroup_size: WG,
+        };
         let numel = u32::try_from(out.numel()).map_err(|_| {
             Error::unsupported(
                 self.name.clone(),
@@ -128,6 +227,22 @@ impl CustomOp for FusedOp {
         })?;
         let rank = out.rank();
         let mut params = vec![numel, rank as u32];
+        if let Some(r) = self.reduce {
+            let [outer, len, inner, chunks] = self.sizes(attrs)?;
+            let chunk = len.div_ceil(chunks.max(1));
+            params.extend([outer, len, inner, chunk, chunks].map(|v| v as u32));
+            params.push((1.0 / len.max(1) as f32).to_bits());
+            grid = match r.row_wg {
+                0 => Grid::Invocations {
+                    count: (outer * inner * chunks) as u64,
+                    workgroup_size: WG,
+                },
+                wg => Grid::Invocations {
+                    count: (outer * chunks) as u64 * wg as u64,
+                    workgroup_size: wg,
+                },
+            };
+        }
         params.extend(self.consts(attrs)?);
         params.extend(out.dims().iter().map(|&d| d as u32));
         for ((_, shape), kind) in inputs.iter().zip(&self.kinds) {
@@ -147,13 +262,7 @@ impl CustomOp for FusedOp {
         }
         // the tail is never empty (a zero-length runtime array binds badly on some drivers)
         params.push(0);
-        Ok(KernelLaunch {
-            params,
-            grid: Grid::Invocations {
-                count: out.numel() as u64 / if self.vec4 { 4 } else { 1 },
-                workgroup_size: WG,
-            },
-        })
+        Ok(KernelLaunch { params, grid })
     }
 }
 
@@ -247,21 +356,28 @@ fn substitute(expr: &str, subs: &[(&str, &str)]) -> String {
     out
 }
 
-/// The WGSL module of an expression: `value` computes one element from its inputs' values,
-/// `main` reads them (one element, or a vec4 of each whole input) and stores.
-fn generate(
+/// The WGSL of an expression's kernel up to its entry point: the header, the bindings and
+/// `value`, which computes one element from its inputs' values.
+fn preamble(
     name: &str,
     nodes: &[(Node, DType)],
     leaves: &[DType],
     kinds: &[ReadKind],
     nconsts: usize,
     vec4: bool,
+    reduce: bool,
 ) -> Result<String> {
     let ty = |d: DType| wgsl_type(d, "fusion");
     let mut s = String::new();
     let _ = writeln!(s, "// generated by kiln's fusion: {name}");
     s.push_str("#include \"common.wgsl\"\n#include \"math.wgsl\"\n\n");
-    s.push_str("struct FusedParams {\n    numel: u32,\n    rank: u32,\n    tail: array<u32>,\n}\n");
+    s.push_str("struct FusedParams {\n    numel: u32,\n    rank: u32,\n");
+    if reduce {
+        for field in ["outer", "len", "inner", "chunk", "chunks", "scale"] {
+            let _ = writeln!(s, "    {field}: u32,");
+        }
+    }
+    s.push_str("    tail: array<u32>,\n}\n");
     s.push_str("@group(0) @binding(0) var<storage, read> params: FusedParams;\n");
     for (j, &d) in leaves.iter().enumerate() {
         let t = ty(d)?;
@@ -332,6 +448,20 @@ fn generate(
         let _ = writeln!(s, "    let n{n}: {t} = {expr};");
     }
     let _ = writeln!(s, "    return n{};\n}}\n", nodes.len().saturating_sub(1));
+    Ok(s)
+}
+
+/// The value of element `e` (a WGSL expression) through `value`, each input read by its kind.
+fn value_at(kinds: &[ReadKind], e: &str, nconsts: usize) -> String {
+    let a: Vec<String> = (kinds.iter().enumerate())
+        .map(|(j, &k)| read(k, j, e, nconsts))
+        .collect();
+    format!("value({})", a.join(", "))
+}
+
+/// The entry point of an elementwise kernel: reads its inputs (one element, or a vec4 of each
+/// whole input) and stores.
+fn elementwise_main(s: &mut String, kinds: &[ReadKind], nconsts: usize, vec4: bool) {
     let count = if vec4 {
         "params.numel / 4u"
     } else {
@@ -371,16 +501,96 @@ fn generate(
                 format!("value({})", a.join(", "))
             })
             .collect();
-        format!("{out_elem}({})", lanes.join(", "))
+        format!("vec4({})", lanes.join(", "))
     } else {
-        let a: Vec<String> = (kinds.iter().enumerate())
-            .map(|(j, &k)| read(k, j, "i", nconsts))
-            .collect();
-        format!("value({})", a.join(", "))
+        value_at(kinds, "i", nconsts)
     };
     let _ = writeln!(s, "    out[i] = {store};\n}}");
-    crate::preprocess::preprocess(&s, &Default::default(), &crate::kernels::source)
-        .map_err(|e| e.context(name.to_string()))
+}
+
+/// The entry point of a reduction kernel ([`Reduction`]): rows fold a strided run per
+/// invocation and then through workgroup memory; columns fold one column's run per invocation.
+/// Output `(o, c, col)` of `[outer, chunks, inner]` covers positions `c * chunk ..` of the
+/// reduced block.
+fn reduction_main(
+    s: &mut String,
+    r: Reduction,
+    kinds: &[ReadKind],
+    nodes: &[(Node, DType)],
+    nconsts: usize,
+) -> Result<()> {
+    let dtype = nodes.last().map_or(DType::F32, |n| n.1);
+    let t = wgsl_type(dtype, "fusion")?;
+    let (lowest, highest) = match t {
+        "f32" => ("f32_from_bits(0xff800000u)", "f32_from_bits(0x7f800000u)"),
+        "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
+        _ => ("0u", "0xffffffffu"),
+    };
+    let (identity, combine) = match r.op {
+        ReduceOp::Max => (lowest.to_string(), "max(a, b)"),
+        ReduceOp::Min => (highest.to_string(), "min(a, b)"),
+        _ => (format!("{t}(0)"), "a + b"),
+    };
+    let finish = match r.op {
+        ReduceOp::Mean => "acc * bitcast<f32>(params.scale)",
+        _ => "acc",
+    };
+    let _ = writeln!(
+        s,
+        "fn combine(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}\n"
+    );
+    let entry = |wg: u32| {
+        format!(
+            "@compute @workgroup_size({wg})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, \
+             @builtin(num_workgroups) nwg: vec3<u32>,\n        \
+             @builtin(local_invocation_index) lid: u32) {{\n"
+        )
+    };
+    let value = value_at(kinds, "e", nconsts);
+    if r.row_wg == 0 {
+        s.push_str(&entry(WG));
+        let _ = write!(
+            s,
+            "    let i = group_index(wid, nwg) * {WG}u + lid;\n    \
+             let cols = params.outer * params.inner;\n    \
+             if (i >= cols * params.chunks) {{\n        return;\n    }}\n    \
+             // chunk-major, so that a warp's invocations read adjacent columns\n    \
+             let c = i / cols;\n    let o = (i % cols) / params.inner;\n    \
+             let col = i % params.inner;\n    \
+             let first = c * params.chunk;\n    \
+             let last = min(first + params.chunk, params.len);\n    \
+             var acc: {t} = {identity};\n    \
+             for (var r = first; r < last; r++) {{\n        \
+             let e = (o * params.len + r) * params.inner + col;\n        \
+             acc = combine(acc, {value});\n    }}\n    \
+             out[(o * params.chunks + c) * params.inner + col] = {finish};\n}}\n"
+        );
+    } else {
+        let wg = r.row_wg;
+        let _ = writeln!(s, "var<workgroup> folded: array<{t}, {wg}>;\n");
+        s.push_str(&entry(wg));
+        let _ = write!(
+            s,
+            "    let g = group_index(wid, nwg);\n    \
+             if (g >= params.outer * params.chunks) {{\n        return;\n    }}\n    \
+             let o = g / params.chunks;\n    \
+             let first = (g % params.chunks) * params.chunk;\n    \
+             let last = min(first + params.chunk, params.len);\n    \
+             var acc: {t} = {identity};\n    \
+             for (var r = first + lid; r < last; r += {wg}u) {{\n        \
+             let e = o * params.len + r;\n        \
+             acc = combine(acc, {value});\n    }}\n    \
+             folded[lid] = acc;\n    workgroupBarrier();\n    \
+             for (var half = {half}u; half > 0u; half = half / 2u) {{\n        \
+             if (lid < half) {{\n            \
+             folded[lid] = combine(folded[lid], folded[lid + half]);\n        }}\n        \
+             workgroupBarrier();\n    }}\n    \
+             if (lid == 0u) {{\n        let acc = folded[0];\n        \
+             out[g] = {finish};\n    }}\n}}\n",
+            half = wg / 2
+        );
+    }
+    Ok(())
 }
 
 /// A unary op's constant as a WGSL value of `dtype`, exactly as `map.wgsl` receives it

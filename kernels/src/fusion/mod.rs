@@ -32,11 +32,12 @@ mod expr;
 
 pub use expr::{MAX_LEAVES, MAX_NODES};
 
-use codegen::{FusedOp, word_value};
+use codegen::{FusedOp, Reduction, word_value};
 use expr::{Expr, Leaf, Node};
 use kiln_core::op::custom::{CustomCall, KILN_PREFIX};
 use kiln_core::{
-    Backend, DType, Device, Error, Meta, Op, ReadFuture, Result, Storage, TensorData, View,
+    Backend, DType, Device, Error, Layout, Meta, Op, ReadFuture, ReduceOp, Result, Shape, Storage,
+    TensorData, View,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -193,8 +194,8 @@ impl Fusion {
             };
             return one(inner.execute(&op, &[], &out)?);
         }
-        let name = register(e)?;
-        let call = CustomCall::new(name, codegen::attrs(e, &e.shape));
+        let name = register(e, None)?;
+        let call = CustomCall::new(name, codegen::attrs(e, &e.shape, None));
         let views: Vec<View<'_>> = e
             .leaves
             .iter()
@@ -300,6 +301,116 @@ impl Fusion {
         }
     }
 
+    /// A sum, mean, max or min over adjacent axes of a pending expression (a layer norm's
+    /// statistics, a softmax's or a bias's gradient, a squared norm): one generated kernel reads
+    /// the expression's inputs and reduces them without storing the expression. Long reductions
+    /// with few outputs leave a partial per chunk, which the inner device's reduction combines.
+    /// `None` where the plain path runs (the input is real, or the axes are not adjacent).
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        axes: &[usize],
+        v: &View<'_>,
+        out: &Meta,
+    ) -> Result<Option<Storage>> {
+        let dtype = v.dtype;
+        let shape = v.layout.shape();
+        let rank = shape.rank();
+        let floats = dtype == DType::F32 || op != ReduceOp::Mean;
+        if !Reduction::supports(op)
+            || out.0 != dtype
+            || dtype == DType::Bool
+            || !floats
+            || rank == 0
+        {
+            return Ok(None);
+        }
+        let Some(lazy) = v.storage.downcast::<Lazy>() else {
+            return Ok(None);
+        };
+        let whole = v.layout.offset() == 0 && v.layout.is_contiguous();
+        let expr = match &*lazy.0.lock() {
+            State::Pending(e) if whole && e.ops() > 0 && e.shape.numel() == shape.numel() => {
+                e.reshaped(shape)
+            }
+            _ => None,
+        };
+        let Some(expr) = expr else {
+            return Ok(None);
+        };
+        let mut axes: Vec<usize> = if axes.is_empty() {
+            (0..rank).collect()
+        } else {
+            axes.to_vec()
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        let (a0, a1) = (axes[0], axes[axes.len() - 1] + 1);
+        let dims = shape.dims();
+        let [outer, len, inner] =
+            [&dims[..a0], &dims[a0..a1], &dims[a1..]].map(|d| d.iter().product::<usize>());
+        if a1 - a0 != axes.len()
+            || outer * len * inner == 0
+            || u32::try_from(shape.numel()).is_err()
+        {
+            return Ok(None);
+        }
+        let (row_wg, chunks) = if inner == 1 {
+            let wg = if len <= FUSED_SHORT_ROW { 32 } else { 256 };
+            (
+                wg,
+                FUSED_ROW_GROUPS
+                    .div_ceil(outer)
+                    .min(len / (16 * wg as usize)),
+            )
+        } else {
+            let want = FUSED_COLUMN_THREADS.div_ceil(outer * inner);
+            (0, want.min(len / FUSED_COLUMN_CHUNK))
+        };
+        let chunks = len.div_ceil(len.div_ceil(chunks.max(1)));
+        let r = Reduction { op, row_wg };
+        let name = register(&expr, Some(r))?;
+        let call = CustomCall::new(
+            name,
+            codegen::attrs(&expr, &expr.shape, Some([outer, len, inner, chunks])),
+        );
+        let views: Vec<View<'_>> = (expr.leaves.iter())
+            .map(|l| View {
+                storage: &l.storage,
+                layout: &l.layout,
+                dtype: l.dtype,
+            })
+            .collect();
+        let partials = Shape::from([outer, chunks, inner]);
+        let backend = self.inner.backend();
+        self.stats.fused.fetch_add(1, Ordering::Relaxed);
+        let first =
+            one(backend.execute(&Op::Custom(call), &views, &[(dtype, partials.clone())])?)?;
+        if chunks == 1 {
+            return Ok(Some(first));
+        }
+        // a mean's partials are divided by len already: they add up to it
+        let op = if op == ReduceOp::Mean {
+            ReduceOp::Sum
+        } else {
+            op
+        };
+        let layout = Layout::contiguous(partials);
+        let view = View {
+            storage: &first,
+            layout: &layout,
+            dtype,
+        };
+        let rest = Op::Reduce {
+            op,
+            axes: vec![1],
+            keepdim: false,
+        };
+        let out = (dtype, Shape::from([outer, inner]));
+        self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(one(backend.execute(&rest, &[view], &[out])?)?))
+    }
+
     /// Materializes every lazy still alive.
     fn flush(&self) -> Result<()> {
         let cells =
@@ -315,6 +426,17 @@ fn one(mut v: Vec<Storage>) -> Result<Storage> {
     v.pop()
         .ok_or_else(|| Error::invalid("fusion", "the inner device returned no output"))
 }
+
+/// A fused row reduction of at most this many elements per row runs 32-wide workgroups (as
+/// the planner's `row_workgroup`), longer ones 256-wide.
+const FUSED_SHORT_ROW: usize = 2048;
+/// Row reductions with fewer rows than this are cut into chunks of at least 16 loads per
+/// invocation, for enough workgroups to fill a GPU.
+const FUSED_ROW_GROUPS: usize = 1024;
+/// Column reductions aim at this many invocations, each folding at least
+/// `FUSED_COLUMN_CHUNK` elements of its column.
+const FUSED_COLUMN_THREADS: usize = 1 << 18;
+const FUSED_COLUMN_CHUNK: usize = 64;
 
 /// The generated kernels of this process by structural key: their custom ops' names.
 static KNOWN: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
@@ -339,16 +461,19 @@ pub fn kernels() -> Vec<(String, String)> {
     by_name.into_iter().collect()
 }
 
-/// The custom op running `e` (registered, and its WGSL checked by naga, on first use of its
-/// structure in this process).
-fn register(e: &Expr) -> Result<String> {
-    let key = e.key(&e.shape);
+/// The custom op running `e` or reducing it (registered, and its WGSL checked by naga, on first
+/// use of its structure in this process).
+fn register(e: &Expr, reduce: Option<Reduction>) -> Result<String> {
+    let mut key = e.key(&e.shape);
+    if let Some(r) = reduce {
+        key.push_str(&r.key());
+    }
     let mut known = KNOWN.lock().unwrap_or_else(|x| x.into_inner());
     if let Some(name) = known.get(&key) {
         return Ok(name.clone());
     }
     let name = format!("{KILN_PREFIX}fused.{:016x}", hash(&key));
-    let op = FusedOp::new(name.clone(), key.clone(), e, &e.shape)?;
+    let op = FusedOp::new(name.clone(), key.clone(), e, &e.shape, reduce)?;
     if std::env::var("KILN_FUSION_LOG").is_ok_and(|v| v.trim() == "1") {
         eprintln!(
             "kiln fusion: {name}: {} ops, {} inputs: {} [{}]",
@@ -414,6 +539,11 @@ impl Backend for Fusion {
             }
             _ if elementwise && fusable => {
                 return Ok(vec![self.record(op, inputs, &outputs[0])?]);
+            }
+            Op::Reduce { op, axes, .. } if fusable => {
+                if let Some(s) = self.reduce(*op, axes, &inputs[0], &outputs[0])? {
+                    return Ok(vec![s]);
+                }
             }
             _ => {}
         }
