@@ -11,7 +11,7 @@ median over the logged groups after the first, which holds compilation); PyTorch
 with CUDA events over the same number of steps after warm-up, on random windows of the same
 corpus already on the GPU.
 
-    python3 tests/bench/gpt_vs_torch.py --kiln-bin DIR/kiln --data DIR/shakespeare [--steps 64]
+    python3 tests/bench/gpt_vs_torch.py --kiln-bin DIR/kiln --data DIR/shakespeare [--steps 64] [--profile]
 """
 import argparse
 import gzip
@@ -99,6 +99,15 @@ def torch_tokens_per_sec(text, a):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / (a.steps // 5))
     per_step = statistics.median(times)
+    if a.profile:
+        # Per-kernel device time over a few steps, to set beside `kiln train text --profile`.
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(4):
+                step()
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=70))
+        print("(totals over 4 steps)")
     return a.batch * a.context / per_step, (min(times), max(times))
 
 
@@ -126,6 +135,7 @@ def main():
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--heads", type=int, default=6)
+    p.add_argument("--profile", action="store_true", help="print PyTorch's per-kernel device time")
     a = p.parse_args()
     text = corpus(a.data)
     t, t_range = torch_tokens_per_sec(text, a)
