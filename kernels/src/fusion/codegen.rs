@@ -26,19 +26,23 @@ pub struct FusedOp {
     wgsl: String,
 }
 
-/// A fused expression reduced over one block of adjacent axes: its shape seen as
-/// `[outer, len, inner]` and the output `[outer, chunks, inner]`, each of `chunks` cuts of the
-/// reduced block giving a partial (the final result when `chunks` is 1; a mean's partials
-/// are divided by `len` already, so they add up to it). The sizes come with each call (attrs
-/// `outer`, `len`, `inner`, `chunks`).
+/// A fused expression reduced over its trailing axes: its shape seen as `[outer, len]` and the
+/// output `[outer, chunks]`, each of `chunks` cuts of a row giving a partial (the final result
+/// when `chunks` is 1; a mean's partials are divided by `len` already, so they add up to it).
+/// The sizes come with each call (attrs `outer`, `len`, `chunk`, `chunks`). Reductions over
+/// leading or middle axes (columns) are not fused: on an H200 fusing the GPT's bias and
+/// norm-weight gradients made a step 4% slower than the planner's column reduction of the
+/// stored chain.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Reduction {
     /// Sum, Mean, Max or Min
     pub op: ReduceOp,
-    /// With `inner` 1 (rows), a workgroup of this many invocations per row and chunk, folding
-    /// through workgroup memory; 0 for columns: an invocation per output column and chunk, so
-    /// that a warp's loads are adjacent.
+    /// A workgroup of this many invocations per row and chunk, folding through workgroup
+    /// memory, or 1: an invocation per (short) row and chunk.
     pub row_wg: u32,
+    /// Whole inputs read as vec4s: 4 adjacent elements of a row per load (rows and chunks of
+    /// a multiple of 4).
+    pub vec4: bool,
 }
 
 impl Reduction {
@@ -52,7 +56,7 @@ impl Reduction {
 
     /// What a kernel's structural key adds for this reduction.
     pub fn key(self) -> String {
-        format!("reduce:{}:{}", self.op.name(), self.row_wg)
+        format!("reduce:{}:{}:{}", self.op.name(), self.row_wg, self.vec4)
     }
 }
 
@@ -67,7 +71,10 @@ impl FusedOp {
         reduce: Option<Reduction>,
     ) -> Result<FusedOp> {
         let kinds = expr.kinds(out);
-        let vec4 = reduce.is_none() && vectorized(&kinds, out);
+        let vec4 = match reduce {
+            Some(r) => r.vec4,
+            None => vectorized(&kinds, out),
+        };
         let dtypes: Vec<DType> = expr.leaves.iter().map(|l| l.dtype).collect();
         let (nodes, nconsts) = (&expr.nodes, expr.consts.len());
         let mut wgsl = preamble(
@@ -100,7 +107,7 @@ impl FusedOp {
 }
 
 /// The call's attributes: the expression's shape (`rank`, `d0`..) and the constants' words
-/// (`k0`..), each an exact f64; a reduction adds its sizes (`outer`, `len`, `inner`,
+/// (`k0`..), each an exact f64; a reduction adds its sizes (`outer`, `len`, `chunk`,
 /// `chunks`).
 pub fn attrs(expr: &Expr, out: &Shape, sizes: Option<[usize; 4]>) -> Attrs {
     let mut a = Attrs::new();
@@ -118,7 +125,7 @@ pub fn attrs(expr: &Expr, out: &Shape, sizes: Option<[usize; 4]>) -> Attrs {
 }
 
 /// The attrs of a reduction's sizes, in the order of its header's words.
-const REDUCTION_SIZES: [&str; 4] = ["outer", "len", "inner", "chunks"];
+const REDUCTION_SIZES: [&str; 4] = ["outer", "len", "chunk", "chunks"];
 
 fn attr(attrs: &Attrs, key: &str, op: &str) -> Result<f64> {
     kiln_core::op::custom::attr(op, attrs, key)
@@ -133,7 +140,7 @@ impl FusedOp {
             .map(Shape::new)
     }
 
-    /// A reduction's `[outer, len, inner, chunks]`.
+    /// A reduction's `[outer, len, chunk, chunks]`.
     fn sizes(&self, attrs: &Attrs) -> Result<[usize; 4]> {
         let mut v = [0; 4];
         for (w, k) in v.iter_mut().zip(REDUCTION_SIZES) {
@@ -162,8 +169,8 @@ impl CustomOp for FusedOp {
             ));
         }
         if self.reduce.is_some() {
-            let [outer, _, inner, chunks] = self.sizes(attrs)?;
-            return Ok((self.dtype(), Shape::from([outer, chunks, inner])));
+            let [outer, _, _, chunks] = self.sizes(attrs)?;
+            return Ok((self.dtype(), Shape::from([outer, chunks])));
         }
         Ok((self.dtype(), self.out_shape(attrs)?))
     }
@@ -191,11 +198,8 @@ impl CustomOp for FusedOp {
         let Some(r) = self.reduce else {
             return last.expand(output.1.clone())?.to_data();
         };
-        let [outer, len, inner, chunks] = self.sizes(attrs)?;
-        let v = last
-            .expand(self.out_shape(attrs)?)?
-            .reshape([outer, len, inner])?;
-        let chunk = len.div_ceil(chunks);
+        let [outer, len, chunk, chunks] = self.sizes(attrs)?;
+        let v = last.expand(self.out_shape(attrs)?)?.reshape([outer, len])?;
         let parts = (0..chunks)
             .map(|c| {
                 let part = v.narrow(1, c * chunk, chunk.min(len - c * chunk))?;
@@ -228,17 +232,17 @@ impl CustomOp for FusedOp {
         let rank = out.rank();
         let mut params = vec![numel, rank as u32];
         if let Some(r) = self.reduce {
-            let [outer, len, inner, chunks] = self.sizes(attrs)?;
-            let chunk = len.div_ceil(chunks.max(1));
-            params.extend([outer, len, inner, chunk, chunks].map(|v| v as u32));
+            let [outer, len, chunk, chunks] = self.sizes(attrs)?;
+            params.extend([outer, len, chunk, chunks].map(|v| v as u32));
             params.push((1.0 / len.max(1) as f32).to_bits());
+            let rows = (outer * chunks) as u64;
             grid = match r.row_wg {
-                0 => Grid::Invocations {
-                    count: (outer * inner * chunks) as u64,
+                1 => Grid::Invocations {
+                    count: rows,
                     workgroup_size: WG,
                 },
                 wg => Grid::Invocations {
-                    count: (outer * chunks) as u64 * wg as u64,
+                    count: rows * wg as u64,
                     workgroup_size: wg,
                 },
             };
@@ -373,7 +377,7 @@ fn preamble(
     s.push_str("#include \"common.wgsl\"\n#include \"math.wgsl\"\n\n");
     s.push_str("struct FusedParams {\n    numel: u32,\n    rank: u32,\n");
     if reduce {
-        for field in ["outer", "len", "inner", "chunk", "chunks", "scale"] {
+        for field in ["outer", "len", "chunk", "chunks", "scale"] {
             let _ = writeln!(s, "    {field}: u32,");
         }
     }
@@ -393,7 +397,7 @@ fn preamble(
         );
     }
     let out_ty = ty(nodes.last().map_or(DType::F32, |n| n.1))?;
-    let out_elem = if vec4 {
+    let out_elem = if vec4 && !reduce {
         format!("vec4<{out_ty}>")
     } else {
         out_ty.to_string()
@@ -459,6 +463,36 @@ fn value_at(kinds: &[ReadKind], e: &str, nconsts: usize) -> String {
     format!("value({})", a.join(", "))
 }
 
+/// The loads of a vec4 kernel's step at vec4 index `i`: a vec4 of each whole input (`w{j}`)
+/// and the one element of each single-element input.
+fn vector_loads(kinds: &[ReadKind], i: &str, suffix: &str) -> String {
+    let mut s = String::new();
+    for (j, k) in kinds.iter().enumerate() {
+        match k {
+            ReadKind::Whole => _ = writeln!(s, "    let w{j}{suffix} = in{j}[{i}];"),
+            ReadKind::One => _ = writeln!(s, "    let w{j}{suffix} = in{j}[0];"),
+            _ => {}
+        }
+    }
+    s
+}
+
+/// `value` of each of the 4 lanes of a vec4 step whose first element is `e`: the whole inputs
+/// from [`vector_loads`], the others read one lane at a time.
+fn lanes(kinds: &[ReadKind], e: &str, nconsts: usize, suffix: &str) -> [String; 4] {
+    ["x", "y", "z", "w"].map(|c| {
+        let lane = "xyzw".find(c).unwrap_or(0);
+        let a: Vec<String> = (kinds.iter().enumerate())
+            .map(|(j, &k)| match k {
+                ReadKind::Whole => format!("w{j}{suffix}.{c}"),
+                ReadKind::One => format!("w{j}{suffix}"),
+                _ => read(k, j, &format!("({e} + {lane}u)"), nconsts),
+            })
+            .collect();
+        format!("value({})", a.join(", "))
+    })
+}
+
 /// The entry point of an elementwise kernel: reads its inputs (one element, or a vec4 of each
 /// whole input) and stores.
 fn elementwise_main(s: &mut String, kinds: &[ReadKind], nconsts: usize, vec4: bool) {
@@ -476,42 +510,18 @@ fn elementwise_main(s: &mut String, kinds: &[ReadKind], nconsts: usize, vec4: bo
          if (i >= {count}) {{\n        return;\n    }}\n"
     );
     let store = if vec4 {
-        // one vec4 of each whole input and one element of the others per lane, each lane
-        // through `value`
-        for (j, k) in kinds.iter().enumerate() {
-            match k {
-                ReadKind::Whole => _ = writeln!(s, "    let w{j} = in{j}[i];"),
-                ReadKind::One => _ = writeln!(s, "    let w{j} = in{j}[0];"),
-                _ => {}
-            }
-        }
-        let lanes: Vec<String> = ["x", "y", "z", "w"]
-            .iter()
-            .enumerate()
-            .map(|(lane, c)| {
-                let a: Vec<String> = kinds
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &k)| match k {
-                        ReadKind::Whole => format!("w{j}.{c}"),
-                        ReadKind::One => format!("w{j}"),
-                        _ => read(k, j, &format!("(4u * i + {lane}u)"), nconsts),
-                    })
-                    .collect();
-                format!("value({})", a.join(", "))
-            })
-            .collect();
-        format!("vec4({})", lanes.join(", "))
+        s.push_str(&vector_loads(kinds, "i", ""));
+        format!("vec4({})", lanes(kinds, "4u * i", nconsts, "").join(", "))
     } else {
         value_at(kinds, "i", nconsts)
     };
     let _ = writeln!(s, "    out[i] = {store};\n}}");
 }
 
-/// The entry point of a reduction kernel ([`Reduction`]): rows fold a strided run per
-/// invocation and then through workgroup memory; columns fold one column's run per invocation.
-/// Output `(o, c, col)` of `[outer, chunks, inner]` covers positions `c * chunk ..` of the
-/// reduced block.
+/// The entry point of a reduction kernel ([`Reduction`]): short rows fold an invocation each
+/// (rows side by side), longer rows a strided run per invocation and then through workgroup
+/// memory. Every run is folded 4 steps at a time, so that 4 steps' loads are in flight
+/// together. Output `(o, c)` of `[outer, chunks]` covers positions `c * chunk ..` of row `o`.
 fn reduction_main(
     s: &mut String,
     r: Reduction,
@@ -532,13 +542,52 @@ fn reduction_main(
         _ => (format!("{t}(0)"), "a + b"),
     };
     let finish = match r.op {
-        ReduceOp::Mean => "acc * bitcast<f32>(params.scale)",
-        _ => "acc",
+        ReduceOp::Mean => "a * bitcast<f32>(params.scale)",
+        _ => "a",
     };
     let _ = writeln!(
         s,
-        "fn combine(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}\n"
+        "fn combine(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}\n\n\
+         fn finish(a: {t}) -> {t} {{\n    return {finish};\n}}\n"
     );
+    // one step's loads (indented for a loop body) and its value, at element `e`
+    let step = |e: &str, k: usize| -> (String, String) {
+        // parenthesized: a read appends `% m` or `/ m` to it
+        let (suffix, e) = (format!("_{k}"), format!("({e})"));
+        if !r.vec4 {
+            return (String::new(), value_at(kinds, &e, nconsts));
+        }
+        let loads =
+            vector_loads(kinds, &format!("{e} / 4u"), &suffix).replace("    let", "        let");
+        let [a, b, c, d] = lanes(kinds, &e, nconsts, &suffix);
+        (
+            loads,
+            format!("combine(combine({a}, {b}), combine({c}, {d}))"),
+        )
+    };
+    // folds positions r = `from`, + `stride`, .. below `last` of row o into acc, 4 steps per
+    // iteration
+    let run = |from: &str, stride: &str| -> String {
+        let mut body = String::new();
+        let mut vals = Vec::new();
+        for k in 0..4 {
+            let (loads, v) = step(&format!("e + {k}u * {stride}"), k);
+            body.push_str(&loads);
+            vals.push(v);
+        }
+        let (one_loads, one) = step("e", 0);
+        format!(
+            "    let first = c * params.chunk;\n    \
+             let last = min(first + params.chunk, params.len);\n    \
+             var acc: {t} = {identity};\n    var r = {from};\n    \
+             for (; r + 3u * {stride} < last; r += 4u * {stride}) {{\n        \
+             let e = o * params.len + r;\n{body}        \
+             acc = combine(acc, combine(combine({}, {}), combine({}, {})));\n    }}\n    \
+             for (; r < last; r += {stride}) {{\n        let e = o * params.len + r;\n\
+             {one_loads}        acc = combine(acc, {one});\n    }}\n",
+            vals[0], vals[1], vals[2], vals[3]
+        )
+    };
     let entry = |wg: u32| {
         format!(
             "@compute @workgroup_size({wg})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, \
@@ -546,50 +595,40 @@ fn reduction_main(
              @builtin(local_invocation_index) lid: u32) {{\n"
         )
     };
-    let value = value_at(kinds, "e", nconsts);
-    if r.row_wg == 0 {
+    let width = if r.vec4 { 4 } else { 1 };
+    if r.row_wg == 1 {
+        // short rows: an invocation per row and chunk
         s.push_str(&entry(WG));
         let _ = write!(
             s,
-            "    let i = group_index(wid, nwg) * {WG}u + lid;\n    \
-             let cols = params.outer * params.inner;\n    \
-             if (i >= cols * params.chunks) {{\n        return;\n    }}\n    \
-             // chunk-major, so that a warp's invocations read adjacent columns\n    \
-             let c = i / cols;\n    let o = (i % cols) / params.inner;\n    \
-             let col = i % params.inner;\n    \
-             let first = c * params.chunk;\n    \
-             let last = min(first + params.chunk, params.len);\n    \
-             var acc: {t} = {identity};\n    \
-             for (var r = first; r < last; r++) {{\n        \
-             let e = (o * params.len + r) * params.inner + col;\n        \
-             acc = combine(acc, {value});\n    }}\n    \
-             out[(o * params.chunks + c) * params.inner + col] = {finish};\n}}\n"
-        );
-    } else {
-        let wg = r.row_wg;
-        let _ = writeln!(s, "var<workgroup> folded: array<{t}, {wg}>;\n");
-        s.push_str(&entry(wg));
-        let _ = write!(
-            s,
-            "    let g = group_index(wid, nwg);\n    \
+            "    let g = group_index(wid, nwg) * {WG}u + lid;\n    \
              if (g >= params.outer * params.chunks) {{\n        return;\n    }}\n    \
-             let o = g / params.chunks;\n    \
-             let first = (g % params.chunks) * params.chunk;\n    \
-             let last = min(first + params.chunk, params.len);\n    \
-             var acc: {t} = {identity};\n    \
-             for (var r = first + lid; r < last; r += {wg}u) {{\n        \
-             let e = o * params.len + r;\n        \
-             acc = combine(acc, {value});\n    }}\n    \
-             folded[lid] = acc;\n    workgroupBarrier();\n    \
-             for (var half = {half}u; half > 0u; half = half / 2u) {{\n        \
-             if (lid < half) {{\n            \
-             folded[lid] = combine(folded[lid], folded[lid + half]);\n        }}\n        \
-             workgroupBarrier();\n    }}\n    \
-             if (lid == 0u) {{\n        let acc = folded[0];\n        \
-             out[g] = {finish};\n    }}\n}}\n",
-            half = wg / 2
+             let o = g / params.chunks;\n    let c = g % params.chunks;\n{}    \
+             out[g] = finish(acc);\n}}\n",
+            run("first", &format!("{width}u"))
         );
+        return Ok(());
     }
+    let wg = r.row_wg;
+    let _ = writeln!(s, "var<workgroup> folded: array<{t}, {wg}>;\n");
+    s.push_str(&entry(wg));
+    let _ = write!(
+        s,
+        "    let g = group_index(wid, nwg);\n    \
+         if (g >= params.outer * params.chunks) {{\n        return;\n    }}\n    \
+         let o = g / params.chunks;\n    let c = g % params.chunks;\n{}    \
+         folded[lid] = acc;\n    workgroupBarrier();\n    \
+         for (var half = {half}u; half > 0u; half = half / 2u) {{\n        \
+         if (lid < half) {{\n            \
+         folded[lid] = combine(folded[lid], folded[lid + half]);\n        }}\n        \
+         workgroupBarrier();\n    }}\n    \
+         if (lid == 0u) {{\n        out[g] = finish(folded[0]);\n    }}\n}}\n",
+        run(
+            &format!("first + {width}u * lid"),
+            &format!("{}u", width * wg)
+        ),
+        half = wg / 2
+    );
     Ok(())
 }
 

@@ -78,6 +78,7 @@ pub fn wrap_with_stats(device: &Device) -> (Device, Arc<Stats>) {
 pub struct Stats {
     recorded: AtomicU64,
     fused: AtomicU64,
+    reductions: AtomicU64,
     forwarded: AtomicU64,
 }
 
@@ -89,6 +90,10 @@ impl Stats {
     /// Generated kernels run.
     pub fn fused(&self) -> u64 {
         self.fused.load(Ordering::Relaxed)
+    }
+    /// Generated kernels run that reduced a chain instead of storing it.
+    pub fn reductions(&self) -> u64 {
+        self.reductions.load(Ordering::Relaxed)
     }
     /// Every op sent to the inner device: generated kernels, constant fills and the ops that
     /// do not fuse.
@@ -301,11 +306,11 @@ impl Fusion {
         }
     }
 
-    /// A sum, mean, max or min over adjacent axes of a pending expression (a layer norm's
-    /// statistics, a softmax's or a bias's gradient, a squared norm): one generated kernel reads
-    /// the expression's inputs and reduces them without storing the expression. Long reductions
-    /// with few outputs leave a partial per chunk, which the inner device's reduction combines.
-    /// `None` where the plain path runs (the input is real, or the axes are not adjacent).
+    /// A sum, mean, max or min over the trailing axes of a pending expression (a layer norm's
+    /// statistics, a softmax gradient's row sums, a squared norm): one generated kernel reads
+    /// the expression's inputs and reduces them without storing the expression. Few long rows
+    /// leave a partial per chunk, which the inner device's reduction combines. `None` where the
+    /// plain path runs (a real input; axes that are not trailing: see [`Reduction`]).
     fn reduce(
         &self,
         op: ReduceOp,
@@ -317,12 +322,8 @@ impl Fusion {
         let shape = v.layout.shape();
         let rank = shape.rank();
         let floats = dtype == DType::F32 || op != ReduceOp::Mean;
-        if !Reduction::supports(op)
-            || out.0 != dtype
-            || dtype == DType::Bool
-            || !floats
-            || rank == 0
-        {
+        let plain = !Reduction::supports(op) || out.0 != dtype || dtype == DType::Bool;
+        if plain || !floats || rank == 0 {
             return Ok(None);
         }
         let Some(lazy) = v.storage.downcast::<Lazy>() else {
@@ -345,17 +346,21 @@ impl Fusion {
         };
         axes.sort_unstable();
         axes.dedup();
-        let (a0, a1) = (axes[0], axes[axes.len() - 1] + 1);
         let dims = shape.dims();
-        let [outer, len, inner] =
-            [&dims[..a0], &dims[a0..a1], &dims[a1..]].map(|d| d.iter().product::<usize>());
-        if a1 - a0 != axes.len()
-            || outer * len * inner == 0
-            || u32::try_from(shape.numel()).is_err()
-        {
+        let trailing = axes.iter().rev().zip((0..rank).rev()).all(|(a, d)| *a == d);
+        let (outer, len) = (
+            dims[..rank - axes.len()].iter().product::<usize>(),
+            dims[rank - axes.len()..].iter().product::<usize>(),
+        );
+        if !trailing || outer * len == 0 || u32::try_from(shape.numel()).is_err() {
             return Ok(None);
         }
-        let (row_wg, chunks) = if inner == 1 {
+        // 4 adjacent elements per load where an input is read whole
+        let vec4 = expr.kinds(shape).contains(&expr::ReadKind::Whole) && len % 4 == 0;
+        let loads = if vec4 { len / 4 } else { len };
+        let (row_wg, chunks) = if loads <= FUSED_ROW_PER_THREAD && outer >= FUSED_ROW_GROUPS {
+            (1, 1)
+        } else {
             let wg = if len <= FUSED_SHORT_ROW { 32 } else { 256 };
             (
                 wg,
@@ -363,17 +368,14 @@ impl Fusion {
                     .div_ceil(outer)
                     .min(len / (16 * wg as usize)),
             )
-        } else {
-            let want = FUSED_COLUMN_THREADS.div_ceil(outer * inner);
-            (0, want.min(len / FUSED_COLUMN_CHUNK))
         };
-        let chunks = len.div_ceil(len.div_ceil(chunks.max(1)));
-        let r = Reduction { op, row_wg };
+        // chunks start at multiples of 4 for the vec4 loads
+        let align = if vec4 { 4 } else { 1 };
+        let chunk = len.div_ceil(chunks.max(1)).next_multiple_of(align);
+        let chunks = len.div_ceil(chunk);
+        let r = Reduction { op, row_wg, vec4 };
         let name = register(&expr, Some(r))?;
-        let call = CustomCall::new(
-            name,
-            codegen::attrs(&expr, &expr.shape, Some([outer, len, inner, chunks])),
-        );
+        let attrs = codegen::attrs(&expr, &expr.shape, Some([outer, len, chunk, chunks]));
         let views: Vec<View<'_>> = (expr.leaves.iter())
             .map(|l| View {
                 storage: &l.storage,
@@ -381,11 +383,12 @@ impl Fusion {
                 dtype: l.dtype,
             })
             .collect();
-        let partials = Shape::from([outer, chunks, inner]);
+        let partials = Shape::from([outer, chunks]);
         let backend = self.inner.backend();
         self.stats.fused.fetch_add(1, Ordering::Relaxed);
-        let first =
-            one(backend.execute(&Op::Custom(call), &views, &[(dtype, partials.clone())])?)?;
+        self.stats.reductions.fetch_add(1, Ordering::Relaxed);
+        let call = Op::Custom(CustomCall::new(name, attrs));
+        let first = one(backend.execute(&call, &views, &[(dtype, partials.clone())])?)?;
         if chunks == 1 {
             return Ok(Some(first));
         }
@@ -406,8 +409,8 @@ impl Fusion {
             axes: vec![1],
             keepdim: false,
         };
-        let out = (dtype, Shape::from([outer, inner]));
         self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+        let out = (dtype, Shape::from([outer]));
         Ok(Some(one(backend.execute(&rest, &[view], &[out])?)?))
     }
 
@@ -433,10 +436,9 @@ const FUSED_SHORT_ROW: usize = 2048;
 /// Row reductions with fewer rows than this are cut into chunks of at least 16 loads per
 /// invocation, for enough workgroups to fill a GPU.
 const FUSED_ROW_GROUPS: usize = 1024;
-/// Column reductions aim at this many invocations, each folding at least
-/// `FUSED_COLUMN_CHUNK` elements of its column.
-const FUSED_COLUMN_THREADS: usize = 1 << 18;
-const FUSED_COLUMN_CHUNK: usize = 64;
+/// Rows of at most this many loads (vec4s or elements), when there are enough of them, fold
+/// an invocation each (as the planner's short rows): a softmax gradient's rows of 256.
+const FUSED_ROW_PER_THREAD: usize = 64;
 
 /// The generated kernels of this process by structural key: their custom ops' names.
 static KNOWN: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
