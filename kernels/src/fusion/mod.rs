@@ -9,8 +9,10 @@
 //! [`Backend::synchronize`] materializes it: one kernel generated from the elementwise tables'
 //! WGSL, registered once per structure as a custom op (`kiln.fused.<hash>`, naga-checked), and run
 //! through the inner device's custom-op path, so it is planned, cached and translated (CUDA,
-//! HIP) like any other kernel. Everything else goes to the inner device unchanged, and real
-//! storages pass through unwrapped: only elementwise outputs are ever lazy.
+//! HIP) like any other kernel. A sum, mean, max or min over the trailing axes of a lazy input
+//! is generated the same way with the reduction inside: the chain is never stored. Everything
+//! else goes to the inner device unchanged, and real storages pass through unwrapped: only
+//! elementwise outputs are ever lazy.
 //!
 //! `KILN_FUSION_LOG=1` prints each new fused kernel (name, op chain, inputs, key) to stderr.
 //!
