@@ -677,6 +677,10 @@ impl GemmTile {
         GemmTile::new(32, 64, 16, 4, 4),
         GemmTile::new(64, 64, 16, 4, 4),
     ];
+    /// Matmuls of at most 4 rows: gemm.wgsl's matrix-vector kernel, an invocation per column
+    /// (TN = 1 marks it). In 32- or 64-row tiles a batch-1 linear layer spent 97% of its
+    /// multiply-adds on padding rows: MNIST's fc1 in the page (SwiftShader) took 142 ms.
+    const SKINNY: GemmTile = GemmTile::new(4, 64, 4, 4, 1);
     /// Workgroups that keep a large GPU busy: a larger tile is only worth it when the output
     /// still has about this many of them (a 1024 x 1024 product in 128 x 128 tiles is 64
     /// workgroups, which leaves most of a 132-multiprocessor GPU idle).
@@ -689,7 +693,10 @@ impl GemmTile {
     /// The larger the block of C per invocation, the more multiply-adds per value read from
     /// workgroup memory: the largest tile that still gives BUSY workgroups, a 32-row tile for
     /// outputs of at most 32 rows (convolutions with few channels), else 64 x 64.
-    fn pick(m: usize, n: usize, batches: usize) -> Self {
+    fn pick(mode: GemmMode, m: usize, n: usize, batches: usize) -> Self {
+        if mode == GemmMode::Matmul && m <= Self::SKINNY.bm {
+            return Self::SKINNY;
+        }
         let [big, tall, short, small] = Self::ALL;
         let tiles = |t: GemmTile| m.div_ceil(t.bm) * n.div_ceil(t.bn) * batches;
         if m >= 512 && n >= 512 && tiles(big) >= Self::BUSY {
@@ -705,6 +712,9 @@ impl GemmTile {
 
     fn key(self, mode: GemmMode, ty: &str) -> KernelKey {
         let wg = (self.bm / self.tm) * (self.bn / self.tn);
+        // gemm.wgsl holds a single staged vec4 by name rather than in arrays (faster where
+        // private arrays live in memory: SwiftShader).
+        let stage_one = self.bk * self.bm / 4 == wg && self.bk * self.bn / 4 == wg;
         let [bm, bn, bk, tm, tn, wg] =
             [self.bm, self.bn, self.bk, self.tm, self.tn, wg].map(|v| v.to_string());
         KernelKey::new(
@@ -718,6 +728,8 @@ impl GemmTile {
                 ("TM", &tm),
                 ("TN", &tn),
                 ("WG", &wg),
+                ("STAGE_ONE", if stage_one { "1" } else { "0" }),
+                ("SKINNY", if self.tn == 1 { "1" } else { "0" }),
             ],
         )
     }
@@ -1428,7 +1440,7 @@ impl Planner {
         params: impl FnOnce(Gemm) -> Vec<u32>,
     ) -> Result<()> {
         let [m, n, k, batches] = mnkb;
-        let tile = GemmTile::pick(m, n, batches);
+        let tile = GemmTile::pick(mode, m, n, batches);
         let GemmTile { bm, bn, bk, .. } = tile;
         let tiles_m = m.div_ceil(bm);
         let tiles_n = n.div_ceil(bn);
@@ -1731,6 +1743,9 @@ pub fn variants() -> Vec<KernelKey> {
         {
             keys.extend(p.dispatches.into_iter().map(|d| d.kernel));
         }
+    }
+    for ty in ["f32", "i32", "u32"] {
+        keys.push(GemmTile::SKINNY.key(GemmMode::Matmul, ty));
     }
     for tile in GemmTile::ALL {
         for ty in ["f32", "i32", "u32"] {
@@ -2296,12 +2311,19 @@ mod tests {
     #[test]
     fn tiles_are_as_large_as_keeps_the_gpu_busy() {
         let [big, tall, short, small] = GemmTile::ALL;
-        assert_eq!(GemmTile::pick(4096, 4096, 1), big);
-        assert_eq!(GemmTile::pick(1024, 1024, 1), small);
-        assert_eq!(GemmTile::pick(4096, 400, 1), tall);
-        assert_eq!(GemmTile::pick(64, 256 * 24 * 24, 1), small);
-        assert_eq!(GemmTile::pick(32, 256 * 26 * 26, 1), short);
-        assert_eq!(GemmTile::pick(64, 288, 1), small);
+        let pick = |m, n| GemmTile::pick(GemmMode::Conv, m, n, 1);
+        assert_eq!(pick(4096, 4096), big);
+        assert_eq!(pick(1024, 1024), small);
+        assert_eq!(pick(4096, 400), tall);
+        assert_eq!(pick(64, 256 * 24 * 24), small);
+        assert_eq!(pick(32, 256 * 26 * 26), short);
+        assert_eq!(pick(64, 288), small);
+        // a matmul of at most 4 rows is a matrix-vector product, whatever the rest
+        let matmul = |m, n| GemmTile::pick(GemmMode::Matmul, m, n, 8);
+        assert_eq!(matmul(1, 128), GemmTile::SKINNY);
+        assert_eq!(matmul(4, 4096), GemmTile::SKINNY);
+        assert_eq!(matmul(5, 4096), short);
+        assert_eq!(pick(4, 4096), short);
         for t in GemmTile::ALL {
             let wg = (t.bm / t.tm) * (t.bn / t.tn);
             assert_eq!((t.bk * t.bm / 4) % wg, 0);
