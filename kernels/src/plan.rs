@@ -665,17 +665,22 @@ struct GemmTile {
 
 impl GemmTile {
     /// Every shape `pick` chooses from. Workgroup memory is 16 * BK * (BM / 4 + 1 + BN / 4)
-    /// bytes (8.3, 12.3, 6.3 and 8.3 KiB), within WebGPU's guaranteed 16 KiB; each shape stages
+    /// bytes (8.3, 12.3, 6.3, 8.3 and 2.2 KiB), within WebGPU's guaranteed 16 KiB; each shape stages
     /// whole vec4s per invocation (BK * BM / 4 and BK * BN / 4 are multiples of the workgroup).
     /// Tried and dropped, on the MNIST CNN at batch 256: 64 x 128 tiles of 8 x 8 for conv2
     /// (H200: 419 us against 251 us in 64 x 64), and 32 x 128 tiles of 4 x 8 for the 32-row
     /// convolutions (H100: conv2's input gradient 512 us against 369 us in 32 x 64; the larger
     /// block per invocation holds more registers, so fewer workgroups hide the gathers' latency).
-    const ALL: [GemmTile; 4] = [
+    /// The last, 32 x 32 in 8-deep slices, is for forward convolutions of at most 32 output
+    /// channels: it stages one vec4 of each operand per invocation (STAGE_ONE in gemm.wgsl), which
+    /// ran the MNIST CNN's conv1 at batch 64 in 80 ms against 181 ms in 32 x 64 on SwiftShader.
+    /// Their gradients keep 32 x 64 (measured on GPUs, above); this one was not.
+    const ALL: [GemmTile; 5] = [
         GemmTile::new(128, 128, 8, 8, 8),
         GemmTile::new(128, 64, 16, 8, 4),
         GemmTile::new(32, 64, 16, 4, 4),
         GemmTile::new(64, 64, 16, 4, 4),
+        GemmTile::new(32, 32, 8, 4, 4),
     ];
     /// Matmuls of at most 4 rows: gemm.wgsl's matrix-vector kernel, an invocation per column
     /// (TN = 1 marks it). In 32- or 64-row tiles a batch-1 linear layer spent 97% of its
@@ -697,12 +702,14 @@ impl GemmTile {
         if mode == GemmMode::Matmul && m <= Self::SKINNY.bm {
             return Self::SKINNY;
         }
-        let [big, tall, short, small] = Self::ALL;
+        let [big, tall, short, small, thin] = Self::ALL;
         let tiles = |t: GemmTile| m.div_ceil(t.bm) * n.div_ceil(t.bn) * batches;
         if m >= 512 && n >= 512 && tiles(big) >= Self::BUSY {
             big
         } else if m >= 128 && n >= 64 && tiles(tall) >= Self::BUSY {
             tall
+        } else if m <= thin.bm && n >= thin.bn && mode == GemmMode::Conv {
+            thin
         } else if m <= short.bm && n >= short.bn {
             short
         } else {
@@ -2310,8 +2317,8 @@ mod tests {
 
     #[test]
     fn tiles_are_as_large_as_keeps_the_gpu_busy() {
-        let [big, tall, short, small] = GemmTile::ALL;
-        let pick = |m, n| GemmTile::pick(GemmMode::Conv, m, n, 1);
+        let [big, tall, short, small, thin] = GemmTile::ALL;
+        let pick = |m, n| GemmTile::pick(GemmMode::ConvTranspose, m, n, 1);
         assert_eq!(pick(4096, 4096), big);
         assert_eq!(pick(1024, 1024), small);
         assert_eq!(pick(4096, 400), tall);
@@ -2324,6 +2331,8 @@ mod tests {
         assert_eq!(matmul(4, 4096), GemmTile::SKINNY);
         assert_eq!(matmul(5, 4096), short);
         assert_eq!(pick(4, 4096), short);
+        assert_eq!(GemmTile::pick(GemmMode::Conv, 32, 676, 1), thin);
+        assert_eq!(GemmTile::pick(GemmMode::Conv, 64, 576, 1), small);
         for t in GemmTile::ALL {
             let wg = (t.bm / t.tm) * (t.bn / t.tn);
             assert_eq!((t.bk * t.bm / 4) % wg, 0);
