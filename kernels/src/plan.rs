@@ -697,7 +697,8 @@ impl GemmTile {
 
     /// The larger the block of C per invocation, the more multiply-adds per value read from
     /// workgroup memory: the largest tile that still gives BUSY workgroups, a 32-row tile for
-    /// outputs of at most 32 rows (convolutions with few channels), else 64 x 64.
+    /// outputs of at most 32 rows (convolutions with few channels: 32 x 32 for forward ones,
+    /// 32 x 64 for the rest), else 64 x 64; matmuls of at most 4 rows take SKINNY.
     fn pick(mode: GemmMode, m: usize, n: usize, batches: usize) -> Self {
         if mode == GemmMode::Matmul && m <= Self::SKINNY.bm {
             return Self::SKINNY;
