@@ -710,18 +710,27 @@ struct GemmTile {
 
 impl GemmTile {
     /// Every shape `pick` chooses from. Workgroup memory is 16 * BK * (BM / 4 + 1 + BN / 4)
-    /// bytes (8.3, 12.3, 6.3 and 8.3 KiB), within WebGPU's guaranteed 16 KiB; each shape stages
+    /// bytes (8.3, 12.3, 6.3, 8.3 and 2.2 KiB), within WebGPU's guaranteed 16 KiB; each shape stages
     /// whole vec4s per invocation (BK * BM / 4 and BK * BN / 4 are multiples of the workgroup).
     /// Tried and dropped, on the MNIST CNN at batch 256: 64 x 128 tiles of 8 x 8 for conv2
     /// (H200: 419 us against 251 us in 64 x 64), and 32 x 128 tiles of 4 x 8 for the 32-row
     /// convolutions (H100: conv2's input gradient 512 us against 369 us in 32 x 64; the larger
     /// block per invocation holds more registers, so fewer workgroups hide the gathers' latency).
-    const ALL: [GemmTile; 4] = [
+    /// The last, 32 x 32 in 8-deep slices, is for forward convolutions of at most 32 output
+    /// channels: it stages one vec4 of each operand per invocation (STAGE_ONE in gemm.wgsl), which
+    /// ran the MNIST CNN's conv1 at batch 64 in 80 ms against 181 ms in 32 x 64 on SwiftShader.
+    /// Their gradients keep 32 x 64 (measured on GPUs, above); this one was not.
+    const ALL: [GemmTile; 5] = [
         GemmTile::new(128, 128, 8, 8, 8),
         GemmTile::new(128, 64, 16, 8, 4),
         GemmTile::new(32, 64, 16, 4, 4),
         GemmTile::new(64, 64, 16, 4, 4),
+        GemmTile::new(32, 32, 8, 4, 4),
     ];
+    /// Matmuls of at most 4 rows: gemm.wgsl's matrix-vector kernel, an invocation per column
+    /// (TN = 1 marks it). In 32- or 64-row tiles a batch-1 linear layer spent 97% of its
+    /// multiply-adds on padding rows: MNIST's fc1 in the page (SwiftShader) took 142 ms.
+    const SKINNY: GemmTile = GemmTile::new(4, 64, 4, 4, 1);
     /// Workgroups that keep a large GPU busy: a larger tile is only worth it when the output
     /// still has about this many of them (a 1024 x 1024 product in 128 x 128 tiles is 64
     /// workgroups, which leaves most of a 132-multiprocessor GPU idle).
@@ -733,14 +742,20 @@ impl GemmTile {
 
     /// The larger the block of C per invocation, the more multiply-adds per value read from
     /// workgroup memory: the largest tile that still gives BUSY workgroups, a 32-row tile for
-    /// outputs of at most 32 rows (convolutions with few channels), else 64 x 64.
-    fn pick(m: usize, n: usize, batches: usize) -> Self {
-        let [big, tall, short, small] = Self::ALL;
+    /// outputs of at most 32 rows (convolutions with few channels: 32 x 32 for forward ones,
+    /// 32 x 64 for the rest), else 64 x 64; matmuls of at most 4 rows take SKINNY.
+    fn pick(mode: GemmMode, m: usize, n: usize, batches: usize) -> Self {
+        if mode == GemmMode::Matmul && m <= Self::SKINNY.bm {
+            return Self::SKINNY;
+        }
+        let [big, tall, short, small, thin] = Self::ALL;
         let tiles = |t: GemmTile| m.div_ceil(t.bm) * n.div_ceil(t.bn) * batches;
         if m >= 512 && n >= 512 && tiles(big) >= Self::BUSY {
             big
         } else if m >= 128 && n >= 64 && tiles(tall) >= Self::BUSY {
             tall
+        } else if m <= thin.bm && n >= thin.bn && mode == GemmMode::Conv {
+            thin
         } else if m <= short.bm && n >= short.bn {
             short
         } else {
@@ -750,6 +765,9 @@ impl GemmTile {
 
     fn key(self, mode: GemmMode, ty: &str) -> KernelKey {
         let wg = (self.bm / self.tm) * (self.bn / self.tn);
+        // gemm.wgsl holds a single staged vec4 by name rather than in arrays (faster where
+        // private arrays live in memory: SwiftShader).
+        let stage_one = self.bk * self.bm / 4 == wg && self.bk * self.bn / 4 == wg;
         let [bm, bn, bk, tm, tn, wg] =
             [self.bm, self.bn, self.bk, self.tm, self.tn, wg].map(|v| v.to_string());
         KernelKey::new(
@@ -763,6 +781,8 @@ impl GemmTile {
                 ("TM", &tm),
                 ("TN", &tn),
                 ("WG", &wg),
+                ("STAGE_ONE", if stage_one { "1" } else { "0" }),
+                ("SKINNY", if self.tn == 1 { "1" } else { "0" }),
             ],
         )
     }
@@ -1496,7 +1516,7 @@ impl Planner {
         params: impl FnOnce(Gemm) -> Vec<u32>,
     ) -> Result<()> {
         let [m, n, k, batches] = mnkb;
-        let tile = GemmTile::pick(m, n, batches);
+        let tile = GemmTile::pick(mode, m, n, batches);
         let GemmTile { bm, bn, bk, .. } = tile;
         let tiles_m = m.div_ceil(bm);
         let tiles_n = n.div_ceil(bn);
@@ -1799,6 +1819,9 @@ pub fn variants() -> Vec<KernelKey> {
         {
             keys.extend(p.dispatches.into_iter().map(|d| d.kernel));
         }
+    }
+    for ty in ["f32", "i32", "u32"] {
+        keys.push(GemmTile::SKINNY.key(GemmMode::Matmul, ty));
     }
     for tile in GemmTile::ALL {
         for ty in ["f32", "i32", "u32"] {
@@ -2367,13 +2390,22 @@ mod tests {
 
     #[test]
     fn tiles_are_as_large_as_keeps_the_gpu_busy() {
-        let [big, tall, short, small] = GemmTile::ALL;
-        assert_eq!(GemmTile::pick(4096, 4096, 1), big);
-        assert_eq!(GemmTile::pick(1024, 1024, 1), small);
-        assert_eq!(GemmTile::pick(4096, 400, 1), tall);
-        assert_eq!(GemmTile::pick(64, 256 * 24 * 24, 1), small);
-        assert_eq!(GemmTile::pick(32, 256 * 26 * 26, 1), short);
-        assert_eq!(GemmTile::pick(64, 288, 1), small);
+        let [big, tall, short, small, thin] = GemmTile::ALL;
+        let pick = |m, n| GemmTile::pick(GemmMode::ConvTranspose, m, n, 1);
+        assert_eq!(pick(4096, 4096), big);
+        assert_eq!(pick(1024, 1024), small);
+        assert_eq!(pick(4096, 400), tall);
+        assert_eq!(pick(64, 256 * 24 * 24), small);
+        assert_eq!(pick(32, 256 * 26 * 26), short);
+        assert_eq!(pick(64, 288), small);
+        // a matmul of at most 4 rows is a matrix-vector product, whatever the rest
+        let matmul = |m, n| GemmTile::pick(GemmMode::Matmul, m, n, 8);
+        assert_eq!(matmul(1, 128), GemmTile::SKINNY);
+        assert_eq!(matmul(4, 4096), GemmTile::SKINNY);
+        assert_eq!(matmul(5, 4096), short);
+        assert_eq!(pick(4, 4096), short);
+        assert_eq!(GemmTile::pick(GemmMode::Conv, 32, 676, 1), thin);
+        assert_eq!(GemmTile::pick(GemmMode::Conv, 64, 576, 1), small);
         for t in GemmTile::ALL {
             let wg = (t.bm / t.tm) * (t.bn / t.tn);
             assert_eq!((t.bk * t.bm / 4) % wg, 0);

@@ -30,7 +30,9 @@
 // grid: x = column tiles, y (* z) = row tiles times batches times splits, each dimension at
 // most 65535.
 // defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4; BK * BM / 4 and
-// BK * BN / 4 multiples of WG), WG = (BM / TM) * (BN / TN).
+// BK * BN / 4 multiples of WG), WG = (BM / TM) * (BN / TN), STAGE_ONE (1 where each invocation
+// stages exactly one vec4 of A and one of B per slice, else 0), SKINNY (1: the matrix-vector
+// kernel at the end, for matmuls of at most 4 rows, BM = 4, BN = WG; else 0).
 #include "common.wgsl"
 
 struct Gemm {
@@ -92,8 +94,6 @@ const B_AT: u32 = BK * A_ROW;
 // vec4s each invocation stages per slice, of A and of B
 const A_PER: u32 = BK * BM4 / WG;
 const B_PER: u32 = BK * BN4 / WG;
-const LINES_A: u32 = A_PER * 4u;
-const LINES_B: u32 = B_PER * 4u;
 
 // The staged slices: A's k-th row (rows 4i..4i+3 of M at column k) at tiles[k * A_ROW + i],
 // then B's k-th row (columns 4j..4j+3 of N at row k) at tiles[B_AT + k * BN4 + j].
@@ -279,41 +279,106 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
 }
 #endif
 
-// Slice k0 of A as this invocation stages it (zeros past k_end): vec4 i holds the four lines
-// lines[4i..4i+4] at k = k0 + (lid + i * WG) % BK.
-fn fetch_a(g: u32, lid: u32, k0: u32, k_end: u32, lines: array<Line, LINES_A>)
+// Four lines: the rows of A (or columns of B) of one staged vec4.
+struct Quad {
+    l0: Line,
+    l1: Line,
+    l2: Line,
+    l3: Line,
+}
+
+// The lines of rows first..first+3 of A, clamped to its last row.
+fn quad_a(g: u32, first: u32) -> Quad {
+    let last = max(params.gemm.m, 1u) - 1u;
+    return Quad(line_a(g, min(first, last)), line_a(g, min(first + 1u, last)),
+        line_a(g, min(first + 2u, last)), line_a(g, min(first + 3u, last)));
+}
+
+// The same for columns of B.
+fn quad_b(g: u32, first: u32) -> Quad {
+    let last = max(params.gemm.n, 1u) - 1u;
+    return Quad(line_b(g, min(first, last)), line_b(g, min(first + 1u, last)),
+        line_b(g, min(first + 2u, last)), line_b(g, min(first + 3u, last)));
+}
+
+// A's four lines at k, zeros past k_end.
+fn vec_a(g: u32, k: u32, k_end: u32, q: Quad) -> vec4<{{T}}> {
+    if (k >= k_end) {
+        return vec4<{{T}}>({{T}}(0));
+    }
+    let s = step_a(g, k);
+    return vec4<{{T}}>(load_a(q.l0, s), load_a(q.l1, s), load_a(q.l2, s), load_a(q.l3, s));
+}
+
+// The same for B.
+fn vec_b(g: u32, k: u32, k_end: u32, q: Quad) -> vec4<{{T}}> {
+    if (k >= k_end) {
+        return vec4<{{T}}>({{T}}(0));
+    }
+    let s = step_b(g, k);
+    return vec4<{{T}}>(load_b(q.l0, s), load_b(q.l1, s), load_b(q.l2, s), load_b(q.l3, s));
+}
+
+#if !STAGE_ONE && !SKINNY
+// Slice k0 of A as this invocation stages it: vec4 i holds quads[i] at
+// k = k0 + (lid + i * WG) % BK.
+fn fetch_a(g: u32, lid: u32, k0: u32, k_end: u32, quads: array<Quad, A_PER>)
     -> array<vec4<{{T}}>, A_PER> {
     var out: array<vec4<{{T}}>, A_PER>;
     for (var i = 0u; i < A_PER; i++) {
-        let k = k0 + (lid + i * WG) % BK;
-        if (k < k_end) {
-            let s = step_a(g, k);
-            out[i] = vec4<{{T}}>(load_a(lines[i * 4u], s), load_a(lines[i * 4u + 1u], s),
-                load_a(lines[i * 4u + 2u], s), load_a(lines[i * 4u + 3u], s));
-        } else {
-            out[i] = vec4<{{T}}>({{T}}(0));
-        }
+        out[i] = vec_a(g, k0 + (lid + i * WG) % BK, k_end, quads[i]);
     }
     return out;
 }
 
 // The same for B, whose vec4 i is at k = k0 + (lid + i * WG) / BN4.
-fn fetch_b(g: u32, lid: u32, k0: u32, k_end: u32, lines: array<Line, LINES_B>)
+fn fetch_b(g: u32, lid: u32, k0: u32, k_end: u32, quads: array<Quad, B_PER>)
     -> array<vec4<{{T}}>, B_PER> {
     var out: array<vec4<{{T}}>, B_PER>;
     for (var i = 0u; i < B_PER; i++) {
-        let k = k0 + (lid + i * WG) / BN4;
-        if (k < k_end) {
-            let s = step_b(g, k);
-            out[i] = vec4<{{T}}>(load_b(lines[i * 4u], s), load_b(lines[i * 4u + 1u], s),
-                load_b(lines[i * 4u + 2u], s), load_b(lines[i * 4u + 3u], s));
-        } else {
-            out[i] = vec4<{{T}}>({{T}}(0));
-        }
+        out[i] = vec_b(g, k0 + (lid + i * WG) / BN4, k_end, quads[i]);
     }
     return out;
 }
+#endif
 
+// acc + s * b, fused where the type has fma.
+fn mac(s: {{T}}, b: vec4<{{T}}>, acc: vec4<{{T}}>) -> vec4<{{T}}> {
+#if T == i32 || T == u32
+    return acc + s * b;
+#else
+    return fma(vec4<{{T}}>(s), b, acc);
+#endif
+}
+
+#if SKINNY
+// At most 4 rows (a matrix-vector product: a batch-1 linear layer): an invocation per column of
+// C holds all its rows in one vec4 and walks its chunk of K without workgroup memory, so no
+// multiply-add is spent on the rows a 32- or 64-row tile would pad. Rows past M read the last
+// row again and are never stored. Grid: x = columns / WG, y (* z) = batches times splits.
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let m = params.gemm.m;
+    let n = params.gemm.n;
+    let gs = wid.z * 65535u + wid.y;
+    let g = gs % params.gemm.batches;
+    let k_begin = (gs / params.gemm.batches) * params.gemm.k_chunk;
+    let k_end = min(params.gemm.k, k_begin + params.gemm.k_chunk);
+    let col = wid.x * WG + lid;
+    let rows = quad_a(g, 0u);
+    let line = line_b(g, min(col, max(n, 1u) - 1u));
+    var acc = vec4<{{T}}>({{T}}(0));
+    for (var k = k_begin; k < k_end; k++) {
+        acc = mac(load_b(line, step_b(g, k)), vec_a(g, k, k_end, rows), acc);
+    }
+    if (gs >= params.gemm.batches * params.gemm.splits || col >= n) {
+        return;
+    }
+    for (var r = 0u; r < min(m, 4u); r++) {
+        store_c(gs, r, col, acc[r]);
+    }
+}
+#else
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let m = params.gemm.m;
@@ -336,28 +401,53 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // The lines this invocation stages, fixed for the whole K loop: staged vec4 i of A is rows
     // 4q..4q+3 (v = lid + i * WG, q = v / BK: consecutive invocations walk a row of A along k,
     // the way row-major A is stored); of B, columns 4q..4q+3 (q = v % BN4).
-    var lines_a: array<Line, LINES_A>;
+#if STAGE_ONE
+    // One vec4 of each (i = 0), held by name: SwiftShader copies an array passed by value and
+    // reads an indexed one lane by lane, which cost conv2 of the MNIST CNN 1.5x its time.
+    let quad_a0 = quad_a(g, row0 + 4u * (lid / BK));
+    let quad_b0 = quad_b(g, col0 + 4u * (lid % BN4));
+#else
+    var quads_a: array<Quad, A_PER>;
     for (var i = 0u; i < A_PER; i++) {
-        let q = (lid + i * WG) / BK;
-        for (var r = 0u; r < 4u; r++) {
-            lines_a[i * 4u + r] = line_a(g, min(row0 + 4u * q + r, max(m, 1u) - 1u));
-        }
+        quads_a[i] = quad_a(g, row0 + 4u * ((lid + i * WG) / BK));
     }
-    var lines_b: array<Line, LINES_B>;
+    var quads_b: array<Quad, B_PER>;
     for (var i = 0u; i < B_PER; i++) {
-        let q = (lid + i * WG) % BN4;
-        for (var r = 0u; r < 4u; r++) {
-            lines_b[i * 4u + r] = line_b(g, min(col0 + 4u * q + r, max(n, 1u) - 1u));
-        }
+        quads_b[i] = quad_b(g, col0 + 4u * ((lid + i * WG) % BN4));
     }
+#endif
 
+#if TM == 4 && TN == 4
+    // A 4 x 4 block as four named vec4s (row r of the block in acc_r), multiplied without inner
+    // loops: SwiftShader (Chromium's software WebGPU) keeps an indexed private array in memory,
+    // one access per lane, and ran the MNIST CNN's conv2 3x slower with it. 8-wide blocks keep
+    // the array.
+    var acc_0 = vec4<{{T}}>({{T}}(0));
+    var acc_1 = acc_0;
+    var acc_2 = acc_0;
+    var acc_3 = acc_0;
+#else
     var acc: array<vec4<{{T}}>, TM * TN4>;
     for (var i = 0u; i < TM * TN4; i++) {
         acc[i] = vec4<{{T}}>({{T}}(0));
     }
-    var next_a = fetch_a(g, lid, k_begin, k_end, lines_a);
-    var next_b = fetch_b(g, lid, k_begin, k_end, lines_b);
+#endif
+#if STAGE_ONE
+    var next_a = vec_a(g, k_begin + lid % BK, k_end, quad_a0);
+    var next_b = vec_b(g, k_begin + lid / BN4, k_end, quad_b0);
+#else
+    var next_a = fetch_a(g, lid, k_begin, k_end, quads_a);
+    var next_b = fetch_b(g, lid, k_begin, k_end, quads_b);
+#endif
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
+#if STAGE_ONE
+        tiles[(lid % BK) * A_ROW + lid / BK] = next_a;
+        tiles[B_AT + lid] = next_b;
+        workgroupBarrier();
+        // the next slice's loads are in flight while this one is multiplied
+        next_a = vec_a(g, k0 + BK + lid % BK, k_end, quad_a0);
+        next_b = vec_b(g, k0 + BK + lid / BN4, k_end, quad_b0);
+#else
         for (var i = 0u; i < A_PER; i++) {
             let v = lid + i * WG;
             tiles[(v % BK) * A_ROW + v / BK] = next_a[i];
@@ -366,9 +456,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             tiles[B_AT + lid + i * WG] = next_b[i];
         }
         workgroupBarrier();
-        // the next slice's loads are in flight while this one is multiplied
-        next_a = fetch_a(g, lid, k0 + BK, k_end, lines_a);
-        next_b = fetch_b(g, lid, k0 + BK, k_end, lines_b);
+        next_a = fetch_a(g, lid, k0 + BK, k_end, quads_a);
+        next_b = fetch_b(g, lid, k0 + BK, k_end, quads_b);
+#endif
+#if TM == 4 && TN == 4
+        for (var k = 0u; k < BK; k++) {
+            let bv = tiles[B_AT + k * BN4 + tx];
+            let av = tiles[k * A_ROW + ty];
+            acc_0 = mac(av.x, bv, acc_0);
+            acc_1 = mac(av.y, bv, acc_1);
+            acc_2 = mac(av.z, bv, acc_2);
+            acc_3 = mac(av.w, bv, acc_3);
+        }
+#else
         for (var k = 0u; k < BK; k++) {
             var bv: array<vec4<{{T}}>, TN4>;
             for (var j = 0u; j < TN4; j++) {
@@ -377,20 +477,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var i4 = 0u; i4 < TM4; i4++) {
                 let av = tiles[k * A_ROW + i4 * WG_Y + ty];
                 for (var r = 0u; r < 4u; r++) {
-                    let s = vec4<{{T}}>(av[r]);
                     for (var j = 0u; j < TN4; j++) {
                         let at = (i4 * 4u + r) * TN4 + j;
-#if T == i32 || T == u32
-                        acc[at] += s * bv[j];
-#else
-                        acc[at] = fma(s, bv[j], acc[at]);
-#endif
+                        acc[at] = mac(av[r], bv[j], acc[at]);
                     }
                 }
             }
         }
+#endif
         workgroupBarrier();
     }
+#if TM == 4 && TN == 4
+    var acc = array<vec4<{{T}}>, 4>(acc_0, acc_1, acc_2, acc_3);
+#endif
     // spare workgroups of a rounded-up grid store nothing
     if (gs >= params.gemm.batches * params.gemm.splits) {
         return;
@@ -413,3 +512,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
 }
+#endif

@@ -8,6 +8,8 @@
 //                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
 //   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--only ...]
 //                GELU on 2^p random inputs: kiln fused/unfused vs onnxruntime-web's Gelu (issue 19)
+//   node run.mjs --dispatches [--batches 1,64] [--gpu-runs 3]
+//                kiln WebGPU's calls per MNIST forward and each dispatch's own time (issue 18)
 
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
@@ -29,6 +31,7 @@ const DEFAULTS = {
   chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
   data: process.env.KILN_MNIST_DATA || "/work/shared/data/mnist", help: false,
   gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30,
+  dispatches: false,
 };
 const opt = { ...DEFAULTS };
 for (let i = 2; i < process.argv.length; i++) {
@@ -115,6 +118,8 @@ const FILES = {
   "/harness.mjs": join(HERE, "harness.mjs"),
   "/gelu.html": join(HERE, "gelu.html"),
   "/gelu.mjs": join(HERE, "gelu.mjs"),
+  "/dispatches.html": join(HERE, "dispatches.html"),
+  "/dispatches.mjs": join(HERE, "dispatches.mjs"),
   "/page.mjs": join(HERE, "page.mjs"),
   "/data/mnist.safetensors": opt.model,
 };
@@ -273,6 +278,28 @@ async function runGelu() {
 }
 if (opt.gelu) {
   await runGelu();
+  process.exit(0);
+}
+
+// ---- --dispatches: one kiln WebGPU forward's calls, and each dispatch replayed alone ------------
+if (opt.dispatches) {
+  const runs = opt["gpu-runs"] === opt.runs ? 3 : opt["gpu-runs"];
+  const browser = await launch();
+  const page = await (await browser.newContext()).newPage();
+  await page.goto(`${BASE}/dispatches.html?batches=${BATCHES.join(",")}&runs=${runs}`);
+  await page.waitForFunction(() => window.__dispatches, null, { timeout: 20 * 60e3, polling: 200 });
+  const res = await page.evaluate(() => window.__dispatches);
+  await browser.close();
+  if (res.error) { console.error(res.error); process.exit(1); }
+  for (const { batch, calls, forwardMs, hostMs, kernels } of res) {
+    console.log(`\nbatch ${batch}: forward ${forwardMs.toFixed(1)} ms (median of ${runs}; ` +
+      `${hostMs.toFixed(2)} ms to upload and record); WebGPU calls in one forward:`);
+    console.log("  " + Object.entries(calls).map(([k, v]) => `${k} ${v}`).join(", "));
+    const sum = kernels.reduce((a, d) => a + d.ms, 0);
+    console.log(`  each dispatch alone (median of ${runs}; sum ${sum.toFixed(1)} ms):`);
+    for (const d of kernels) console.log(`    ${d.op.padEnd(34)} ${d.grid.padEnd(10)} ${d.ms.toFixed(1).padStart(9)} ms`);
+  }
+  console.log(`\nuptime after: ${spawnSync("uptime", { encoding: "utf8" }).stdout.trim()}`);
   process.exit(0);
 }
 

@@ -444,8 +444,9 @@ fn reductions_of_few_outputs_in_chunks() {
 fn matmul_shapes_batches_and_views() {
     let Some(dev) = dev() else { return };
     // odd sizes for each gemm tile shape (64x64, 128x64, 128x128 blocks), edges included; the
-    // last two have few output tiles and a long K, so K is split (a ragged last chunk, batches)
-    let cases: [(&[usize], &[usize]); 11] = [
+    // last four have few output tiles and a long K, so K is split (a ragged last chunk,
+    // batches); those of at most 4 rows (here and above) take the matrix-vector kernel
+    let cases: [(&[usize], &[usize]); 13] = [
         (&[1, 1], &[1, 1]),
         (&[521, 67], &[67, 530]),
         (&[17, 33], &[33, 29]),
@@ -457,6 +458,8 @@ fn matmul_shapes_batches_and_views() {
         (&[257, 129], &[129, 300]),
         (&[6, 3000], &[3000, 5]),
         (&[3, 5, 1100], &[1100, 7]),
+        (&[3, 2, 3001], &[3001, 70]),
+        (&[1, 4, 9], &[2, 9, 131]),
     ];
     for (i, (a, b)) in cases.iter().enumerate() {
         let x = data(a, F, 20 + i as u64, -1.0, 1.0);
@@ -481,17 +484,30 @@ fn matmul_shapes_batches_and_views() {
         true,
         (1e-4, 1e-4),
     );
-    let xi = data(&[5, 6], DType::I32, 61, -5.0, 5.0);
-    let yi = data(&[6, 7], DType::I32, 62, -5.0, 5.0);
+    let x = data(&[3, 1200], F, 63, -1.0, 1.0);
+    let y = data(&[70, 1200], F, 64, -1.0, 1.0);
     check(
-        "matmul i32",
+        "matrix-vector product with a transposed view (a linear layer)",
         &dev,
-        &[xi, yi],
+        &[x, y],
         &same,
-        &|v| v[0].matmul(&v[1]),
-        false,
-        (0.0, 0.0),
+        &|v| v[0].matmul(&v[1].t()?),
+        true,
+        (1e-4, 1e-4),
     );
+    for (rows, seed) in [(5, 61), (3, 65)] {
+        let xi = data(&[rows, 6], DType::I32, seed, -5.0, 5.0);
+        let yi = data(&[6, 7], DType::I32, seed + 1, -5.0, 5.0);
+        check(
+            &format!("matmul i32, {rows} rows"),
+            &dev,
+            &[xi, yi],
+            &same,
+            &|v| v[0].matmul(&v[1]),
+            false,
+            (0.0, 0.0),
+        );
+    }
 }
 
 #[test]
