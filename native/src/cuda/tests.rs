@@ -146,7 +146,19 @@ fn matmul_on_cublas_and_fallback_match_the_cpu() -> Result<()> {
         1e-4,
     )?;
     assert_close("t rhs", &bg.t()?.matmul(&bg)?, &bt.matmul(&b)?, 1e-4)?;
-    // A strided view no BLAS layout fits falls back to the translated WGSL GEMM.
+    // Heads read out of [B, T, 3, H, D]: batch axes that do not coalesce to one stride run on
+    // the translated WGSL GEMM (on an H200 the GPT trained 2.5% slower with these operands
+    // copied for cuBLAS).
+    let qkv = random(&[2, 5, 3, 4, 8], 9, &cpu)?;
+    let head = |t: &Tensor, i: usize| t.permute(&[2, 0, 3, 1, 4])?.narrow(0, i, 1)?.squeeze(0);
+    let qkv_g = on(&qkv, &dev)?;
+    assert_close(
+        "strided batch axes (attention heads)",
+        &head(&qkv_g, 0)?.matmul(&head(&qkv_g, 1)?.transpose(-1, -2)?)?,
+        &head(&qkv, 0)?.matmul(&head(&qkv, 1)?.transpose(-1, -2)?)?,
+        1e-4,
+    )?;
+    // So does a view with no BLAS layout (a strided inner axis).
     let s = a.slice_axis(2, 0, 29, 2)?;
     let w = random(&[15, 8], 5, &cpu)?;
     assert_close(
