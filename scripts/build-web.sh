@@ -11,6 +11,8 @@
 #   KILN_WEB_DEV=1 scripts/build-web.sh        unoptimised, fastest to build
 #   KILN_WEB_CPU_ONLY=1 scripts/build-web.sh   without the WebGPU backend (smaller, faster to build)
 #   KILN_WEB_OPT_LEVEL=z scripts/build-web.sh  rustc opt-level for the release .wasm (default 3)
+#   KILN_WEB_THREADS=0 scripts/build-web.sh    without the threaded module (no nightly build;
+#                                  npm/index.js then uses the main module everywhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,6 +23,7 @@ step() { printf '\n--- [%4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
 step "toolchain"
 ensure_rust_targets
 ensure_wasm_bindgen
+[ "${KILN_WEB_THREADS:-1}" = 0 ] || ensure_nightly
 [ -n "${KILN_WEB_QUICK:-}${KILN_WEB_DEV:-}" ] || ensure_npm_tools
 
 step "wasm: cargo build -p kiln-web -p kiln-web-onnx, wasm-bindgen -> npm/dist"
@@ -67,6 +70,28 @@ for name in kiln_web kiln_web_onnx; do
   wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$name" \
     "${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile/$name.wasm"
 done
+
+if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
+  step "wasm, threaded: kiln-web with +atomics on $KILN_NIGHTLY -> npm/dist/kiln_web_threads*"
+  # npm/index.js loads this module instead of the main one on cross-origin isolated pages: the
+  # CPU kernels then run on a pool of Web Workers sharing its memory (web/src/threads.rs).
+  # Atomics need a standard library built with them (-Z build-std, nightly only). Its own target
+  # folder: the flags differ, and the .wasm would overwrite the main module's.
+  threads_target="${CARGO_TARGET_DIR:-$ROOT/target}/threads"
+  # The memory is shared, so the linker is told to import it (wasm-bindgen's loader creates it)
+  # with a maximum (4 GiB, the main module's reach) and to export what sets up each thread's
+  # thread-local storage.
+  threads_rustflags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
+  for arg in --shared-memory --max-memory=4294967296 --import-memory --export=__wasm_init_tls \
+    --export=__tls_size --export=__tls_align --export=__tls_base; do
+    threads_rustflags+=" -C link-arg=$arg"
+  done
+  RUSTFLAGS="$threads_rustflags" \
+    nightly_cargo build -p kiln-web --lib --features threads --target wasm32-unknown-unknown \
+    -Z build-std=panic_abort,std --target-dir "$threads_target" "${cargo_args[@]}"
+  wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_threads \
+    "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
+fi
 
 if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
   # wasm-opt is npm's binaryen, a JavaScript build: -Oz takes minutes on 2 cores. Its output is

@@ -7,6 +7,7 @@
 
 use super::conv::gemm;
 use super::lanes::F4;
+use super::par;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -170,8 +171,8 @@ impl Tiles {
 }
 
 /// `dst` (`[groups * og, oh, ow]`) = the convolution of one image `img` (`[groups * cg, h, w]`)
-/// with `f`; `scratch` has [`Tiles::scratch_len`] elements. `threaded`: the GEMMs may use the
-/// thread pool.
+/// with `f`; `scratch` has [`Tiles::scratch_len`] elements. `threaded`: the 36 GEMMs are spread
+/// over the thread pool.
 pub(super) fn conv_image(
     f: &Filters,
     t: &Tiles,
@@ -197,7 +198,7 @@ pub(super) fn conv_image(
             input_transform(t, plane, &mut v[c * n..], cg * n);
         }
         // The spare tiles are multiplied too: M keeps V's row stride.
-        for xi in 0..P {
+        let product = |xi: usize, mx: &mut [f32]| {
             gemm(
                 og,
                 cg,
@@ -207,9 +208,16 @@ pub(super) fn conv_image(
                 &v[xi * cg * n..],
                 [n as isize, 1],
                 false,
-                &mut m[xi * og * n..],
-                threaded,
-            );
+                mx,
+                false,
+            )
+        };
+        // Threaded, the 36 products (each too small to split well) are the pieces.
+        let ms = &mut m[..P * og * n];
+        if threaded {
+            par::chunks_mut(ms, og * n, product);
+        } else {
+            (ms.chunks_exact_mut(og * n).enumerate()).for_each(|(xi, mx)| product(xi, mx));
         }
         let out = &mut dst[gi * og * t.oh * t.ow..][..og * t.oh * t.ow];
         for (o, plane_out) in out.chunks_exact_mut(t.oh * t.ow).enumerate() {
