@@ -128,14 +128,14 @@ pub struct WgpuBuffer {
 // (web/src/threads.rs): GPU tensors, and so these handles, stay on the page's main thread, as
 // that wgpu feature assumes of single-threaded pages.
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-unsafe impl Send for WgpuRuntime {}
-// SAFETY: as for `Send` just above.
+unsafe impl Send for Inner {}
+// SAFETY: as for `Inner`'s `Send` just above.
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-unsafe impl Sync for WgpuRuntime {}
-// SAFETY: as for `WgpuRuntime`'s `Send` above.
+unsafe impl Sync for Inner {}
+// SAFETY: as for `Inner`'s `Send` above.
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
 unsafe impl Send for WgpuBuffer {}
-// SAFETY: as for `WgpuRuntime`'s `Send` above.
+// SAFETY: as for `Inner`'s `Send` above.
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
 unsafe impl Sync for WgpuBuffer {}
 
