@@ -49,7 +49,7 @@ ensure_nightly() {
     return 0
   fi
   echo "installing $KILN_NIGHTLY with rust-src and wasm32-unknown-unknown into $home"
-  RUSTUP_HOME=$home rustup toolchain install "$KILN_NIGHTLY" --profile minimal \
+  RUSTUP_HOME=$home rustup toolchain install "$KILN_NIGHTLY" --profile minimal --no-self-update \
     --component rust-src --target wasm32-unknown-unknown
 }
 
