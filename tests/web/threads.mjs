@@ -5,8 +5,9 @@
 //     than one thread (`Device.cpu().threads`, the cores up to 4, or `init`'s `threads` option);
 //   - the page without the headers, and the isolated page with `threads: 1`, load the main
 //     module and report 1 thread;
-//   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path) and a matmul
-//     large enough to be split across threads match float64 loops here, on random inputs;
+//   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path) and two
+//     matmuls large enough to be split across threads (by columns, wider than tall, and by rows)
+//     match float64 loops here, on random inputs;
 //   - the MNIST CNN's logits (batch 1 and 64, random images) agree between the builds;
 //   - no console error.
 //
@@ -36,6 +37,8 @@ const SHAPES = {
   w2: [7, 9, 5, 5],
   a: [67, 301],
   m: [301, 133],
+  a2: [157, 83],
+  m2: [83, 41],
   digits1: [1, 1, 28, 28],
   digits64: [64, 1, 28, 28],
 };
@@ -59,6 +62,7 @@ try {
   out.conv = await read(t("x").conv2d(t("w"), t("b"), { padding: 1 }));
   out.conv2 = await read(t("x").conv2d(t("w2"), null, { stride: 2, padding: 2 }));
   out.matmul = await read(t("a").matmul(t("m")));
+  out.matmul2 = await read(t("a2").matmul(t("m2")));
   const model = await Model.load("./demos/mnist/models/mnist.safetensors", { device: Device.cpu() });
   out.mnist1 = await read(model.forward(t("digits1")));
   out.mnist64 = await read(model.forward(t("digits64")));
@@ -125,6 +129,7 @@ const reference = {
   conv: conv2d(inputs.x, SHAPES.x, inputs.w, SHAPES.w, inputs.b, 1, 1),
   conv2: conv2d(inputs.x, SHAPES.x, inputs.w2, SHAPES.w2, null, 2, 2),
   matmul: matmul(inputs.a, SHAPES.a, inputs.m, SHAPES.m),
+  matmul2: matmul(inputs.a2, SHAPES.a2, inputs.m2, SHAPES.m2),
 };
 
 /** max |a - b| / max |b| (0 for equal arrays), Infinity when the lengths differ. */

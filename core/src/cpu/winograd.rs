@@ -219,9 +219,24 @@ pub(super) fn conv_image(
         } else {
             (ms.chunks_exact_mut(og * n).enumerate()).for_each(|(xi, mx)| product(xi, mx));
         }
-        let out = &mut dst[gi * og * t.oh * t.ow..][..og * t.oh * t.ow];
-        for (o, plane_out) in out.chunks_exact_mut(t.oh * t.ow).enumerate() {
-            output_transform(t, &m[o * n..], og * n, plane_out, rows);
+        let (out, plane) = (
+            &mut dst[gi * og * t.oh * t.ow..][..og * t.oh * t.ow],
+            t.oh * t.ow,
+        );
+        if threaded && par::threads() > 1 {
+            // The output planes too (one image on all threads): a few per task, each task with
+            // rows of its own.
+            let (m, per) = (&*m, og.div_ceil(2 * par::threads()));
+            par::chunks_mut(out, per * plane, |i, planes| {
+                let mut rows = vec![0.0; rows.len()];
+                for (j, plane_out) in planes.chunks_exact_mut(plane).enumerate() {
+                    output_transform(t, &m[(i * per + j) * n..], og * n, plane_out, &mut rows);
+                }
+            });
+        } else {
+            for (o, plane_out) in out.chunks_exact_mut(plane).enumerate() {
+                output_transform(t, &m[o * n..], og * n, plane_out, rows);
+            }
         }
     }
 }
