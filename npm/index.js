@@ -71,13 +71,18 @@ async function instantiate(source, options) {
   if (threads > 1) {
     // A literal path: bundlers split the threaded build into its own chunk, fetched only here.
     const glue = await import("./dist/kiln_web_threads.js").catch(() => undefined);
-    if (glue) {
-      await glue.default(source === undefined ? undefined : { module_or_path: source });
-      await startThreads(glue, threads);
-      bind(glue);
-      return;
+    try {
+      if (glue) {
+        await glue.default(source === undefined ? undefined : { module_or_path: source });
+        await startThreads(glue, threads);
+        bind(glue);
+        return;
+      }
+    } catch (e) {
+      // Workers refused (a Content-Security-Policy, say): the page still runs, on one thread.
+      console.warn(`kiln: the threaded module did not start (${e.message}); using one thread`);
     }
-    // A package built without the threaded module (KILN_WEB_THREADS=0): one thread.
+    // Also for a package built without the threaded module (KILN_WEB_THREADS=0).
   }
   if (source === undefined && inNode()) source = await readDist("kiln_web_bg.wasm");
   await loadWasm(source === undefined ? undefined : { module_or_path: source });
@@ -90,13 +95,20 @@ async function instantiate(source, options) {
 async function startThreads(glue, threads) {
   glue.threadQueue();
   const [module, memory] = glue.threadShared();
+  const workers = [];
   const started = Array.from({ length: threads - 1 }, () => new Promise((resolve, reject) => {
     const worker = new Worker(new URL("./thread.js", import.meta.url), { type: "module", name: "kiln" });
-    worker.onmessage = ({ data }) => (data?.error ? reject(kilnError("internal", "init", data.error)) : resolve());
-    worker.onerror = (e) => reject(kilnError("internal", "init", `a thread failed to start: ${e.message}`));
+    workers.push(worker);
+    worker.onmessage = ({ data }) => (data?.error ? reject(new Error(data.error)) : resolve());
+    worker.onerror = (e) => reject(new Error(`a worker failed to start: ${e.message ?? "its script did not load"}`));
     worker.postMessage({ module, memory });
   }));
-  await Promise.all(started);
+  try {
+    await Promise.all(started);
+  } catch (e) {
+    for (const w of workers) w.terminate();
+    throw e;
+  }
   glue.buildThreadPool(threads);
 }
 

@@ -4,7 +4,8 @@
 //   - the isolated page loads the threaded module (kiln_web_threads_bg.wasm) and reports more
 //     than one thread (`Device.cpu().threads`, the cores up to 4, or `init`'s `threads` option);
 //   - the page without the headers, and the isolated page with `threads: 1`, load the main
-//     module and report 1 thread;
+//     module and report 1 thread; so does an isolated page whose policy forbids workers (init
+//     falls back to the main module and warns);
 //   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path) and two
 //     matmuls large enough to be split across threads (by columns, wider than tall, and by rows)
 //     match float64 loops here, on random inputs;
@@ -80,10 +81,12 @@ const server = createServer((req, res) => {
   const url = new URL(req.url, "http://x");
   const [, mode, ...rest] = url.pathname.split("/");
   const path = rest.join("/");
-  if (mode === "iso") {
+  if (mode === "iso" || mode === "iso-noworkers") {
     res.setHeader("Cross-Origin-Opener-Policy", "same-origin");
     res.setHeader("Cross-Origin-Embedder-Policy", "require-corp");
   }
+  // A page whose policy forbids workers: init must fall back to the main module.
+  if (mode === "iso-noworkers") res.setHeader("Content-Security-Policy", "worker-src 'none'");
   let body;
   if (url.pathname === "/favicon.ico") {
     res.writeHead(204).end();
@@ -95,7 +98,7 @@ const server = createServer((req, res) => {
     const file = join(ROOT, normalize(path));
     if (existsSync(file)) body = readFileSync(file);
   }
-  if (body === undefined || (mode !== "iso" && mode !== "plain")) {
+  if (body === undefined || !["iso", "iso-noworkers", "plain"].includes(mode)) {
     res.writeHead(404).end();
     return;
   }
@@ -147,20 +150,27 @@ function relErr(a, b) {
 const browser = await launchChromium();
 const results = {};
 try {
-  for (const [name, path, wantThreads, wantModule] of [
-    ["isolated", "/iso/page.html", (t) => t > 1, "kiln_web_threads_bg.wasm"],
-    ["isolated, threads: 3", "/iso/page.html?threads=3", (t) => t === 3, "kiln_web_threads_bg.wasm"],
-    ["isolated, threads: 1", "/iso/page.html?threads=1", (t) => t === 1, "kiln_web_bg.wasm"],
-    ["not isolated", "/plain/page.html", (t) => t === 1, "kiln_web_bg.wasm"],
+  // [name, page, threads wanted, the .wasm files it must fetch (in order)]
+  for (const [name, path, wantThreads, wantModules] of [
+    ["isolated", "/iso/page.html", (t) => t > 1, ["kiln_web_threads_bg.wasm"]],
+    ["isolated, threads: 3", "/iso/page.html?threads=3", (t) => t === 3, ["kiln_web_threads_bg.wasm"]],
+    ["isolated, threads: 1", "/iso/page.html?threads=1", (t) => t === 1, ["kiln_web_bg.wasm"]],
+    ["not isolated", "/plain/page.html", (t) => t === 1, ["kiln_web_bg.wasm"]],
+    ["isolated, workers forbidden", "/iso-noworkers/page.html", (t) => t === 1, ["kiln_web_threads_bg.wasm", "kiln_web_bg.wasm"]],
   ]) {
     const p = await openPage(browser, base + path);
     const r = await p.page.evaluate(() => window.result);
     await p.close();
     results[name] = r;
     if (!check(!r.error, `${name}: the page ran${r.error ? `: ${r.error}` : ""}`)) continue;
-    check(r.isolated === path.startsWith("/iso/"), `${name}: crossOriginIsolated is ${r.isolated}`);
+    check(r.isolated === path.startsWith("/iso"), `${name}: crossOriginIsolated is ${r.isolated}`);
     check(wantThreads(r.threads), `${name}: Device.cpu().threads = ${r.threads}`);
-    check(r.wasm.length === 1 && r.wasm[0] === wantModule, `${name}: loaded ${r.wasm.join(", ")} (want ${wantModule})`);
+    check(r.wasm.join() === wantModules.join(), `${name}: loaded ${r.wasm.join(", ")} (want ${wantModules.join(", ")})`);
+    if (path.startsWith("/iso-noworkers/")) {
+      // The browser reports the refused worker as a console error; kiln warns that it fell back.
+      p.errors = p.errors.filter((e) => !/Content Security Policy/i.test(e));
+      check(p.warnings.some((w) => w.includes("threaded module did not start")), `${name}: init warned: ${p.warnings.join(" | ")}`);
+    }
     for (const k of Object.keys(reference)) {
       const e = relErr(r[k], reference[k]);
       check(e <= 1e-5, `${name}: ${k} against float64 loops: max |diff| / max |ref| = ${e.toExponential(2)}`);
