@@ -74,9 +74,30 @@ export interface Pool2dOptions {
   countIncludePad?: boolean;
 }
 
-/** Loads and instantiates kiln's WebAssembly module; call (and await) once before anything else. */
+/** `init`'s options. */
+export interface InitOptions {
+  /**
+   * Threads for the CPU kernels on a cross-origin isolated page (default: the cores, at most 4);
+   * 1 loads the single-threaded module. Ignored (1) where the page is not isolated and in Node.
+   */
+  threads?: number;
+}
+
+/**
+ * Loads and instantiates kiln's WebAssembly module; call (and await) once before anything else.
+ * On a cross-origin isolated page (COOP `same-origin`, COEP `require-corp`) it loads the threaded
+ * build and starts its Web Workers; `Device.cpu().threads` says how many threads run. With a
+ * `source`, that is the single-threaded module (`kiln_web_bg.wasm`) unless `options.threads` > 1
+ * asks for the threaded one (`kiln_web_threads_bg.wasm`).
+ *
+ * ```js
+ * await init();                     // threads where the page allows them
+ * await init(undefined, { threads: 1 }); // always the single-threaded module
+ * ```
+ */
 export function init(
   source?: string | URL | Response | BufferSource | WebAssembly.Module,
+  options?: InitOptions,
 ): Promise<void>;
 export default init;
 
@@ -151,6 +172,11 @@ export class Device {
   readonly fusion: boolean;
   /** The backend's own name ("cpu", or the GPU adapter's description). */
   readonly name: string;
+  /**
+   * The threads kiln's CPU kernels spread over: the pool `init` started in the threaded build
+   * (cross-origin isolated pages), else 1. The same on every device.
+   */
+  readonly threads: number;
   /**
    * Why this device was chosen, e.g. "requested explicitly", "the only WebGPU adapter is a
    * software fallback (google swiftshader), slower than kiln's CPU backend", or for

@@ -2,10 +2,23 @@
 // cargo and wasm-bindgen from kiln's web/ crate); this file only loads it the same way in browsers,
 // bundlers (Vite, webpack) and Node. ONNX files are converted to kiln model files by a second
 // module (dist/kiln_web_onnx*, from web-onnx/), imported only when the first ONNX file is met.
-import loadWasm, { Model } from "./dist/kiln_web.js";
+// On a cross-origin isolated page, init() loads the threaded build of the main module instead
+// (dist/kiln_web_threads*, wasm atomics): its CPU kernels run on a pool of Web Workers
+// (thread.js) sharing its memory. Elsewhere (Node, pages without COOP/COEP) the main module.
+import loadWasm, * as single from "./dist/kiln_web.js";
 
-export { Device, Tensor, Model, TextModel, memoryReport as memory, version } from "./dist/kiln_web.js";
-export { registerOp, unregisterOp, registeredOps, customOp, fusedKernels } from "./dist/kiln_web.js";
+// The API is the loaded module's: these bindings are the main module's until init() loads the
+// threaded one (ES module exports are live, so importers see the change).
+export let Device, Tensor, Model, TextModel, memory, version;
+export let registerOp, unregisterOp, registeredOps, customOp, fusedKernels;
+
+/** Points the exports at a module's API (`glue`: wasm-bindgen's JS for it). */
+function bind(glue) {
+  ({ Device, Tensor, Model, TextModel, memoryReport: memory, version } = glue);
+  ({ registerOp, unregisterOp, registeredOps, customOp, fusedKernels } = glue);
+  acceptOnnx(Model);
+}
+bind(single);
 
 let ready;
 let onnxReady;
@@ -14,13 +27,33 @@ let onnxReady;
  * Loads and instantiates kiln's WebAssembly module (once; later calls return the same promise).
  * `source` may be a URL, a Response, bytes or a WebAssembly.Module; by default the .wasm file
  * next to this package is used.
+ *
+ * On a cross-origin isolated page (served with `Cross-Origin-Opener-Policy: same-origin` and
+ * `Cross-Origin-Embedder-Policy: require-corp`), the threaded build is loaded and the CPU
+ * kernels spread over `options.threads` threads (default: the cores, at most 4); `threads: 1`
+ * keeps the single-threaded module. With a `source`, the single-threaded module is assumed
+ * unless `options.threads` > 1, in which case `source` must be the threaded one
+ * (`kiln_web_threads_bg.wasm`). `Device.cpu().threads` says what was chosen.
  */
-export function init(source) {
-  ready ??= instantiate(source).catch((e) => {
+export function init(source, options) {
+  ready ??= instantiate(source, options).catch((e) => {
     ready = undefined;
     throw e;
   });
   return ready;
+}
+
+/** How many threads `init` runs the CPU kernels on: 1 unless the page can share memory. */
+function threadsWanted(source, options) {
+  const asked = options?.threads;
+  if (asked != null && !(Number.isInteger(asked) && asked >= 1)) {
+    throw kilnError("invalid_argument", "init", `options.threads must be a positive integer, got ${asked}`);
+  }
+  const isolated = globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === "function"
+    && typeof Worker === "function";
+  if (!isolated) return 1;
+  if (asked != null) return asked;
+  return source === undefined ? Math.min(globalThis.navigator?.hardwareConcurrency || 1, 4) : 1;
 }
 
 const inNode = () => typeof process !== "undefined" && Boolean(process.versions?.node);
@@ -33,9 +66,50 @@ async function readDist(file) {
   return fs.readFile(new URL(`./dist/${file}`, import.meta.url));
 }
 
-async function instantiate(source) {
+async function instantiate(source, options) {
+  const threads = threadsWanted(source, options);
+  if (threads > 1) {
+    // A literal path: bundlers split the threaded build into its own chunk, fetched only here.
+    const glue = await import("./dist/kiln_web_threads.js").catch(() => undefined);
+    try {
+      if (glue) {
+        await glue.default(source === undefined ? undefined : { module_or_path: source });
+        await startThreads(glue, threads);
+        bind(glue);
+        return;
+      }
+    } catch (e) {
+      // Workers refused (a Content-Security-Policy, say): the page still runs, on one thread.
+      console.warn(`kiln: the threaded module did not start (${e.message}); using one thread`);
+    }
+    // Also for a package built without the threaded module (KILN_WEB_THREADS=0).
+  }
   if (source === undefined && inNode()) source = await readDist("kiln_web_bg.wasm");
   await loadWasm(source === undefined ? undefined : { module_or_path: source });
+}
+
+/**
+ * Starts the threaded module's pool: `threads - 1` workers instantiate it on its memory and wait,
+ * then the pool is built with this thread as its first (web/src/threads.rs).
+ */
+async function startThreads(glue, threads) {
+  glue.threadQueue();
+  const [module, memory] = glue.threadShared();
+  const workers = [];
+  const started = Array.from({ length: threads - 1 }, () => new Promise((resolve, reject) => {
+    const worker = new Worker(new URL("./thread.js", import.meta.url), { type: "module", name: "kiln" });
+    workers.push(worker);
+    worker.onmessage = ({ data }) => (data?.error ? reject(new Error(data.error)) : resolve());
+    worker.onerror = (e) => reject(new Error(`a worker failed to start: ${e.message ?? "its script did not load"}`));
+    worker.postMessage({ module, memory });
+  }));
+  try {
+    await Promise.all(started);
+  } catch (e) {
+    for (const w of workers) w.terminate();
+    throw e;
+  }
+  glue.buildThreadPool(threads);
 }
 
 /**
@@ -127,15 +201,17 @@ export async function convertOnnx(source, options) {
 // convertOnnx before the wasm module's own Model.load (kiln files only) sees it. The class stays
 // the wasm module's (only its static `load` is replaced), so `instanceof Model` still holds.
 // (This is why package.json lists index.js under sideEffects: a bundler must not skip it.)
-const loadKilnFile = Model.load;
-Object.defineProperty(Model, "load", {
-  configurable: true,
-  writable: true,
-  value: async function load(source, options) {
-    const bytes = await bytesOf(source, "Model.load");
-    if (bytes === undefined || !isOnnxFile(bytes)) return loadKilnFile.call(Model, bytes ?? source, options);
-    return loadKilnFile.call(Model, await convertOnnx(bytes, options), options);
-  },
-});
+function acceptOnnx(model) {
+  const loadKilnFile = model.load;
+  Object.defineProperty(model, "load", {
+    configurable: true,
+    writable: true,
+    value: async function load(source, options) {
+      const bytes = await bytesOf(source, "Model.load");
+      if (bytes === undefined || !isOnnxFile(bytes)) return loadKilnFile.call(model, bytes ?? source, options);
+      return loadKilnFile.call(model, await convertOnnx(bytes, options), options);
+    },
+  });
+}
 
 export default init;

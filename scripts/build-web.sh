@@ -11,6 +11,8 @@
 #   KILN_WEB_DEV=1 scripts/build-web.sh        unoptimised, fastest to build
 #   KILN_WEB_CPU_ONLY=1 scripts/build-web.sh   without the WebGPU backend (smaller, faster to build)
 #   KILN_WEB_OPT_LEVEL=z scripts/build-web.sh  rustc opt-level for the release .wasm (default 3)
+#   KILN_WEB_THREADS=0 scripts/build-web.sh    without the threaded module (no nightly build;
+#                                  npm/index.js then uses the main module everywhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,6 +23,7 @@ step() { printf '\n--- [%4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
 step "toolchain"
 ensure_rust_targets
 ensure_wasm_bindgen
+[ "${KILN_WEB_THREADS:-1}" = 0 ] || ensure_nightly
 [ -n "${KILN_WEB_QUICK:-}${KILN_WEB_DEV:-}" ] || ensure_npm_tools
 
 step "wasm: cargo build -p kiln-web -p kiln-web-onnx, wasm-bindgen -> npm/dist"
@@ -68,34 +71,68 @@ for name in kiln_web kiln_web_onnx; do
     "${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile/$name.wasm"
 done
 
+if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
+  step "wasm, threaded: kiln-web with +atomics on $KILN_NIGHTLY -> npm/dist/kiln_web_threads*"
+  # npm/index.js loads this module instead of the main one on cross-origin isolated pages: the
+  # CPU kernels then run on a pool of Web Workers sharing its memory (web/src/threads.rs).
+  # Atomics need a standard library built with them (-Z build-std, nightly only); std's
+  # optimize_for_size (smaller sorts, formatting and string search; kiln's kernels are its own
+  # code) took the module from 480.3 to 460.9 KiB gzipped (the main module: 455.8). Its
+  # own target folder: the flags differ, and the .wasm would overwrite the main module's.
+  threads_target="${CARGO_TARGET_DIR:-$ROOT/target}/threads"
+  # The memory is shared, so the linker is told to import it (wasm-bindgen's loader creates it)
+  # with a maximum (4 GiB, the main module's reach) and to export what sets up each thread's
+  # thread-local storage.
+  threads_rustflags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
+  for arg in --shared-memory --max-memory=4294967296 --import-memory --export=__wasm_init_tls \
+    --export=__tls_size --export=__tls_align --export=__tls_base; do
+    threads_rustflags+=" -C link-arg=$arg"
+  done
+  RUSTFLAGS="$threads_rustflags" \
+    nightly_cargo build -p kiln-web --lib --features threads --target wasm32-unknown-unknown \
+    -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \
+    --target-dir "$threads_target" "${cargo_args[@]}"
+  wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_threads \
+    "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
+fi
+
 if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
   # wasm-opt is npm's binaryen, a JavaScript build: -Oz takes minutes on 2 cores. Its output is
   # cached by the hash of its input, so an unchanged module is not optimised twice. It runs on
   # one core, so the two modules are optimised side by side: 177 s for both, against 132 + 128 s
   # one after the other (measured on 2 cores shared with other builds).
   cache="${CARGO_TARGET_DIR:-$ROOT/target}/wasm-opt-cache"
+  # optimise WASM LEVEL [FLAG...]: wasm-opt at LEVEL, with the features every module uses and FLAG...
   optimise() {
-    local wasm=$1 key before t0
-    key=$(sha256sum "$wasm" | cut -c1-32)
+    local wasm=$1 level=$2 key before t0
+    shift 2
+    key=$(cat "$wasm" <(echo "$level $*") | sha256sum | cut -c1-32)
     before=$(stat -c %s "$wasm")
     if [ -f "$cache/$key.wasm" ]; then
       cp "$cache/$key.wasm" "$wasm"
-      echo "wasm-opt -Oz $wasm: unchanged module, reused $cache/$key.wasm"
+      echo "wasm-opt $level $wasm: unchanged module, reused $cache/$key.wasm"
       return
     fi
     t0=$(date +%s)
-    wasm-opt -Oz --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
-      --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+    wasm-opt "$level" --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
+      --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue "$@" \
       "$wasm" -o "$wasm.opt"
     mv "$wasm.opt" "$wasm"
     mkdir -p "$cache"
     cp "$wasm" "$cache/$key.wasm"
-    echo "wasm-opt -Oz $wasm: $before -> $(stat -c %s "$wasm") bytes in $(($(date +%s) - t0)) s"
+    echo "wasm-opt $level $wasm: $before -> $(stat -c %s "$wasm") bytes in $(($(date +%s) - t0)) s"
   }
-  optimise npm/dist/kiln_web_bg.wasm &
+  optimise npm/dist/kiln_web_bg.wasm -Oz &
   main_opt=$!
-  optimise npm/dist/kiln_web_onnx_bg.wasm
+  if [ -f npm/dist/kiln_web_threads_bg.wasm ]; then
+    # -O2, not -Oz: the threaded module came out 1.8 KiB smaller (gzipped) and wasm-opt took
+    # 73 s instead of 86.
+    optimise npm/dist/kiln_web_threads_bg.wasm -O2 --enable-threads &
+    threads_opt=$!
+  fi
+  optimise npm/dist/kiln_web_onnx_bg.wasm -Oz
   wait "$main_opt"
+  [ -z "${threads_opt:-}" ] || wait "$threads_opt"
   node npm/check-size.mjs
 fi
 

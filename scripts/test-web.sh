@@ -6,6 +6,9 @@
 #      then node npm/check-types.mjs: npm/index.d.ts against what the wasm module exports
 #   2. node --test tests/web/node/        the built package in Node (CPU backend)
 #   3. node tests/web/vite/run.mjs        the packed tarball in a fresh Vite project, in Chromium
+#   3b. node tests/web/threads.mjs        the threaded build: chosen on a cross-origin isolated
+#                                         page (more than 1 thread), the main module elsewhere,
+#                                         same results as float64 loops and as the main module
 #   4. cargo test --target wasm32 (wasm-bindgen-test-runner driving headless Chromium through
 #      chromedriver): web/tests/browser.rs: ops on WebGPU and the CPU, model files, errors,
 #      Device.auto, 10,000-run leak checks
@@ -43,6 +46,9 @@ node --test --test-reporter=spec tests/web/node/
 
 stage "fresh Vite project with the packed tarball (headless Chromium)"
 node tests/web/vite/run.mjs
+
+stage "threads: the threaded build on a cross-origin isolated page (tests/web/threads.mjs)"
+node tests/web/threads.mjs
 
 stage "browser tests: cargo test --target wasm32-unknown-unknown --test browser (headless Chromium)"
 # wasm-bindgen-test-runner reads web/webdriver.json (Chromium's flags) from the working directory.

@@ -22,7 +22,8 @@ if [ "${KILN_FRESH_INSTALLS:-0}" = 1 ]; then
   # cargo's download cache: they are the same files).
   fresh=$(mktemp -d "${TMPDIR:-/tmp}/kiln-fresh.XXXXXX")
   trap 'rm -rf "$fresh"' EXIT
-  export KILN_TOOLS=$fresh/tools npm_config_cache=$fresh/npm-cache
+  # The threaded wasm build's pinned nightly goes into an empty rustup home of its own.
+  export KILN_TOOLS=$fresh/tools npm_config_cache=$fresh/npm-cache KILN_RUSTUP_HOME=$fresh/rustup
   rm -rf tests/web/node_modules
 fi
 stage "toolchain${KILN_FRESH_INSTALLS:+ (installs from nothing: KILN_TOOLS=${KILN_TOOLS:-})}"
@@ -41,6 +42,8 @@ if [ "${KILN_FRESH_INSTALLS:-0}" = 1 ]; then
   check_apt_from_nothing --no-install-recommends hipcc
   ensure_wasm_bindgen
   ensure_npm_tools
+  ensure_nightly
+  echo "nightly: $(nightly_cargo --version) (RUSTUP_HOME=$KILN_RUSTUP_HOME)"
   for tool in wasm-bindgen wasm-bindgen-test-runner wasm-opt; do
     echo "$tool: $(command -v "$tool") ($("$tool" --version | head -1))"
   done

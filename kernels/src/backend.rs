@@ -122,6 +122,23 @@ pub struct WgpuBuffer {
     owner: Arc<Inner>,
 }
 
+// SAFETY: in kiln-web's threaded build (wasm32 with atomics, where wgpu's
+// `fragile-send-sync-non-atomic-wasm` no longer makes WebGPU's JS handles Send + Sync), the other
+// threads are Web Workers that run only kiln-core's CPU loops over plain memory
+// (web/src/threads.rs): GPU tensors, and so these handles, stay on the page's main thread, as
+// that wgpu feature assumes of single-threaded pages.
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+unsafe impl Send for Inner {}
+// SAFETY: as for `Inner`'s `Send` just above.
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+unsafe impl Sync for Inner {}
+// SAFETY: as for `Inner`'s `Send` above.
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+unsafe impl Send for WgpuBuffer {}
+// SAFETY: as for `Inner`'s `Send` above.
+#[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+unsafe impl Sync for WgpuBuffer {}
+
 impl Drop for WgpuBuffer {
     fn drop(&mut self) {
         // Later submissions on the one queue are ordered after the work that used this buffer,

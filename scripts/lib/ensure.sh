@@ -29,6 +29,30 @@ ensure_rust_targets() {
   done
 }
 
+# The nightly the threaded wasm build (scripts/build-web.sh) is pinned to: wasm atomics need the
+# standard library rebuilt with them (`-Z build-std`), which only nightly cargo does. Installed
+# with rust-src (build-std's input) and the wasm32 target into KILN_RUSTUP_HOME when that is set
+# (scripts/test.sh with KILN_FRESH_INSTALLS=1: an empty folder), else rustup's usual home.
+KILN_NIGHTLY=nightly-2026-10-01
+
+# nightly_cargo ARGS... : cargo of the pinned nightly (from KILN_RUSTUP_HOME when set).
+nightly_cargo() {
+  env ${KILN_RUSTUP_HOME:+RUSTUP_HOME="$KILN_RUSTUP_HOME"} cargo "+$KILN_NIGHTLY" "$@"
+}
+
+ensure_nightly() {
+  local home=${KILN_RUSTUP_HOME:-${RUSTUP_HOME:-$HOME/.rustup}}
+  if RUSTUP_HOME=$home rustup component list --installed --toolchain "$KILN_NIGHTLY" 2>/dev/null \
+    | grep -qx 'rust-src' \
+    && RUSTUP_HOME=$home rustup target list --installed --toolchain "$KILN_NIGHTLY" 2>/dev/null \
+    | grep -qx 'wasm32-unknown-unknown'; then
+    return 0
+  fi
+  echo "installing $KILN_NIGHTLY with rust-src and wasm32-unknown-unknown into $home"
+  RUSTUP_HOME=$home rustup toolchain install "$KILN_NIGHTLY" --profile minimal --no-self-update \
+    --component rust-src --target wasm32-unknown-unknown
+}
+
 # ensure_apt [--no-install-recommends] PKG... : installs Debian packages that are not installed
 # yet (needs root or sudo); leading options go to apt-get install.
 ensure_apt() {

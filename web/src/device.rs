@@ -183,6 +183,17 @@ impl Device {
         self.reason.clone()
     }
 
+    /// The threads kiln's CPU kernels spread over: the page's pool in the threaded build (a
+    /// cross-origin isolated page, see `init`), else 1. The same on every device.
+    ///
+    /// ```js
+    /// console.log(Device.cpu().threads); // 2 on an isolated page of a 2-core machine
+    /// ```
+    #[wasm_bindgen(getter)]
+    pub fn threads(&self) -> usize {
+        kiln_core::cpu::threads()
+    }
+
     /// `"webgpu (NVIDIA ...)"` / `"cpu"`.
     #[wasm_bindgen(js_name = toString)]
     pub fn to_string_js(&self) -> String {

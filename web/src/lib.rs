@@ -25,6 +25,8 @@ mod model;
 mod panic;
 mod tensor;
 mod text;
+#[cfg(feature = "threads")]
+mod threads;
 mod webgpu;
 
 pub use custom::{custom_op, register_op, registered_ops, unregister_op};

@@ -276,27 +276,86 @@ pub(crate) trait Float:
             )
         }
         #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
-        let _ = parallel;
-        #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
         unsafe {
-            (Self::PORTABLE_GEMM)(
+            portable_gemm(
                 m,
                 k,
                 n,
-                Self::ONE,
-                a,
-                rsa,
-                csa,
-                b,
-                rsb,
-                csb,
+                [a, b],
+                [rsa, csa, rsb, csb],
                 beta,
                 c,
-                rsc,
-                csc,
+                [rsc, csc],
+                parallel,
             )
         }
     }
+}
+
+/// Products (`m * k * n` multiply-adds) below which [`portable_gemm`] stays on one thread:
+/// handing a piece to a Web Worker and waiting for it costs some microseconds.
+#[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+const PARALLEL_GEMM_MIN: usize = 1 << 18;
+
+/// [`Float::PORTABLE_GEMM`]; with `parallel` and more than one thread (the threaded wasm32
+/// build), `c`'s rows (or columns, when it is wider than tall) are cut into one block per
+/// thread, each its own product.
+///
+/// # Safety
+/// As [`Float::gemm`].
+#[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn portable_gemm<T: Float>(
+    m: usize,
+    k: usize,
+    n: usize,
+    [a, b]: [*const T; 2],
+    [rsa, csa, rsb, csb]: [isize; 4],
+    beta: T,
+    c: *mut T,
+    [rsc, csc]: [isize; 2],
+    parallel: bool,
+) {
+    let threads = if parallel && m * k * n >= PARALLEL_GEMM_MIN {
+        super::par::threads()
+    } else {
+        1
+    };
+    let len = m.max(n);
+    // Whole micro-kernel tiles (8x8, gemm.rs) per block.
+    let piece = len.div_ceil(threads).next_multiple_of(8);
+    if piece >= len {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { (T::PORTABLE_GEMM)(m, k, n, T::ONE, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) };
+        return;
+    }
+    /// The operands, shared by the threads: each writes its own block of `c`.
+    struct Operands<T>([*const T; 2], *mut T);
+    // SAFETY: the blocks of `c` are disjoint, and `a` and `b` are only read.
+    unsafe impl<T> Sync for Operands<T> {}
+    impl<T> Operands<T> {
+        // A method, so that closures capture the whole (Sync) struct, not its pointer fields.
+        fn get(&self) -> ([*const T; 2], *mut T) {
+            (self.0, self.1)
+        }
+    }
+    let ops = Operands([a, b], c);
+    let rows = m >= n;
+    super::par::for_each((0..len).step_by(piece).collect(), |s: usize| {
+        let ([a, b], c) = ops.get();
+        let l = piece.min(len - s);
+        let s = s as isize;
+        // SAFETY: rows (or columns) s..s+l of the caller's product, inside its buffers.
+        unsafe {
+            if rows {
+                let (a, c) = (a.offset(s * rsa), c.offset(s * rsc));
+                (T::PORTABLE_GEMM)(l, k, n, T::ONE, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+            } else {
+                let (b, c) = (b.offset(s * csb), c.offset(s * csc));
+                (T::PORTABLE_GEMM)(m, k, l, T::ONE, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+            }
+        }
+    });
 }
 
 /// The signature of `matrixmultiply::{sgemm, dgemm}` (and of `gemm::sgemm`).

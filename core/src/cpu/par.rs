@@ -1,5 +1,6 @@
-//! Data parallelism: rayon on native `std` builds; plain loops without `std` and on wasm32,
-//! where a page has one thread and rayon's machinery would only add to the download.
+//! Data parallelism: rayon on native `std` builds and in the threaded wasm32 build (`+atomics`,
+//! whose pool of Web Workers kiln-web starts); plain loops without `std` and in the default
+//! wasm32 build, where a page has one thread and rayon's machinery would only add to the download.
 
 use super::storage::{CpuElem, buffer};
 use alloc::vec::Vec;
@@ -9,11 +10,23 @@ use core::ops::Range;
 /// microseconds to hand over, about what 64K simple element operations take.
 pub(crate) const GRAIN: usize = 1 << 16;
 
-/// Number of threads parallel loops spread over (1 without `std`).
-pub(crate) fn threads() -> usize {
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+/// Number of threads the CPU backend's parallel loops spread over: rayon's pool natively and in
+/// the threaded wasm32 build (the page's Web Workers), 1 without `std` and in the default wasm32
+/// build.
+///
+/// ```
+/// assert!(kiln_core::cpu::threads() >= 1);
+/// ```
+pub fn threads() -> usize {
+    #[cfg(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    ))]
     return rayon::current_num_threads();
-    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+    #[cfg(not(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    )))]
     1
 }
 
@@ -25,25 +38,74 @@ pub(crate) fn chunks_mut<T: Send>(
     f: impl Fn(usize, &mut [T]) + Send + Sync,
 ) {
     let size = size.max(1);
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    ))]
     {
-        use rayon::prelude::*;
-        data.par_chunks_mut(size)
-            .enumerate()
-            .for_each(|(i, c)| f(i, c));
+        let (len, base) = (data.len(), pool::Shared(data.as_mut_ptr()));
+        pool::run(len.div_ceil(size), &|i| {
+            let start = i * size;
+            // SAFETY: chunk `i`, inside `data` and no other task's.
+            let chunk =
+                unsafe { core::slice::from_raw_parts_mut(base.at(start), size.min(len - start)) };
+            f(i, chunk);
+        });
     }
-    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+    #[cfg(not(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    )))]
     data.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
+}
+
+/// Threads: rayon's pool, under `std` natively and in the threaded wasm32 build.
+#[cfg(all(
+    feature = "std",
+    any(not(target_arch = "wasm32"), target_feature = "atomics")
+))]
+mod pool {
+    /// Runs `f(0)`, ..., `f(n - 1)` on rayon's pool. The parallel loops all go through this one
+    /// function, which is not generic: rayon's machinery is compiled once, not once per loop (per
+    /// loop, it had made the threaded wasm32 build's code 0.8 MB larger before wasm-opt).
+    pub(super) fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
+        use rayon::prelude::*;
+        (0..n).into_par_iter().for_each(f);
+    }
+
+    /// The start of a slice whose disjoint parts the tasks of [`run`] write, one part each.
+    pub(super) struct Shared<T>(pub(super) *mut T);
+
+    // SAFETY: each task reaches only its own part of the slice, and its elements may move between
+    // threads (`T: Send`).
+    unsafe impl<T: Send> Sync for Shared<T> {}
+
+    impl<T> Shared<T> {
+        /// The address of element `i` (a method, so that closures capture the `Sync` wrapper).
+        pub(super) fn at(&self, i: usize) -> *mut T {
+            self.0.wrapping_add(i)
+        }
+    }
 }
 
 /// Calls `f` on every item, on all cores under `std`.
 pub(crate) fn for_each<I: Send>(items: Vec<I>, f: impl Fn(I) + Send + Sync) {
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    ))]
     {
-        use rayon::prelude::*;
-        items.into_par_iter().for_each(f);
+        let mut slots: Vec<Option<I>> = items.into_iter().map(Some).collect();
+        chunks_mut(&mut slots, 1, |_, slot| {
+            if let Some(item) = slot[0].take() {
+                f(item);
+            }
+        });
     }
-    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+    #[cfg(not(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    )))]
     items.into_iter().for_each(f);
 }
 
@@ -61,28 +123,30 @@ where
     I: Iterator<Item = O>,
 {
     let mut out = buffer(n);
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    ))]
     if n >= 2 * grain && threads() > 1 {
-        use rayon::prelude::*;
         let size = piece(n, grain);
-        out.spare_capacity_mut()[..n]
-            .par_chunks_mut(size)
-            .enumerate()
-            .for_each(|(i, dst)| {
-                let (start, len) = (i * size, dst.len());
-                let mut written = 0;
-                for (slot, v) in dst.iter_mut().zip(f(start..start + len)) {
-                    slot.write(v);
-                    written += 1;
-                }
-                assert_eq!(written, len, "par::collect: a piece yielded too few values");
-            });
+        chunks_mut(&mut out.spare_capacity_mut()[..n], size, |i, dst| {
+            let (start, len) = (i * size, dst.len());
+            let mut written = 0;
+            for (slot, v) in dst.iter_mut().zip(f(start..start + len)) {
+                slot.write(v);
+                written += 1;
+            }
+            assert_eq!(written, len, "par::collect: a piece yielded too few values");
+        });
         // SAFETY: the capacity is at least `n`, and each piece of the first `n` slots was
         // written in full (checked above; a panic in any piece propagates before this line).
         unsafe { out.set_len(n) };
         return out;
     }
-    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+    #[cfg(not(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    )))]
     let _ = grain;
     out.extend(f(0..n));
     out
@@ -98,25 +162,27 @@ pub(crate) fn zeros_with<T: CpuElem>(
 ) -> Vec<T> {
     let mut out = buffer(n);
     let size = size.max(1);
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    ))]
     {
-        use rayon::prelude::*;
         let zero = core::mem::MaybeUninit::new(T::default());
-        out.spare_capacity_mut()[..n]
-            .par_chunks_mut(size)
-            .enumerate()
-            .for_each(|(i, c)| {
-                c.fill(zero);
-                // SAFETY: every slot of `c` was just written, and `MaybeUninit<T>` has `T`'s layout.
-                let c = unsafe { &mut *(c as *mut [core::mem::MaybeUninit<T>] as *mut [T]) };
-                f(i, c);
-            });
+        chunks_mut(&mut out.spare_capacity_mut()[..n], size, |i, c| {
+            c.fill(zero);
+            // SAFETY: every slot of `c` was just written, and `MaybeUninit<T>` has `T`'s layout.
+            let c = unsafe { &mut *(c as *mut [core::mem::MaybeUninit<T>] as *mut [T]) };
+            f(i, c);
+        });
         // SAFETY: the capacity is at least `n`, and all of the first `n` slots were written (a
         // panic in `f` propagates before this line).
         unsafe { out.set_len(n) };
         out
     }
-    #[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
+    #[cfg(not(all(
+        feature = "std",
+        any(not(target_arch = "wasm32"), target_feature = "atomics")
+    )))]
     {
         out.resize(n, T::default());
         out.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));

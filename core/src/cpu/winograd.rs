@@ -7,6 +7,7 @@
 
 use super::conv::gemm;
 use super::lanes::F4;
+use super::par;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -170,8 +171,8 @@ impl Tiles {
 }
 
 /// `dst` (`[groups * og, oh, ow]`) = the convolution of one image `img` (`[groups * cg, h, w]`)
-/// with `f`; `scratch` has [`Tiles::scratch_len`] elements. `threaded`: the GEMMs may use the
-/// thread pool.
+/// with `f`; `scratch` has [`Tiles::scratch_len`] elements. `threaded`: the 36 GEMMs are spread
+/// over the thread pool.
 pub(super) fn conv_image(
     f: &Filters,
     t: &Tiles,
@@ -197,7 +198,7 @@ pub(super) fn conv_image(
             input_transform(t, plane, &mut v[c * n..], cg * n);
         }
         // The spare tiles are multiplied too: M keeps V's row stride.
-        for xi in 0..P {
+        let product = |xi: usize, mx: &mut [f32]| {
             gemm(
                 og,
                 cg,
@@ -207,13 +208,35 @@ pub(super) fn conv_image(
                 &v[xi * cg * n..],
                 [n as isize, 1],
                 false,
-                &mut m[xi * og * n..],
-                threaded,
-            );
+                mx,
+                false,
+            )
+        };
+        // Threaded, the 36 products (each too small to split well) are the pieces.
+        let ms = &mut m[..P * og * n];
+        if threaded {
+            par::chunks_mut(ms, og * n, product);
+        } else {
+            (ms.chunks_exact_mut(og * n).enumerate()).for_each(|(xi, mx)| product(xi, mx));
         }
-        let out = &mut dst[gi * og * t.oh * t.ow..][..og * t.oh * t.ow];
-        for (o, plane_out) in out.chunks_exact_mut(t.oh * t.ow).enumerate() {
-            output_transform(t, &m[o * n..], og * n, plane_out, rows);
+        let (out, plane) = (
+            &mut dst[gi * og * t.oh * t.ow..][..og * t.oh * t.ow],
+            t.oh * t.ow,
+        );
+        if threaded && par::threads() > 1 {
+            // The output planes too (one image on all threads): a few per task, each task with
+            // rows of its own.
+            let (m, per) = (&*m, og.div_ceil(2 * par::threads()));
+            par::chunks_mut(out, per * plane, |i, planes| {
+                let mut rows = vec![0.0; rows.len()];
+                for (j, plane_out) in planes.chunks_exact_mut(plane).enumerate() {
+                    output_transform(t, &m[(i * per + j) * n..], og * n, plane_out, &mut rows);
+                }
+            });
+        } else {
+            for (o, plane_out) in out.chunks_exact_mut(plane).enumerate() {
+                output_transform(t, &m[o * n..], og * n, plane_out, rows);
+            }
         }
     }
 }

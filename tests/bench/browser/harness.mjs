@@ -40,12 +40,12 @@ function safetensors(buf) {
 // Each loader returns { version, backend, threads, run(x: Float32Array, batch) -> Promise<Float32Array> }.
 const loaders = {
   async kiln() {
-    const { k, device } = await kilnOn(backend);
+    const { k, device } = await kilnOn(backend, undefined, threads);
     const model = await k.Model.load("/data/mnist.safetensors", { device });
     return {
       version: k.version(),
       backend: `${device.kind}${device.name ? ` (${device.name})` : ""}`,
-      threads: 1,
+      threads: device.threads,
       async run(x, b) {
         const t = k.Tensor.from(x, [b, 1, 28, 28], { device });
         const y = model.forward(t);

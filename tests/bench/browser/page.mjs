@@ -12,10 +12,14 @@ export async function adapterInfo() {
     (i.isFallbackAdapter || a.isFallbackAdapter ? " (fallback adapter)" : "");
 }
 
-/** The kiln package `k`, initialised, and its device for `backend`: WebGPU with `options`, else the CPU. */
-export async function kilnOn(backend, options) {
+/**
+ * The kiln package `k`, initialised with `threads` CPU threads (more than 1: the threaded build,
+ * the page being cross-origin isolated), and its device for `backend`: WebGPU with `options`,
+ * else the CPU.
+ */
+export async function kilnOn(backend, options, threads = 1) {
   const k = await import("/kiln/index.js");
-  await k.init();
+  await k.init(undefined, { threads });
   if (backend !== "webgpu") return { k, device: k.Device.cpu() };
   await adapterInfo();
   try {

@@ -4,7 +4,7 @@
 // Not a test and not run in CI: a script whose figures go in notes. See README.md.
 //
 //   node run.mjs [--runs 200] [--warmup 10] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
-//                [--gpu-b64-warmup 1] [--cold 3] [--batches 1,64] [--only kiln-cpu,ort-wasm-2t,...] [--no-webgpu]
+//                [--gpu-b64-warmup 1] [--cold 3] [--batches 1,64] [--only kiln-cpu,kiln-cpu-2t,ort-wasm-2t,...] [--no-webgpu]
 //                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
 //   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--only ...]
 //                GELU on 2^p random inputs: kiln fused/unfused vs onnxruntime-web's Gelu (issue 19)
@@ -58,6 +58,7 @@ const JSON_OUT = opt.json || join(tmpdir(), `kiln-browser-bench-${Date.now()}.js
 // ---- what is measured ---------------------------------------------------------------------------
 const CONFIGS = [
   { id: "kiln-cpu", label: "kiln CPU (wasm, 1 thread)", lib: "kiln", backend: "cpu", threads: 1, group: "cpu" },
+  { id: "kiln-cpu-2t", label: "kiln CPU (wasm, 2 threads)", lib: "kiln", backend: "cpu", threads: 2, group: "cpu" },
   { id: "ort-wasm-1t", label: "onnxruntime-web wasm, 1 thread", lib: "ort", backend: "wasm", threads: 1, group: "cpu" },
   { id: "ort-wasm-2t", label: "onnxruntime-web wasm, 2 threads", lib: "ort", backend: "wasm", threads: 2, group: "cpu" },
   { id: "tfjs-wasm-1t", label: "tfjs wasm, 1 thread", lib: "tfjs", backend: "wasm", threads: 1, group: "cpu" },
@@ -432,12 +433,14 @@ if (ok.some((r) => Object.values(r.batches).some((x) => x.runs < x.requestedRuns
 // kiln / best peer
 console.log("\nkiln / best peer (median; < 1 means kiln is faster or smaller):");
 const summary = [];
-for (const [g, name, filter] of [
-  ["cpu", "CPU, any thread count", () => true],
-  ["cpu", "CPU, 1-thread peers", (r) => r.threads === 1],
-  ["webgpu", "WebGPU, same adapter", () => true],
+// kiln's row for each comparison: its threaded row against every peer, its 1-thread row against
+// the 1-thread peers (the first kiln row of the group when that one was not run).
+for (const [g, name, filter, kilnId] of [
+  ["cpu", "CPU, any thread count", () => true, "kiln-cpu-2t"],
+  ["cpu", "CPU, 1-thread peers", (r) => r.threads === 1, "kiln-cpu"],
+  ["webgpu", "WebGPU, same adapter", () => true, "kiln-webgpu"],
 ]) {
-  const k = kilnOf(g);
+  const k = ok.find((r) => r.id === kilnId) ?? kilnOf(g);
   const peers = ok.filter((r) => r.group === g && r.lib !== "kiln" && filter(r));
   if (!k || !peers.length) { console.log(`  ${name}: not available`); continue; }
   const parts = [];
