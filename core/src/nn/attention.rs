@@ -275,16 +275,35 @@ impl MultiHeadAttention {
         let (k, v) = cache.append(&k, &v)?;
         self.join_heads(&attention(&q, &k, &v, true, Some(&self.attn_dropout))?)
     }
-    /// `[B, T, C]` to queries, keys and values, each `[B, H, T, C / H]` (views of one tensor).
+    /// `[B, T, C]` to queries, keys and values, each `[B, H, T, C / H]`.
+    ///
+    /// Each is its own product with its third of `qkv`'s weight (a view), not a slice of one
+    /// product: a slice's gradient is padded to the whole `[B, T, 3C]` and the three are added,
+    /// while a weight slice's gradient is only `[C, C]`: on an H200 the GPT trained 2.5% faster
+    /// (404.8k against 394.5k-395.2k tokens/s).
     fn split_heads(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         expect_rank(x, &[3], "MultiHeadAttention")?;
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
-        let qkv = self
-            .qkv
-            .forward(x)?
-            .reshape([b, t, 3, self.heads, c / self.heads])?;
-        let qkv = qkv.permute(&[2, 0, 3, 1, 4])?;
-        let part = |i| qkv.narrow(0, i, 1)?.squeeze(0);
+        if self.qkv.in_features() != c {
+            return Err(Error::shape(
+                "MultiHeadAttention",
+                format!(
+                    "expects inputs of {} features, got shape {}",
+                    self.qkv.in_features(),
+                    x.shape()
+                ),
+            ));
+        }
+        let (w, bias) = (self.qkv.weight.tensor(), self.qkv.bias.as_ref());
+        let part = |i: usize| -> Result<Tensor> {
+            let y = x.matmul(&w.narrow(0, i * c, c)?.t()?)?;
+            let y = match bias {
+                Some(bias) => y.add(&bias.tensor().narrow(0, i * c, c)?)?,
+                None => y,
+            };
+            y.reshape([b, t, self.heads, c / self.heads])?
+                .permute(&[0, 2, 1, 3])
+        };
         Ok((part(0)?, part(1)?, part(2)?))
     }
     /// `[B, H, T, Dh]` back to `[B, T, C]`, projected.
