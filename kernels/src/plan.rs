@@ -654,6 +654,16 @@ impl Fast {
     }
 }
 
+/// The lowest and highest values of WGSL type `ty` (f32 with infinities, i32, u32) as WGSL
+/// expressions: the identities of max and min.
+pub(crate) fn extremes(ty: &str) -> (&'static str, &'static str) {
+    match ty {
+        "f32" => ("f32_from_bits(0xff800000u)", "f32_from_bits(0x7f800000u)"),
+        "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
+        _ => ("0u", "0xffffffffu"),
+    }
+}
+
 /// Whether a launch over coalesced `dims` (rank >= 2) can take [`Fast::Strided4`]: every view's
 /// innermost stride 1, the innermost length, the other strides and the offsets multiples of 4.
 fn strided4(dims: &[usize], strides: &[Vec<usize>], offsets: &[usize]) -> bool {
@@ -1236,11 +1246,7 @@ impl Planner {
         };
         // each output's elements one contiguous, 4-aligned run: read as vec4
         let vec4 = rs[0] == [1] && x4(&[len as usize, x.offset()]) && x4(&ks[0]);
-        let (lowest, highest) = match ty {
-            "f32" => ("f32_from_bits(0xff800000u)", "f32_from_bits(0x7f800000u)"),
-            "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
-            _ => ("0u", "0xffffffffu"),
-        };
+        let (lowest, highest) = extremes(ty);
         let key = KernelKey::new(
             "reduce.wgsl",
             &[

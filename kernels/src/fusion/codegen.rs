@@ -3,7 +3,8 @@
 //! An elementwise kernel computes one output element per invocation. Its params header is
 //! `numel, rank, tail`, the tail holding the constants (as 4-byte words), the expression's
 //! shape and, per input, its strides against the shape's axes (0 where it broadcasts). A
-//! reduction kernel ([`Reduction`]) has six more words before the tail.
+//! reduction kernel ([`Reduction`]) has five more words before the tail (`outer`, `len`, `chunk`,
+//! `chunks`, and a mean's `1 / len` as f32 bits).
 
 use super::expr::{Expr, Node, ReadKind, vectorized};
 use crate::plan::{WG, wgsl_type};
@@ -531,11 +532,7 @@ fn reduction_main(
 ) -> Result<()> {
     let dtype = nodes.last().map_or(DType::F32, |n| n.1);
     let t = wgsl_type(dtype, "fusion")?;
-    let (lowest, highest) = match t {
-        "f32" => ("f32_from_bits(0xff800000u)", "f32_from_bits(0x7f800000u)"),
-        "i32" => ("i32(-2147483647 - 1)", "2147483647i"),
-        _ => ("0u", "0xffffffffu"),
-    };
+    let (lowest, highest) = crate::plan::extremes(t);
     let (identity, combine) = match r.op {
         ReduceOp::Max => (lowest.to_string(), "max(a, b)"),
         ReduceOp::Min => (highest.to_string(), "min(a, b)"),
