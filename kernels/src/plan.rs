@@ -380,11 +380,8 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             // Each output walks the whole index axis: with few outputs (an embedding's gradient:
             // a small table, many tokens) the walk is cut into chunks summed by a column sum.
             let len = index_dims[*axis];
-            let chunks = (SCATTER_THREADS / n.max(1) as usize)
-                .min(len / SCATTER_CHUNK_MIN_LEN)
-                .max(1);
-            let chunk = len.div_ceil(chunks).max(1);
-            let chunks = len.div_ceil(chunk).max(1);
+            let want = (SCATTER_THREADS / n.max(1) as usize).min(len / SCATTER_CHUNK_MIN_LEN);
+            let (chunk, chunks) = even_chunks(len, want, 1);
             let h = ScatterAddParams {
                 numel: n,
                 rank: rank as u32,
@@ -893,12 +890,6 @@ fn x4(values: &[usize]) -> bool {
 /// tiles up): the GPT trained at 209.9k tokens/s on Vulkan (H200); aiming at 256 workgroups
 /// gave 232.4k, at 512 240.8k, with MNIST at batch 256 unchanged.
 const SPLIT_K_WORKGROUPS: usize = 512;
-
-/// A scatter_add with fewer outputs than this many invocations cuts its index axis into chunks
-/// of at least `SCATTER_CHUNK_MIN_LEN`: the token embedding's gradient ([65, 384] from 16,384
-/// rows) walked all rows per output.
-const SCATTER_THREADS: usize = 1 << 20;
-const SCATTER_CHUNK_MIN_LEN: usize = 64;
 /// ...giving each split at least this much of K...
 const SPLIT_K_MIN_DEPTH: usize = 256;
 /// ...and keeping the partial products within this many elements (64 MiB).
@@ -915,6 +906,19 @@ fn split_k(tiles: usize, k: usize, outputs: usize) -> usize {
         .min(k / SPLIT_K_MIN_DEPTH)
         .min(SPLIT_K_MAX_PARTIALS / outputs.max(1))
         .max(1)
+}
+
+/// A scatter_add with fewer outputs than this many invocations cuts its index axis into chunks
+/// of at least `SCATTER_CHUNK_MIN_LEN`: the token embedding's gradient ([65, 384] from 16,384
+/// rows) walked all rows per output.
+const SCATTER_THREADS: usize = 1 << 20;
+const SCATTER_CHUNK_MIN_LEN: usize = 64;
+
+/// `len` cut into at most `want` chunks of one length, a multiple of `align` (the last chunk
+/// shorter): that length and the number of chunks, each at least 1.
+pub(crate) fn even_chunks(len: usize, want: usize, align: usize) -> (usize, usize) {
+    let chunk = len.div_ceil(want.max(1)).next_multiple_of(align).max(1);
+    (chunk, len.div_ceil(chunk).max(1))
 }
 
 impl Planner {

@@ -1,7 +1,7 @@
 //! The recorded expression of a fused region: an SSA list of elementwise table ops whose leaves
 //! are real storages of the inner device (seen through their layouts) or constants.
 
-use kiln_core::{BinaryOp, CmpOp, DType, Layout, Shape, Storage, UnaryOp};
+use kiln_core::{BinaryOp, CmpOp, DType, Layout, Shape, Storage, UnaryOp, View};
 use std::fmt::Write;
 
 /// At most this many distinct real inputs per generated kernel: WebGPU guarantees 8 storage
@@ -35,6 +35,15 @@ pub struct Leaf {
 }
 
 impl Leaf {
+    /// The view a kernel reads this leaf through.
+    pub fn view(&self) -> View<'_> {
+        View {
+            storage: &self.storage,
+            layout: &self.layout,
+            dtype: self.dtype,
+        }
+    }
+
     /// A leaf from a view: axes that a stride of 0 repeats become size 1, so the kernel reads
     /// the un-expanded data and broadcasts it itself.
     pub fn new(storage: Storage, layout: &Layout, dtype: DType) -> Leaf {

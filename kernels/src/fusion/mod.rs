@@ -34,6 +34,7 @@ mod expr;
 
 pub use expr::{MAX_LEAVES, MAX_NODES};
 
+use crate::plan::even_chunks;
 use codegen::{FusedOp, Reduction, word_value};
 use expr::{Expr, Leaf, Node};
 use kiln_core::op::custom::{CustomCall, KILN_PREFIX};
@@ -203,15 +204,7 @@ impl Fusion {
         }
         let name = register(e, None)?;
         let call = CustomCall::new(name, codegen::attrs(e, &e.shape, None));
-        let views: Vec<View<'_>> = e
-            .leaves
-            .iter()
-            .map(|l| View {
-                storage: &l.storage,
-                layout: &l.layout,
-                dtype: l.dtype,
-            })
-            .collect();
+        let views: Vec<View<'_>> = e.leaves.iter().map(Leaf::view).collect();
         self.stats.fused.fetch_add(1, Ordering::Relaxed);
         one(inner.execute(&Op::Custom(call), &views, &out)?)
     }
@@ -328,19 +321,18 @@ impl Fusion {
         if plain || !floats || rank == 0 {
             return Ok(None);
         }
-        let Some(lazy) = v.storage.downcast::<Lazy>() else {
+        // a pending chain seen whole (`operand` inlines it); a real input, or another view of
+        // a chain (materialized there, as the plain path would), reduces as it is
+        let Operand {
+            expr,
+            cell: Some(_),
+        } = self.operand(v)?
+        else {
             return Ok(None);
         };
-        let whole = v.layout.offset() == 0 && v.layout.is_contiguous();
-        let expr = match &*lazy.0.lock() {
-            State::Pending(e) if whole && e.ops() > 0 && e.shape.numel() == shape.numel() => {
-                e.reshaped(shape)
-            }
-            _ => None,
-        };
-        let Some(expr) = expr else {
+        if expr.ops() == 0 {
             return Ok(None);
-        };
+        }
         let mut axes: Vec<usize> = if axes.is_empty() {
             (0..rank).collect()
         } else {
@@ -372,19 +364,11 @@ impl Fusion {
             )
         };
         // chunks start at multiples of 4 for the vec4 loads
-        let align = if vec4 { 4 } else { 1 };
-        let chunk = len.div_ceil(chunks.max(1)).next_multiple_of(align);
-        let chunks = len.div_ceil(chunk);
+        let (chunk, chunks) = even_chunks(len, chunks, if vec4 { 4 } else { 1 });
         let r = Reduction { op, row_wg, vec4 };
         let name = register(&expr, Some(r))?;
         let attrs = codegen::attrs(&expr, &expr.shape, Some([outer, len, chunk, chunks]));
-        let views: Vec<View<'_>> = (expr.leaves.iter())
-            .map(|l| View {
-                storage: &l.storage,
-                layout: &l.layout,
-                dtype: l.dtype,
-            })
-            .collect();
+        let views: Vec<View<'_>> = expr.leaves.iter().map(Leaf::view).collect();
         let partials = Shape::from([outer, chunks]);
         let backend = self.inner.backend();
         self.stats.fused.fetch_add(1, Ordering::Relaxed);
