@@ -31,16 +31,21 @@ pub fn select(name: &str) -> Result<Device> {
 
 /// [`select`] with [`Profiler`]'s per-op timer under the fusion decorator, so that each
 /// generated kernel is timed as an op of its own (`kiln.fused.<hash>`) and the elementwise ops it
-/// replaced do not appear.
+/// replaced do not appear. `by_shape` keys the times by op and input shapes
+/// ([`Profiler::wrap_by_shape`]).
 ///
 /// ```
-/// let (cpu, profiler) = kiln::device::select_profiled("cpu")?;
+/// let (cpu, profiler) = kiln::device::select_profiled("cpu", false)?;
 /// kiln::core::Tensor::from_vec(vec![1.0f32, 2.0], [2], &cpu)?.exp()?.to_data()?;
 /// assert_eq!(profiler.report()[0].op, "exp");
 /// # Ok::<(), kiln::core::Error>(())
 /// ```
-pub fn select_profiled(name: &str) -> Result<(Device, Arc<Profiler>)> {
-    let (timed, profiler) = Profiler::wrap(&select_unfused(name)?);
+pub fn select_profiled(name: &str, by_shape: bool) -> Result<(Device, Arc<Profiler>)> {
+    let inner = select_unfused(name)?;
+    let (timed, profiler) = match by_shape {
+        true => Profiler::wrap_by_shape(&inner),
+        false => Profiler::wrap(&inner),
+    };
     Ok((fused_if_gpu(name, timed), profiler))
 }
 

@@ -172,6 +172,19 @@ pub(crate) struct Gemm {
     /// Element offsets of A and B in their buffers.
     pub offset_a: u64,
     pub offset_b: u64,
+    /// A second batch axis whose strides do not coalesce with `batch`'s: attention's
+    /// `[B, H]` over heads read in place from `[B, T, H, D]`. Such a batch is not one
+    /// strided call; cuBLAS takes it as arrays of matrix pointers ([`Gemm::offsets`]).
+    pub outer: Option<Outer>,
+}
+
+/// The outer of two batch axes of a [`Gemm`]: its length and element strides in A, B and C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Outer {
+    pub count: i32,
+    pub stride_a: i64,
+    pub stride_b: i64,
+    pub stride_c: i64,
 }
 
 /// (transposed, leading dimension) of a `rows x cols` row-major view with strides `(sr, sc)`,
@@ -196,7 +209,8 @@ fn operand(rows: usize, cols: usize, sr: isize, sc: isize) -> Option<(bool, usiz
 impl Gemm {
     /// The GEMM of an f32 matmul of `inputs` into a fresh contiguous `out`, or `None` when the
     /// views do not map to one (the planned kernels run it then): each operand's last two axes
-    /// row- or column-contiguous, batch axes that coalesce to one stride, sizes that fit `i32`.
+    /// row- or column-contiguous, batch axes that coalesce to at most two strides (see
+    /// [`Gemm::outer`]), sizes that fit `i32`.
     pub(crate) fn of(inputs: &[View<'_>], out: &Shape) -> Option<Gemm> {
         let (x, y) = (inputs.first()?, inputs.get(1)?);
         let (xd, yd) = (x.layout.shape().dims(), y.layout.shape().dims());
@@ -236,26 +250,40 @@ impl Gemm {
             v
         };
         let (dims, strides) = kiln_kernels::plan::coalesce(&od[..nb], vec![xb, yb, ob]);
-        if dims.len() > 1 {
+        if dims.len() > 2 {
             return None;
         }
-        let batch = dims.first().copied().unwrap_or(1);
-        let pick = |i: usize| strides.get(i).and_then(|s| s.first()).copied().unwrap_or(0);
+        // The inner batch axis is the last one; `axis` picks an axis's strides in A, B and C.
+        let axis = |a: usize| (strides[0][a], strides[1][a], strides[2][a]);
+        let batch = dims.last().copied().unwrap_or(1);
         let (sa, sb, sc) = if batch == 1 {
             (0, 0, m * n)
         } else {
-            (pick(0), pick(1), pick(2))
+            axis(dims.len() - 1)
+        };
+        let int = |v: usize| i32::try_from(v).ok();
+        let long = |v: usize| i64::try_from(v).ok();
+        let outer = match dims.len() {
+            2 => {
+                let (oa, ob, oc) = axis(0);
+                Some(Outer {
+                    count: int(dims[0])?,
+                    stride_a: long(oa)?,
+                    stride_b: long(ob)?,
+                    stride_c: long(oc)?,
+                })
+            }
+            _ => None,
         };
         // A batch of row-major A's stacked without gaps against one shared B (a linear layer
         // on [B, T, K]) is one product over all B·T rows: cuBLAS's strided-batched call on
         // 64 blocks of 256 rows picks smaller tiles than one GEMM of 16,384 rows.
-        let (m, batch, sa) = if batch > 1 && sb == 0 && !ta && sa == m * lda && sc == m * n {
+        let fold = outer.is_none() && batch > 1 && sb == 0 && !ta && sa == m * lda;
+        let (m, batch, sa) = if fold && sc == m * n {
             (m * batch, 1, 0)
         } else {
             (m, batch, sa)
         };
-        let int = |v: usize| i32::try_from(v).ok();
-        let long = |v: usize| i64::try_from(v).ok();
         Some(Gemm {
             m: int(m)?,
             n: int(n)?,
@@ -270,12 +298,39 @@ impl Gemm {
             stride_c: long(sc)?,
             offset_a: x.layout.offset() as u64,
             offset_b: y.layout.offset() as u64,
+            outer,
         })
+    }
+
+    /// Matrices in the whole batch.
+    fn matrices(&self) -> u64 {
+        self.batch as u64 * self.outer.map_or(1, |o| o.count as u64)
     }
 
     /// Bytes of the output.
     pub(crate) fn out_bytes(&self) -> u64 {
-        4 * self.batch as u64 * self.m as u64 * self.n as u64
+        4 * self.matrices() * self.m as u64 * self.n as u64
+    }
+
+    /// The element offsets of every matrix of the batch in A, B and C, the outer axis slowest
+    /// (the order of the output's matrices).
+    pub(crate) fn offsets(&self) -> impl Iterator<Item = [u64; 3]> + '_ {
+        let outer = self.outer.unwrap_or(Outer {
+            count: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+        });
+        let at = move |o: i64, i: i64| {
+            [
+                self.offset_a as i64 + o * outer.stride_a + i * self.stride_a,
+                self.offset_b as i64 + o * outer.stride_b + i * self.stride_b,
+                o * outer.stride_c + i * self.stride_c,
+            ]
+            .map(|v| v as u64)
+        };
+        let batch = i64::from(self.batch);
+        (0..i64::from(outer.count)).flat_map(move |o| (0..batch).map(move |i| at(o, i)))
     }
 }
 
@@ -318,6 +373,37 @@ mod tests {
         )
         .unwrap();
         assert_eq!((g.m, g.batch), (5, 4));
+    }
+
+    #[test]
+    fn batch_axes_that_do_not_coalesce_give_every_matrix_its_offsets() {
+        // Heads read in place: q [B=2, T=4, H=3, D=5] seen as [B, H, T, D], times k's transpose.
+        let (q, kt) = (
+            (&[2, 3, 4, 5][..], &[60, 5, 15, 1][..]),
+            (&[2, 3, 5, 4][..], &[60, 5, 1, 15][..]),
+        );
+        let g = gemm(q, kt, &[2, 3, 4, 4]).unwrap();
+        assert_eq!(
+            (g.m, g.n, g.k, g.batch, g.ta, g.tb),
+            (4, 4, 5, 3, false, true)
+        );
+        assert_eq!((g.lda, g.ldb), (15, 15));
+        let outer = g.outer.unwrap();
+        assert_eq!((outer.count, outer.stride_a, outer.stride_c), (2, 60, 48));
+        let want: Vec<[u64; 3]> = (0..2)
+            .flat_map(|b| (0..3).map(move |h| [60 * b + 5 * h, 60 * b + 5 * h, 48 * b + 16 * h]))
+            .collect();
+        assert_eq!(g.offsets().collect::<Vec<_>>(), want);
+        assert_eq!(g.out_bytes(), 4 * 2 * 3 * 16);
+        // one batch axis has no outer, and three that do not coalesce are not a GEMM
+        assert_eq!(
+            gemm((&[4, 5, 3], &[15, 3, 1]), (&[3, 2], &[2, 1]), &[4, 5, 2])
+                .unwrap()
+                .outer,
+            None
+        );
+        let x = (&[2, 2, 2, 3, 3][..], &[100, 40, 10, 3, 1][..]);
+        assert!(gemm(x, (&[3, 3][..], &[3, 1][..]), &[2, 2, 2, 3, 3]).is_none());
     }
 
     #[test]

@@ -259,9 +259,10 @@ struct TextArgs {
     #[arg(long, default_value_t = 0.2)]
     dropout: f64,
     /// Time every op (on a GPU a wait after each, so training is slower) and print a table of
-    /// the time per step by op at the end, from step 2 on (the first steps compile kernels).
-    #[arg(long)]
-    profile: bool,
+    /// the time per step by op at the end, from step 2 on (the first steps compile kernels);
+    /// `--profile=shape` by op and input shapes.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "op", value_enum)]
+    profile: Option<ProfileBy>,
     /// Windows per step.
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
@@ -352,9 +353,10 @@ enum BenchTask {
         #[arg(long, value_delimiter = ',')]
         shape: Option<Vec<usize>>,
         /// Then time every op over the same number of runs and print where the time goes, by
-        /// op (on a GPU each op is waited for, which serialises the work).
-        #[arg(long)]
-        profile: bool,
+        /// op (on a GPU each op is waited for, which serialises the work); `--profile=shape` by
+        /// op and input shapes.
+        #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "op", value_enum)]
+        profile: Option<ProfileBy>,
     },
 }
 
@@ -566,8 +568,9 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             // Only a profiled run pays for the profiler (on a GPU, a wait after every op).
             let (device, profiler) = match profile {
-                true => kiln::device::select_profiled(&device).map(|(d, p)| (d, Some(p)))?,
-                false => (kiln::device::select(&device)?, None),
+                Some(by) => kiln::device::select_profiled(&device, by == ProfileBy::Shape)
+                    .map(|(d, p)| (d, Some(p)))?,
+                None => (kiln::device::select(&device)?, None),
             };
             let model = kiln::onnx::OnnxModel::load(&read(&file)?, &device)?;
             let x = model.sample_input(shape.as_deref())?;
@@ -796,12 +799,21 @@ impl RunArgs {
     }
 }
 
+/// What `--profile` adds the time up by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ProfileBy {
+    /// The op's name.
+    Op,
+    /// The op's name and its inputs' shapes.
+    Shape,
+}
+
 /// The step after which `train text --profile` times the ops (the first compile kernels).
 const PROFILE_FROM: u64 = 2;
 
 fn train_text(a: TextArgs) -> Result<()> {
     if a.run.gpus != 1 {
-        if a.profile {
+        if a.profile.is_some() {
             return Err(Error::invalid(
                 "train text",
                 format!(
@@ -817,8 +829,9 @@ fn train_text(a: TextArgs) -> Result<()> {
         });
     }
     let (device, profiler) = match a.profile {
-        true => kiln::device::select_profiled(&a.device).map(|(d, p)| (d, Some(p)))?,
-        false => (kiln::device::select(&a.device)?, None),
+        Some(by) => kiln::device::select_profiled(&a.device, by == ProfileBy::Shape)
+            .map(|(d, p)| (d, Some(p)))?,
+        None => (kiln::device::select(&a.device)?, None),
     };
     text_replica(&a, &device, None, 0, profiler)
 }

@@ -1,5 +1,6 @@
 //! Where the time goes: [`Profiler`] wraps any device in a backend that times every op it runs
-//! and adds the time up by op name (a decorator, so no backend knows about it).
+//! and adds the time up by op name, or by op name and input shapes (a decorator, so no backend
+//! knows about it).
 //!
 //! ```
 //! use kiln::core::{DType, Device, Tensor};
@@ -24,8 +25,10 @@ use std::time::{Duration, Instant};
 /// The time spent in one kind of op.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTime {
-    /// The op's name (`Op::name`: `conv2d`, `matmul`, `add`, ...).
-    pub op: &'static str,
+    /// The op's name (`Op::name`: `conv2d`, `matmul`, `add`, ...), followed by its inputs'
+    /// shapes when timed [`Profiler::wrap_by_shape`]: `matmul [64, 256, 384]·[384, 1536]~`,
+    /// `~` marking a view that is not contiguous (a transpose, a slice).
+    pub op: String,
     /// How many times it ran.
     pub calls: u64,
     /// Total time in it.
@@ -35,7 +38,8 @@ pub struct OpTime {
 /// Per-op timings of everything run on the device [`Profiler::wrap`] returned.
 pub struct Profiler {
     inner: Device,
-    times: Mutex<BTreeMap<&'static str, (u64, Duration)>>,
+    by_shape: bool,
+    times: Mutex<BTreeMap<String, (u64, Duration)>>,
 }
 
 impl Profiler {
@@ -45,8 +49,28 @@ impl Profiler {
     /// each op's time is its own; that serialises the work, so the total is higher than an
     /// unprofiled run's.
     pub fn wrap(device: &Device) -> (Device, Arc<Profiler>) {
+        Self::wrap_keyed(device, false)
+    }
+
+    /// [`Profiler::wrap`], adding the time up by op and input shapes: which of the matmuls is
+    /// the slow one.
+    ///
+    /// ```
+    /// use kiln::core::{DType, Device, Tensor};
+    /// let (device, profiler) = kiln::profile::Profiler::wrap_by_shape(&Device::cpu());
+    /// let x = Tensor::rand_uniform([3, 5], -1.0, 1.0, 7, DType::F32, &device)?;
+    /// x.matmul(&x.t()?)?.to_data()?;
+    /// assert_eq!(profiler.report()[0].op, "matmul [3, 5]·[5, 3]~");
+    /// # Ok::<(), kiln::core::Error>(())
+    /// ```
+    pub fn wrap_by_shape(device: &Device) -> (Device, Arc<Profiler>) {
+        Self::wrap_keyed(device, true)
+    }
+
+    fn wrap_keyed(device: &Device, by_shape: bool) -> (Device, Arc<Profiler>) {
         let p = Arc::new(Profiler {
             inner: device.clone(),
+            by_shape,
             times: Mutex::new(BTreeMap::new()),
         });
         (Device::new(Timed(p.clone())), p)
@@ -62,9 +86,13 @@ impl Profiler {
         let mut ops: Vec<OpTime> = self
             .lock()
             .iter()
-            .map(|(&op, &(calls, total))| OpTime { op, calls, total })
+            .map(|(op, &(calls, total))| OpTime {
+                op: op.clone(),
+                calls,
+                total,
+            })
             .collect();
-        ops.sort_by(|a, b| b.total.cmp(&a.total).then(a.op.cmp(b.op)));
+        ops.sort_by(|a, b| b.total.cmp(&a.total).then(a.op.cmp(&b.op)));
         ops
     }
 
@@ -91,7 +119,7 @@ impl Profiler {
         s
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, (u64, Duration)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (u64, Duration)>> {
         // A panic while holding the lock leaves only plain counters behind: still usable.
         self.times.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -122,8 +150,21 @@ impl Backend for Timed {
         let out = inner.execute(op, inputs, outputs)?;
         inner.synchronize()?;
         let took = start.elapsed();
+        let key = match self.0.by_shape && !inputs.is_empty() {
+            // a view that is not contiguous (a transpose, a slice) is marked: its kernel differs
+            true => {
+                let shapes: Vec<String> = (inputs.iter())
+                    .map(|v| {
+                        let mark = if v.layout.is_contiguous() { "" } else { "~" };
+                        format!("{:?}{mark}", v.layout.shape().dims())
+                    })
+                    .collect();
+                format!("{} {}", op.name(), shapes.join("·"))
+            }
+            false => op.name().to_string(),
+        };
         let mut times = self.0.lock();
-        let entry = times.entry(op.name()).or_default();
+        let entry = times.entry(key).or_default();
         entry.0 += 1;
         entry.1 += took;
         Ok(out)
@@ -202,5 +243,21 @@ mod tests {
         assert!(table.lines().count() == 2 + ops.len(), "{table}");
         prof.reset();
         assert!(prof.report().is_empty());
+    }
+
+    #[test]
+    fn ops_by_shape_keep_shapes_apart_and_mark_views() -> Result<()> {
+        let (dev, prof) = Profiler::wrap_by_shape(&Device::cpu());
+        let a = Tensor::rand_uniform([5, 7], -1.0, 1.0, 3, DType::F32, &dev)?;
+        let b = Tensor::rand_uniform([3, 7], -1.0, 1.0, 4, DType::F32, &dev)?;
+        a.matmul(&b.t()?)?.to_data()?;
+        a.matmul(&b.t()?)?.to_data()?;
+        b.matmul(&a.t()?)?.to_data()?;
+        let ops = prof.report();
+        let calls = |name: &str| ops.iter().find(|o| o.op == name).map(|o| o.calls);
+        assert_eq!(calls("matmul [5, 7]·[7, 3]~"), Some(2), "{ops:?}");
+        assert_eq!(calls("matmul [3, 7]·[7, 5]~"), Some(1), "{ops:?}");
+        assert_eq!(calls("rand_uniform"), Some(2), "{ops:?}");
+        Ok(())
     }
 }

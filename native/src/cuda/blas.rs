@@ -1,5 +1,6 @@
-//! f32 matmul and batched matmul on cuBLAS (`cublasGemmStridedBatchedEx`, with the compute type
-//! of [`MatmulPrecision`]: strict fp32 unless TF32 or bf16 was asked for).
+//! f32 matmul and batched matmul on cuBLAS (`cublasGemmStridedBatchedEx`, or
+//! `cublasGemmBatchedEx` with arrays of matrix pointers when two batch axes do not coalesce;
+//! with the compute type of [`MatmulPrecision`]: strict fp32 unless TF32 or bf16 was asked for).
 //!
 //! The views map to a column-major GEMM as [`Gemm::of`] says (shared with rocBLAS); anything
 //! else (and integer matmul) falls back to the translated WGSL GEMM.
@@ -72,6 +73,48 @@ pub(super) fn matmul(
         MatmulPrecision::Bf16 => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF,
     };
     let f32_type = sys::cudaDataType::CUDA_R_32F;
+    if g.outer.is_some() {
+        // The device arrays of A, B and C pointers, uploaded like a kernel's params (queued
+        // on the stream; freed in stream order after the call).
+        let (mut a, mut bs, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        for [oa, ob, oc] in g.offsets() {
+            a.extend_from_slice(&(bufs[0].ptr + 4 * oa).to_le_bytes());
+            bs.extend_from_slice(&(bufs[1].ptr + 4 * ob).to_le_bytes());
+            c.extend_from_slice(&(out_buf.ptr + 4 * oc).to_le_bytes());
+        }
+        let count = a.len() / 8;
+        let arrays = b.upload_bytes(&[a, bs, c].concat())?;
+        let array = |i: usize| arrays.ptr + (8 * count * i) as u64;
+        // SAFETY: every pointer is inside a live allocation of this context (Gemm::of's
+        // extents), and the arrays hold `count` pointers each.
+        return unsafe {
+            sys::cublasGemmBatchedEx(
+                handle,
+                op(g.tb),
+                op(g.ta),
+                g.n,
+                g.m,
+                g.k,
+                (&alpha as *const f32).cast(),
+                array(1) as *const *const c_void,
+                f32_type,
+                g.ldb,
+                array(0) as *const *const c_void,
+                f32_type,
+                g.lda,
+                (&beta as *const f32).cast(),
+                array(2) as *const *mut c_void,
+                f32_type,
+                g.n,
+                count as i32,
+                compute,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+            .result()
+        }
+        .map_err(|e| Error::device("matmul", format!("cublasGemmBatchedEx: {e:?}")))
+        .map(|()| Some(out_buf));
+    }
     let xp = (bufs[0].ptr + 4 * g.offset_a) as *const c_void;
     let yp = (bufs[1].ptr + 4 * g.offset_b) as *const c_void;
     // SAFETY: pointers and extents describe live allocations of this context, checked above.

@@ -38,7 +38,8 @@ pub(super) fn matmul(
     bufs: &[&RocmBuffer],
     out: &Shape,
 ) -> Result<Option<RocmBuffer>> {
-    let Some(g) = Gemm::of(inputs, out) else {
+    // Two batch axes that do not coalesce (pointer-array batches) stay on the planned kernels.
+    let Some(g) = Gemm::of(inputs, out).filter(|g| g.outer.is_none()) else {
         return Ok(None);
     };
     let inner = &b.inner;
