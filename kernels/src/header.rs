@@ -143,6 +143,11 @@ headers! {
     /// (x's offset and `rank_keep` strides) and the reduced view (0 and `rank_red` strides).
     ReduceParams { n_out: u32, rank_keep: u32, rank_red: u32, len: u32, correction: u32 }
 
+    /// columns.wgsl: a `[rows, cols]` view reduced down its columns, `chunk_rows` rows per
+    /// workgroup; `cols`, `row_stride` and `offset` in units of the kernel's vector; `scale`
+    /// the f32 bits of a mean's `1 / rows` (1.0 otherwise).
+    ColumnsParams { cols: u32, rows: u32, row_stride: u32, offset: u32, chunk_rows: u32, scale: u32 }
+
     /// rows.wgsl: `n_rows` rows of `len` elements; `reverse` (0/1) is cumsum's. The tail is the
     /// kept shape (`rank_keep` words), then x's and out's views, each an offset, `rank_keep`
     /// strides and the stride along the op's axis.

@@ -19,6 +19,7 @@ pub const FILES: &[(&str, &str)] = &[
     kernel!("adam.wgsl"),
     kernel!("binary.wgsl"),
     kernel!("reduce.wgsl"),
+    kernel!("columns.wgsl"),
     kernel!("rows.wgsl"),
     kernel!("gemm.wgsl"),
     kernel!("pool.wgsl"),

@@ -23,9 +23,9 @@
 //! ```
 
 use crate::header::{
-    AdamStepParams, ArangeParams, BinaryParams, ConvGeometry, ConvParams, EyeParams, FullParams,
-    GatherParams, Gemm, Header, MapParams, MatmulParams, OneHotParams, PoolGeometry, PoolParams,
-    RandomParams, ReduceParams, RowsParams, ScatterAddParams,
+    AdamStepParams, ArangeParams, BinaryParams, ColumnsParams, ConvGeometry, ConvParams, EyeParams,
+    FullParams, GatherParams, Gemm, Header, MapParams, MatmulParams, OneHotParams, PoolGeometry,
+    PoolParams, RandomParams, ReduceParams, RowsParams, ScatterAddParams,
 };
 use crate::preprocess::{Defines, preprocess};
 use alloc::format;
@@ -857,6 +857,11 @@ enum Chunks {
     Outer,
 }
 
+/// Workgroups (of 32 columns by a chunk of rows) a column reduction's first launch aims for.
+const COLUMN_WORKGROUPS: usize = 512;
+/// Rows up to which a column reduction is one launch.
+const COLUMN_ONE_PASS_ROWS: usize = 2048;
+
 /// Invocations a column reduction aims for: enough loads in flight to keep memory busy. On an
 /// H200, 2^18 took a sum over the columns of [16384, 1536] from 870 GB/s (2^17) to 1,422; before
 /// the column path (a workgroup per output) it was 550 GB/s on an H100.
@@ -1219,6 +1224,12 @@ impl Planner {
         // of a linear layer): a workgroup per output would read one element per row, so each
         // output gets one invocation instead and a warp's loads are adjacent.
         let column = ks[0].last() == Some(&1) && !rs[0].contains(&1);
+        if column && kd.len() == 1 && rd.len() == 1 {
+            let view = (kd[0], rd[0], rs[0][0], x.offset());
+            if self.columns(op, view, bufs, ty, to)? {
+                return Ok(());
+            }
+        }
         let chunked = column
             .then(|| column_chunks(op, n_out, &rd, ty == to))
             .flatten()
@@ -1279,6 +1290,83 @@ impl Planner {
             self.push(key, params, bufs, g);
             Ok(())
         }
+    }
+
+    /// columns.wgsl for `view` = (cols, rows, row stride, offset), a `[rows, cols]` view reduced
+    /// down its columns: one launch for up to [`COLUMN_ONE_PASS_ROWS`] rows, else chunks of
+    /// rows into partials (about [`COLUMN_WORKGROUPS`] workgroups) and a launch reducing them.
+    /// `false` (nothing planned) for ops and types it does not run.
+    fn columns(
+        &mut self,
+        op: ReduceOp,
+        (cols, rows, stride, offset): (usize, usize, usize, usize),
+        bufs: [Buffer; 2],
+        ty: &'static str,
+        to: &'static str,
+    ) -> Result<bool> {
+        let runs = match op {
+            ReduceOp::Mean => ty == "f32",
+            ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => true,
+            _ => false,
+        };
+        let vec4 = x4(&[cols, stride, offset]);
+        let w = if vec4 { 4 } else { 1 };
+        let blocks = (cols / w).div_ceil(32);
+        if !runs || ty != to || rows == 0 || blocks > MAX_GRID as usize {
+            return Ok(false);
+        }
+        let chunk_rows = match rows <= COLUMN_ONE_PASS_ROWS {
+            true => rows,
+            false => rows.div_ceil(COLUMN_WORKGROUPS.div_ceil(blocks).clamp(2, rows / 64)),
+        };
+        let chunks = rows.div_ceil(chunk_rows);
+        let (lowest, highest) = extremes(ty);
+        let key = |op: ReduceOp| {
+            let key = KernelKey::new(
+                "columns.wgsl",
+                &[
+                    ("OP", op.name()),
+                    ("T", ty),
+                    ("LOWEST", lowest),
+                    ("HIGHEST", highest),
+                ],
+            );
+            if vec4 { Fast::Vec4.key(key) } else { key }
+        };
+        let scale = (1.0 / rows as f32).to_bits();
+        let pass = |rows: usize, row_stride: usize, offset: usize, chunk_rows: usize| {
+            let p = ColumnsParams {
+                cols: (cols / w) as u32,
+                rows: rows as u32,
+                row_stride: (row_stride / w) as u32,
+                offset: (offset / w) as u32,
+                chunk_rows: chunk_rows as u32,
+                scale,
+            };
+            p.to_words()
+        };
+        let grid = |chunks: usize| [blocks as u32, chunks as u32, 1];
+        if chunks == 1 {
+            self.push(
+                key(op),
+                pass(rows, stride, offset, rows),
+                bufs.to_vec(),
+                grid(1),
+            );
+            return Ok(true);
+        }
+        // a mean's chunks are summed; its last launch scales by 1 / rows
+        let first = if op == ReduceOp::Mean {
+            ReduceOp::Sum
+        } else {
+            op
+        };
+        let partials = self.scratch(chunks * cols);
+        let params = pass(rows, stride, offset, chunk_rows);
+        self.push(key(first), params, vec![bufs[0], partials], grid(chunks));
+        let params = pass(chunks, cols, 0, chunks);
+        self.push(key(op), params, vec![partials, bufs[1]], grid(1));
+        Ok(true)
     }
 
     /// A reduction of few outputs over long runs, in two passes: the outermost reduced axis is
@@ -1958,6 +2046,15 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
                 };
                 add(op, &[vec![view(&[3, len], dt)]]);
             }
+            // down the columns: columns.wgsl (vec4 and scalar) where the op runs there
+            for cols in [8, 7] {
+                let op = Op::Reduce {
+                    op: r,
+                    axes: vec![0],
+                    keepdim: false,
+                };
+                add(op, &[vec![view(&[5, cols], dt)]]);
+            }
         }
         add(
             Op::Cumsum {
@@ -2296,7 +2393,8 @@ mod tests {
             (sum(vec![1]), view(&[3, 1000], &[1000, 1], 0), true),
             (sum(vec![1]), view(&[3, 8], &[10, 1], 0), false),
             (sum(vec![1]), view(&[3, 8], &[8, 1], 2), false),
-            (sum(vec![0]), view(&[64, 8], &[8, 1], 0), false),
+            (sum(vec![0]), view(&[64, 8], &[8, 1], 0), true),
+            (sum(vec![0]), view(&[64, 7], &[7, 1], 0), false),
             (sum(vec![]), view(&[64, 8], &[8, 1], 0), true),
         ];
         for (op, x, vec4) in cases {
@@ -2349,30 +2447,67 @@ mod tests {
     }
 
     #[test]
-    fn columns_get_an_invocation_per_output() {
-        let sum0 = Op::Reduce {
+    fn columns_fold_in_workgroups_of_32_columns_by_a_chunk_of_rows() {
+        let reduce0 = |op| Op::Reduce {
+            op,
+            axes: vec![0],
+            keepdim: false,
+        };
+        // a linear layer's bias gradient: [16384, 384] down the columns as 96 vec4 columns,
+        // chunks of 96 rows (3 x 171 workgroups), then the [171, 384] partials in one chunk
+        let x = view(&[16384, 384], &[384, 1], 0);
+        let out = [(DType::F32, Shape::from([384]))];
+        let p = plan(&reduce0(ReduceOp::Mean), from_ref(&x), &out).unwrap();
+        assert_eq!(p.dispatches.len(), 2);
+        let (first, second) = (&p.dispatches[0], &p.dispatches[1]);
+        let scale = (1.0f32 / 16384.0).to_bits();
+        assert_eq!(first.params, [96, 16384, 96, 0, 96, scale]);
+        assert_eq!(first.workgroups, [3, 171, 1]);
+        assert_eq!(first.kernel.file, "columns.wgsl");
+        assert_eq!(first.kernel.defines["OP"], "sum");
+        assert!(first.kernel.defines.contains_key("VEC4"));
+        assert_eq!(second.params, [96, 171, 96, 0, 171, scale]);
+        assert_eq!(
+            (second.workgroups, &*second.kernel.defines["OP"]),
+            ([3, 1, 1], "mean")
+        );
+        assert_eq!(second.buffers, [Buffer::Scratch(0), Buffer::Output(0)]);
+        assert_eq!(p.scratch_bytes, vec![171 * 384 * ELEM_BYTES]);
+        // up to 2048 rows in one launch; columns that are not whole vec4s read scalars
+        for (dims, offset, groups, vec4) in [
+            ([8, 70000], 0, 547, true),
+            ([64, 8], 0, 1, true),
+            ([2048, 10], 0, 1, false),
+            ([64, 8], 2, 1, false),
+        ] {
+            let x = view(&dims, &[dims[1] as isize, 1], offset);
+            let out = [(DType::F32, Shape::from([dims[1]]))];
+            let p = plan(&reduce0(ReduceOp::Max), from_ref(&x), &out).unwrap();
+            assert_eq!(p.dispatches.len(), 1, "{dims:?}");
+            let d = &p.dispatches[0];
+            assert_eq!(d.workgroups, [groups, 1, 1], "{dims:?}");
+            assert_eq!(d.kernel.defines.contains_key("VEC4"), vec4, "{dims:?}");
+        }
+        // columns over more than one kept axis, and variance, take the general path
+        let x = view(&[64, 3, 8], &[24, 8, 1], 0);
+        let r = Op::Reduce {
             op: ReduceOp::Sum,
             axes: vec![0],
             keepdim: false,
         };
-        // a linear layer's bias gradient: [16384, 384] down the columns, 512 chunks of 32 (one
-        // invocation per output and chunk), then the [512, 384] partials a workgroup per output
-        let x = view(&[16384, 384], &[384, 1], 0);
-        let p = plan(&sum0, from_ref(&x), &[(DType::F32, Shape::from([384]))]).unwrap();
-        assert_eq!(p.dispatches.len(), 2);
-        let (first, second) = (&p.dispatches[0], &p.dispatches[1]);
-        assert_eq!(&first.params[..4], &[512 * 384, 2, 1, 32]);
-        assert_eq!(first.kernel.defines["PER_THREAD"], "1");
-        assert_eq!(&second.params[..4], &[384, 1, 1, 512]);
-        assert_eq!(second.kernel.defines["PER_THREAD"], "0");
-        assert_eq!(p.scratch_bytes, vec![512 * 384 * ELEM_BYTES]);
-        // many outputs: one pass, an invocation each; a short column of few: a workgroup each
-        for (dims, per_thread) in [([8, 70000], "1"), ([64, 8], "0")] {
-            let x = view(&dims, &[dims[1] as isize, 1], 0);
-            let p = plan(&sum0, from_ref(&x), &[(DType::F32, Shape::from([dims[1]]))]).unwrap();
-            assert_eq!(p.dispatches.len(), 1, "{dims:?}");
-            assert_eq!(p.dispatches[0].kernel.defines["PER_THREAD"], per_thread);
-        }
+        let p = plan(&r, from_ref(&x), &[(DType::F32, Shape::from([3, 8]))]).unwrap();
+        assert_eq!(p.dispatches[0].kernel.file, "columns.wgsl");
+        let x = view(&[64, 3, 8], &[24, 1, 3], 0);
+        let p = plan(&r, from_ref(&x), &[(DType::F32, Shape::from([3, 8]))]).unwrap();
+        assert_eq!(p.dispatches[0].kernel.file, "reduce.wgsl");
+        let var = Op::Reduce {
+            op: ReduceOp::Var { correction: 1 },
+            axes: vec![0],
+            keepdim: false,
+        };
+        let x = view(&[64, 8], &[8, 1], 0);
+        let p = plan(&var, from_ref(&x), &[(DType::F32, Shape::from([8]))]).unwrap();
+        assert_eq!(p.dispatches[0].kernel.file, "reduce.wgsl");
     }
 
     #[test]
@@ -2385,7 +2520,7 @@ mod tests {
         assert!(k_chunk * (splits - 1) < 3000 && k_chunk * splits >= 3000);
         assert_eq!(gemm.buffers[2], Buffer::Scratch(0));
         assert_eq!(p.scratch_bytes, vec![(splits * 6 * 5) as u64 * ELEM_BYTES]);
-        assert_eq!(sum.kernel.file, "reduce.wgsl");
+        assert_eq!(sum.kernel.file, "columns.wgsl");
         assert_eq!(sum.buffers, vec![Buffer::Scratch(0), Buffer::Output(0)]);
     }
 

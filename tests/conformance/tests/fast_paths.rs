@@ -349,8 +349,9 @@ fn softmax_rows_with_infinities_and_nan() {
 fn reductions_of_contiguous_and_strided_runs() {
     let Some(dev) = dev() else { return };
     // rows of 8 (one invocation each, vec4), 1000 (workgroups, vec4), 999 and an unaligned
-    // start (strided), columns (the batch axis of a bias gradient) and everything
-    let cases: [(&[usize], usize, &[isize]); 9] = [
+    // start (strided), columns (the batch axis of a bias gradient: columns.wgsl, vec4 or not,
+    // in one launch or in chunks of rows and then their partials) and everything
+    let cases: [(&[usize], usize, &[isize]); 11] = [
         (&[7, 8], 0, &[1]),
         (&[5, 1000], 0, &[1]),
         (&[5, 1000], 4, &[1]),
@@ -358,6 +359,8 @@ fn reductions_of_contiguous_and_strided_runs() {
         (&[5, 1000], 1, &[1]),
         (&[64, 40], 0, &[0]),
         (&[300, 24], 0, &[0]),
+        (&[64, 40], 1, &[0]),
+        (&[2100, 12], 0, &[0]),
         (&[64, 8], 0, &[]),
         (&[4, 6, 20], 0, &[1, 2]),
     ];
@@ -476,6 +479,31 @@ fn reductions_of_contiguous_and_strided_runs() {
         false,
         (0.0, 0.0),
     );
+    // i32 down columns of 3000 (in chunks) and 13 (one launch, scalars): exact
+    for dims in [[3000, 12], [13, 9]] {
+        let xi = data(&dims, DType::I32, 702, -100.0, 100.0);
+        let w = format!("i32 down columns of {dims:?}");
+        let sum = |v: &[Tensor]| v[0].sum(&[0], false);
+        check(
+            &format!("sum {w}"),
+            &dev,
+            from_ref(&xi),
+            &same,
+            &sum,
+            false,
+            (0.0, 0.0),
+        );
+        let min = |v: &[Tensor]| v[0].min(&[0], false);
+        check(
+            &format!("min {w}"),
+            &dev,
+            from_ref(&xi),
+            &same,
+            &min,
+            false,
+            (0.0, 0.0),
+        );
+    }
 }
 
 #[test]
