@@ -278,8 +278,8 @@ impl Gemm {
         // A batch of row-major A's stacked without gaps against one shared B (a linear layer
         // on [B, T, K]) is one product over all B·T rows: cuBLAS's strided-batched call on
         // 64 blocks of 256 rows picks smaller tiles than one GEMM of 16,384 rows.
-        let fold = outer.is_none() && batch > 1 && sb == 0 && !ta && sa == m * lda;
-        let (m, batch, sa) = if fold && sc == m * n {
+        let fold = outer.is_none() && batch > 1 && sb == 0 && !ta && sa == m * lda && sc == m * n;
+        let (m, batch, sa) = if fold {
             (m * batch, 1, 0)
         } else {
             (m, batch, sa)
