@@ -102,6 +102,11 @@ ensure_wasm_bindgen() {
 # as package-lock.json pins them; reinstalled when the lock file changed.
 ensure_npm_tools() {
   local dir=$ROOT/tests/web
+  # npm ci empties node_modules first: through a link it would empty another clone's install.
+  if [ -L "$dir/node_modules" ]; then
+    echo "ensure_npm_tools: $dir/node_modules is a symbolic link (to $(readlink "$dir/node_modules")); npm ci would empty the folder it points to. Replace the link with a folder of its own." >&2
+    return 1
+  fi
   if [ ! -f "$dir/node_modules/.package-lock.json" ] \
     || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
     (cd "$dir" && npm ci --no-audit --no-fund)
