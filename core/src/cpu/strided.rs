@@ -63,6 +63,12 @@ impl<const K: usize> Walk<K> {
     /// Splits the row-major positions `range` at row ends and calls `f(i, n, offsets)` for each
     /// run of positions `i..i + n`, whose first element is at `offsets`.
     pub fn for_each_run(&self, range: Range<usize>, mut f: impl FnMut(usize, usize, [usize; K])) {
+        self.runs(range, &mut f);
+    }
+    /// [`Self::for_each_run`] through a `dyn` callback: the walk is compiled once per `K`, not
+    /// once per elementwise function and dtype (a call per row is nothing beside the row's work).
+    #[inline(never)]
+    fn runs(&self, range: Range<usize>, f: &mut dyn FnMut(usize, usize, [usize; K])) {
         if range.start >= range.end.min(self.numel) {
             return;
         }
@@ -120,6 +126,18 @@ fn fill<const K: usize, O: Send>(
             run(&mut chunk[i - start..][..n], o)
         });
     });
+}
+
+/// The walk of `layouts` broadcast to `shape` (not generic over the element types, so that it
+/// is compiled once rather than in every elementwise function).
+#[inline(never)]
+fn broadcast_walk<const K: usize>(layouts: [&Layout; K], shape: &Shape) -> Walk<K> {
+    let strides = layouts.map(|l| broadcast_strides(l, shape));
+    Walk::new(
+        shape.dims(),
+        core::array::from_fn(|j| &strides[j][..]),
+        layouts.map(Layout::offset),
+    )
 }
 
 /// Strides of `layout` broadcast to `shape` (stride 0 on broadcast axes). The shapes were
@@ -217,15 +235,7 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
             x[r.clone()].iter().zip(&y[r]).map(|(&p, &q)| f(p, q))
         });
     }
-    let (sa, sb) = (
-        broadcast_strides(a.layout, shape),
-        broadcast_strides(b.layout, shape),
-    );
-    let walk = Walk::new(
-        shape.dims(),
-        [&sa, &sb],
-        [a.layout.offset(), b.layout.offset()],
-    );
+    let walk = broadcast_walk([a.layout, b.layout], shape);
     let (_, [ia, ib]) = walk.inner();
     if !matches!(ia, 0 | 1) {
         let (v, l) = row_major(a);
@@ -255,35 +265,43 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     fill(&walk, &mut out, |row, [pa, pb]| {
         let len = row.len();
         match (ia, ib) {
-            (1, 1) => {
-                for ((r, &x), &y) in row
-                    .iter_mut()
-                    .zip(&a.data[pa..pa + len])
-                    .zip(&b.data[pb..pb + len])
-                {
-                    *r = f(x, y);
-                }
-            }
+            (1, 1) => zip_rows(row, &a.data[pa..pa + len], &b.data[pb..pb + len], &f),
+            // A broadcast side is a run of one value: copies of it go through the same loop.
             (1, 0) => {
-                let y = b.data[pb];
-                for (r, &x) in row.iter_mut().zip(&a.data[pa..pa + len]) {
-                    *r = f(x, y);
+                let y = [b.data[pb]; SPLAT];
+                for (r, x) in row
+                    .chunks_mut(SPLAT)
+                    .zip(a.data[pa..pa + len].chunks(SPLAT))
+                {
+                    zip_rows(r, x, &y, &f);
                 }
             }
             (0, 1) => {
-                let x = a.data[pa];
-                for (r, &y) in row.iter_mut().zip(&b.data[pb..pb + len]) {
-                    *r = f(x, y);
+                let x = [a.data[pa]; SPLAT];
+                for (r, y) in row
+                    .chunks_mut(SPLAT)
+                    .zip(b.data[pb..pb + len].chunks(SPLAT))
+                {
+                    zip_rows(r, &x, y, &f);
                 }
             }
-            _ => {
-                for (i, r) in row.iter_mut().enumerate() {
-                    *r = f(at(a.data, pa, i, ia), at(b.data, pb, i, ib));
-                }
-            }
+            _ => row.fill(f(a.data[pa], b.data[pb])),
         }
     });
     out
+}
+
+/// Copies of a broadcast value that [`map2`] pairs with a row, a run at a time.
+const SPLAT: usize = 64;
+
+/// `row[i] = f(x[i], y[i])` over the shortest of the three. [`map2`]'s one broadcast loop: each
+/// binary op and comparison has a copy per dtype (50 in the web package, which has a size
+/// budget), so the broadcast cases share it rather than each having its own loop.
+#[inline(never)]
+fn zip_rows<A: Copy, B: Copy, O>(row: &mut [O], x: &[A], y: &[B], f: &impl Fn(A, B) -> O) {
+    for ((r, &p), &q) in row.iter_mut().zip(x).zip(y) {
+        *r = f(p, q);
+    }
 }
 
 /// `f(a, b, c)` of every element of `shape`, with the inputs broadcast to it.
@@ -294,16 +312,7 @@ pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
     shape: &Shape,
     f: impl Fn(A, B, C) -> O + Sync,
 ) -> Vec<O> {
-    let (sa, sb, sc) = (
-        broadcast_strides(a.layout, shape),
-        broadcast_strides(b.layout, shape),
-        broadcast_strides(c.layout, shape),
-    );
-    let walk = Walk::new(
-        shape.dims(),
-        [&sa, &sb, &sc],
-        [a.layout.offset(), b.layout.offset(), c.layout.offset()],
-    );
+    let walk = broadcast_walk([a.layout, b.layout, c.layout], shape);
     let (_, [ia, ib, ic]) = walk.inner();
     let mut out = zeros(shape.numel());
     fill(&walk, &mut out, |row, [pa, pb, pc]| {
