@@ -4,10 +4,11 @@
 
 use super::par;
 use super::par::zeros;
-use super::storage::{CpuElem, Src};
+use super::storage::{CpuElem, Src, buffer};
 use crate::{Layout, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 use core::ops::Range;
 
 /// `K` layouts over one shape, simplified: `dims[i]` with `strides[i][j]` in layout `j`.
@@ -220,19 +221,29 @@ fn row_major<T: CpuElem>(x: &Src<'_, T>) -> (Vec<T>, Layout) {
     (row_major_copy(x), Layout::contiguous(x.shape().clone()))
 }
 
-/// `f(a, b)` of every element of `shape`, with both inputs broadcast to it.
+/// `f(a, b)` of every element of `shape`, with both inputs broadcast to it. Every case goes
+/// through one loop, [`zip_rows`], writing the output once (no zero fill first): each binary op
+/// and comparison has a copy of this function per dtype (30 in the web package, which has a size
+/// budget).
 pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     shape: &Shape,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
+    let n = shape.numel();
     if a.shape() == shape
         && b.shape() == shape
         && let (Some(x), Some(y)) = (a.contiguous(), b.contiguous())
     {
-        return par::collect(x.len(), par::GRAIN, |r| {
-            x[r.clone()].iter().zip(&y[r]).map(|(&p, &q)| f(p, q))
+        return written(n, |dst| {
+            if n < 2 * par::GRAIN {
+                return zip_rows(dst, x, y, &f);
+            }
+            let size = par::piece(n, par::GRAIN);
+            par::chunks_mut(dst, size, |t, d| {
+                zip_rows(d, &x[t * size..], &y[t * size..], &f)
+            });
         });
     }
     let walk = broadcast_walk([a.layout, b.layout], shape);
@@ -261,47 +272,56 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
             f,
         );
     }
-    let mut out = zeros(shape.numel());
-    fill(&walk, &mut out, |row, [pa, pb]| {
-        let len = row.len();
-        match (ia, ib) {
-            (1, 1) => zip_rows(row, &a.data[pa..pa + len], &b.data[pb..pb + len], &f),
-            // A broadcast side is a run of one value: copies of it go through the same loop.
-            (1, 0) => {
-                let y = [b.data[pb]; SPLAT];
-                for (r, x) in row
-                    .chunks_mut(SPLAT)
-                    .zip(a.data[pa..pa + len].chunks(SPLAT))
-                {
-                    zip_rows(r, x, &y, &f);
-                }
+    written(n, |dst| {
+        fill(&walk, dst, |row, [pa, pb]| {
+            let len = row.len();
+            // A broadcast side (step 0) is one value along the row: copies of it are paired
+            // with the other side a run at a time.
+            let (sx, sy);
+            let xs: &[A] = if ia == 1 {
+                &a.data[pa..pa + len]
+            } else {
+                sx = [a.data[pa]; SPLAT];
+                &sx
+            };
+            let ys: &[B] = if ib == 1 {
+                &b.data[pb..pb + len]
+            } else {
+                sy = [b.data[pb]; SPLAT];
+                &sy
+            };
+            let run = if ia == 1 && ib == 1 { len } else { SPLAT };
+            for (c, r) in (0..len).step_by(run).zip(row.chunks_mut(run)) {
+                zip_rows(r, &xs[c * ia as usize..], &ys[c * ib as usize..], &f);
             }
-            (0, 1) => {
-                let x = [a.data[pa]; SPLAT];
-                for (r, y) in row
-                    .chunks_mut(SPLAT)
-                    .zip(b.data[pb..pb + len].chunks(SPLAT))
-                {
-                    zip_rows(r, &x, y, &f);
-                }
-            }
-            _ => row.fill(f(a.data[pa], b.data[pb])),
-        }
-    });
-    out
+        });
+    })
 }
 
 /// Copies of a broadcast value that [`map2`] pairs with a row, a run at a time.
 const SPLAT: usize = 64;
 
-/// `row[i] = f(x[i], y[i])` over the shortest of the three. [`map2`]'s one broadcast loop: each
-/// binary op and comparison has a copy per dtype (50 in the web package, which has a size
-/// budget), so the broadcast cases share it rather than each having its own loop.
+/// `row[i] = f(x[i], y[i])` over `row`, which `x` and `y` are at least as long as.
 #[inline(never)]
-fn zip_rows<A: Copy, B: Copy, O>(row: &mut [O], x: &[A], y: &[B], f: &impl Fn(A, B) -> O) {
+fn zip_rows<A: Copy, B: Copy, O>(
+    row: &mut [MaybeUninit<O>],
+    x: &[A],
+    y: &[B],
+    f: &impl Fn(A, B) -> O,
+) {
     for ((r, &p), &q) in row.iter_mut().zip(x).zip(y) {
-        *r = f(p, q);
+        r.write(f(p, q));
     }
+}
+
+/// A vector of `n` elements that `init` writes every one of.
+fn written<O: CpuElem>(n: usize, init: impl FnOnce(&mut [MaybeUninit<O>])) -> Vec<O> {
+    let mut out = buffer(n);
+    init(&mut out.spare_capacity_mut()[..n]);
+    // SAFETY: the capacity is at least `n`, and `init` wrote each of the first `n` slots (its
+    // callers cover the output's rows or chunks in full).
+    unsafe { out.set_len(n) };
+    out
 }
 
 /// `f(a, b, c)` of every element of `shape`, with the inputs broadcast to it.
