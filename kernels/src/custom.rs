@@ -138,7 +138,7 @@ pub fn check_wgsl(name: &str, source: &str) -> Result<()> {
 impl KernelKey {
     /// The kernel of a registered custom op.
     pub fn custom(r: &Registered) -> KernelKey {
-        KernelKey::new(FILE, &[("NAME", &r.name[..]), ("ID", &r.id.to_string())])
+        KernelKey::new(FILE, &[("NAME", r.name), ("ID", &r.id.to_string())])
     }
 }
 
