@@ -14,7 +14,7 @@
 //! ```
 
 use crate::{Error, Result};
-use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -36,19 +36,27 @@ struct Stored {
     vocab: String,
 }
 
+/// The distinct characters of `chars` in code-point order (a sort of the vector rather than a
+/// `BTreeSet`, whose `collect` would bring another sort's code into the web package).
+fn distinct(mut chars: Vec<char>) -> Vec<char> {
+    chars.sort_unstable();
+    chars.dedup();
+    chars
+}
+
 impl CharTokenizer {
     /// The tokenizer of every distinct character in `text`, in code-point order.
     pub fn from_text(text: &str) -> Self {
-        let set: BTreeSet<char> = text.chars().collect();
-        Self::from_chars(set.into_iter().collect())
+        Self::from_chars(distinct(text.chars().collect()))
     }
 
     fn from_chars(chars: Vec<char>) -> Self {
-        let ids = chars
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| (c, i as u32))
-            .collect();
+        // Inserted one by one: `collect` into a map sorts first, another sort's code in the web
+        // package (which has a size budget).
+        let mut ids = BTreeMap::new();
+        for (i, &c) in chars.iter().enumerate() {
+            ids.insert(c, i as u32);
+        }
         CharTokenizer { chars, ids }
     }
 
@@ -114,8 +122,7 @@ impl CharTokenizer {
             )));
         }
         let chars: Vec<char> = s.vocab.chars().collect();
-        let distinct: BTreeSet<char> = chars.iter().copied().collect();
-        if distinct.len() != chars.len() || chars.is_empty() {
+        if distinct(chars.clone()).len() != chars.len() || chars.is_empty() {
             return Err(bad(
                 "expected a non-empty vocabulary of distinct characters".to_string(),
             ));

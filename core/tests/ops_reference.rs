@@ -381,6 +381,35 @@ fn maximum_and_minimum_propagate_nan() -> Result<()> {
     Ok(())
 }
 
+/// The CPU evaluates every comparison from how its operands order: unordered pairs (a NaN on
+/// either side) must still give IEEE's answers, `ne` true and the rest false.
+#[test]
+fn comparisons_with_nan_are_unordered() -> Result<()> {
+    let nan = f64::NAN;
+    let a = Arr::new(&[3], vec![nan, 1.0, nan]);
+    let b = Arr::new(&[3], vec![1.0, nan, nan]);
+    for dt in FLOATS {
+        let (x, y) = (tensor(&a, dt), tensor(&b, dt));
+        for (op, want) in [
+            (CmpOp::Eq, 0.0),
+            (CmpOp::Ne, 1.0),
+            (CmpOp::Lt, 0.0),
+            (CmpOp::Le, 0.0),
+            (CmpOp::Gt, 0.0),
+            (CmpOp::Ge, 0.0),
+        ] {
+            let got = x.compare(op, &y)?;
+            assert_ref(
+                &format!("{op:?} {dt} with NaN"),
+                &got,
+                &Arr::new(&[3], vec![want; 3]),
+                DType::Bool,
+            );
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn comparisons_broadcast_and_match_reference() -> Result<()> {
     let mut rng = Rng::new(6);

@@ -138,15 +138,7 @@ pub fn check_wgsl(name: &str, source: &str) -> Result<()> {
 impl KernelKey {
     /// The kernel of a registered custom op.
     pub fn custom(r: &Registered) -> KernelKey {
-        KernelKey {
-            file: FILE,
-            defines: [
-                ("NAME".to_string(), r.name.to_string()),
-                ("ID".to_string(), r.id.to_string()),
-            ]
-            .into_iter()
-            .collect(),
-        }
+        KernelKey::new(FILE, &[("NAME", r.name), ("ID", &r.id.to_string())])
     }
 }
 

@@ -54,14 +54,14 @@ pub struct KernelKey {
 }
 
 impl KernelKey {
-    fn new(file: &'static str, defines: &[(&str, &str)]) -> Self {
-        KernelKey {
-            file,
-            defines: defines
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+    pub(crate) fn new(file: &'static str, defines: &[(&str, &str)]) -> Self {
+        // Inserted one by one: `collect` into a map sorts first, a sort's code in the web package
+        // (which has a size budget) for a handful of entries.
+        let mut map = Defines::new();
+        for (k, v) in defines {
+            map.insert(k.to_string(), v.to_string());
         }
+        KernelKey { file, defines: map }
     }
     /// The preprocessed WGSL source of this variant (entry point `main`); for a custom op's
     /// kernel, the registered source.

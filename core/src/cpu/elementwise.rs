@@ -1,11 +1,10 @@
 //! Creation, unary, binary, comparison, select and cast kernels.
 
 use super::num::{Float, Num};
-use super::storage::{CpuElem, CpuStorage, Src};
+use super::storage::{CpuElem, CpuStorage, Src, buffer};
 use super::strided::{map1, map2, map3};
 use super::{dispatch_any, unsupported};
 use crate::backend::View;
-use crate::dtype::Element as _;
 use crate::op::{BinaryOp, CmpOp, Op, UnaryOp};
 use crate::random::{normal_f64, uniform_f32};
 use crate::{DType, Error, Result, Shape};
@@ -170,21 +169,43 @@ pub(crate) fn binary(
     }
 }
 
-/// The CPU kernel of the comparison table.
+/// The CPU kernel of the comparison table. A comparison's result depends only on how `x` and
+/// `y` order (unordered, less, equal, greater), so each dtype has one loop for all of them,
+/// looking the result up in the op's outcomes: one loop instead of six per dtype (the web
+/// package has a size budget).
 macro_rules! compare_kernel {
     ($(
         $(#[$doc:meta])*
         $var:ident $method:ident { cpu: |$x:ident, $y:ident| $cpu:expr, $($rest:tt)* }
     )*) => {
-        fn cmp<T: Num>(op: CmpOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
-            let (x, y) = (Src::<T>::new(op.name(), a)?, Src::<T>::new(op.name(), b)?);
-            Ok(CpuStorage::new(match op {
-                $(CmpOp::$var => map2(&x, &y, shape, |$x: T, $y: T| $cpu),)*
-            }))
+        /// Bit `k` of the result: `op`'s row of the table on a pair of ordering `k` (0 unordered,
+        /// 1 less, 2 equal, 3 greater), as [`ordering`] numbers them.
+        fn outcomes(op: CmpOp) -> u8 {
+            let pairs = [(f64::NAN, 0.0), (0.0, 1.0), (0.0, 0.0), (1.0, 0.0)];
+            pairs.iter().enumerate().fold(0, |bits, (k, &(x, y))| {
+                let r = match op {
+                    $(CmpOp::$var => (|$x: f64, $y: f64| $cpu)(x, y),)*
+                };
+                bits | (r as u8) << k
+            })
         }
     };
 }
 crate::compare_table!(compare_kernel);
+
+/// How `x` and `y` order, numbered as [`outcomes`] reads it.
+#[inline(always)]
+fn ordering<T: Num>(x: T, y: T) -> u8 {
+    x.partial_cmp(&y).map_or(0, |o| (o as i8 + 2) as u8)
+}
+
+fn cmp<T: Num>(op: CmpOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
+    let (x, y) = (Src::<T>::new(op.name(), a)?, Src::<T>::new(op.name(), b)?);
+    let bits = outcomes(op);
+    Ok(CpuStorage::new(map2(&x, &y, shape, move |p: T, q: T| {
+        bits >> ordering(p, q) & 1 != 0
+    })))
+}
 
 /// Comparisons of two broadcast tensors; the result is bool.
 pub(crate) fn compare(op: CmpOp, a: &View<'_>, b: &View<'_>, shape: &Shape) -> Result<CpuStorage> {
@@ -221,14 +242,35 @@ pub(crate) fn select(
 
 /// Numeric conversion: through f64 (exact for every source), so floats to integers truncate
 /// and saturate (NaN gives 0) and anything to bool is `x != 0`; integers to integers wrap, as
-/// Rust's `as` and PyTorch do.
+/// Rust's `as` and PyTorch do. The source is widened a block at a time and each block narrowed
+/// to the target: one loop per source dtype and one per target rather than one per pair (36; the
+/// web package has a size budget).
 pub(crate) fn cast(x: &View<'_>, to: DType) -> Result<CpuStorage> {
+    const BLOCK: usize = 256;
+    fn into<D: CpuElem>(n: usize, widen: &dyn Fn(usize, &mut [f64])) -> CpuStorage {
+        let mut out = buffer(n);
+        let mut wide = [0.0; BLOCK];
+        for start in (0..n).step_by(BLOCK) {
+            let w = &mut wide[..BLOCK.min(n - start)];
+            widen(start, w);
+            out.extend(w.iter().map(|&v| D::from_f64(v)));
+        }
+        CpuStorage::new(out)
+    }
     fn from<S: CpuElem>(x: &View<'_>, to: DType) -> Result<CpuStorage> {
         let s = Src::<S>::new("cast", x)?;
         match (S::DTYPE, to) {
             (DType::I32, DType::U32) => Ok(CpuStorage::new(map1(&s, |v| v.to_f64() as i32 as u32))),
             (DType::U32, DType::I32) => Ok(CpuStorage::new(map1(&s, |v| v.to_f64() as u32 as i32))),
-            _ => dispatch_any!(to, D => Ok(CpuStorage::new(map1(&s, |v| D::from_f64(v.to_f64()))))),
+            _ => {
+                let v = s.to_contiguous();
+                let widen = |start: usize, w: &mut [f64]| {
+                    for (w, e) in w.iter_mut().zip(&v[start..]) {
+                        *w = e.to_f64();
+                    }
+                };
+                Ok(dispatch_any!(to, D => into::<D>(v.len(), &widen)))
+            }
         }
     }
     dispatch_any!(x.dtype, S => from::<S>(x, to))

@@ -4,10 +4,11 @@
 
 use super::par;
 use super::par::zeros;
-use super::storage::{CpuElem, Src};
+use super::storage::{CpuElem, Src, buffer};
 use crate::{Layout, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 use core::ops::Range;
 
 /// `K` layouts over one shape, simplified: `dims[i]` with `strides[i][j]` in layout `j`.
@@ -63,6 +64,12 @@ impl<const K: usize> Walk<K> {
     /// Splits the row-major positions `range` at row ends and calls `f(i, n, offsets)` for each
     /// run of positions `i..i + n`, whose first element is at `offsets`.
     pub fn for_each_run(&self, range: Range<usize>, mut f: impl FnMut(usize, usize, [usize; K])) {
+        self.runs(range, &mut f);
+    }
+    /// [`Self::for_each_run`] through a `dyn` callback: the walk is compiled once per `K`, not
+    /// once per elementwise function and dtype (a call per row is nothing beside the row's work).
+    #[inline(never)]
+    fn runs(&self, range: Range<usize>, f: &mut dyn FnMut(usize, usize, [usize; K])) {
         if range.start >= range.end.min(self.numel) {
             return;
         }
@@ -120,6 +127,18 @@ fn fill<const K: usize, O: Send>(
             run(&mut chunk[i - start..][..n], o)
         });
     });
+}
+
+/// The walk of `layouts` broadcast to `shape` (not generic over the element types, so that it
+/// is compiled once rather than in every elementwise function).
+#[inline(never)]
+fn broadcast_walk<const K: usize>(layouts: [&Layout; K], shape: &Shape) -> Walk<K> {
+    let strides = layouts.map(|l| broadcast_strides(l, shape));
+    Walk::new(
+        shape.dims(),
+        core::array::from_fn(|j| &strides[j][..]),
+        layouts.map(Layout::offset),
+    )
 }
 
 /// Strides of `layout` broadcast to `shape` (stride 0 on broadcast axes). The shapes were
@@ -202,30 +221,32 @@ fn row_major<T: CpuElem>(x: &Src<'_, T>) -> (Vec<T>, Layout) {
     (row_major_copy(x), Layout::contiguous(x.shape().clone()))
 }
 
-/// `f(a, b)` of every element of `shape`, with both inputs broadcast to it.
+/// `f(a, b)` of every element of `shape`, with both inputs broadcast to it. Every case goes
+/// through one loop, [`zip_rows`], writing the output once (no zero fill first): each binary op
+/// and comparison has a copy of this function per dtype (30 in the web package, which has a size
+/// budget).
 pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     shape: &Shape,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
+    let n = shape.numel();
     if a.shape() == shape
         && b.shape() == shape
         && let (Some(x), Some(y)) = (a.contiguous(), b.contiguous())
     {
-        return par::collect(x.len(), par::GRAIN, |r| {
-            x[r.clone()].iter().zip(&y[r]).map(|(&p, &q)| f(p, q))
+        return written(n, |dst| {
+            if n < 2 * par::GRAIN {
+                return zip_rows(dst, x, y, &f);
+            }
+            let size = par::piece(n, par::GRAIN);
+            par::chunks_mut(dst, size, |t, d| {
+                zip_rows(d, &x[t * size..], &y[t * size..], &f)
+            });
         });
     }
-    let (sa, sb) = (
-        broadcast_strides(a.layout, shape),
-        broadcast_strides(b.layout, shape),
-    );
-    let walk = Walk::new(
-        shape.dims(),
-        [&sa, &sb],
-        [a.layout.offset(), b.layout.offset()],
-    );
+    let walk = broadcast_walk([a.layout, b.layout], shape);
     let (_, [ia, ib]) = walk.inner();
     if !matches!(ia, 0 | 1) {
         let (v, l) = row_major(a);
@@ -251,38 +272,55 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
             f,
         );
     }
-    let mut out = zeros(shape.numel());
-    fill(&walk, &mut out, |row, [pa, pb]| {
-        let len = row.len();
-        match (ia, ib) {
-            (1, 1) => {
-                for ((r, &x), &y) in row
-                    .iter_mut()
-                    .zip(&a.data[pa..pa + len])
-                    .zip(&b.data[pb..pb + len])
-                {
-                    *r = f(x, y);
-                }
+    written(n, |dst| {
+        fill(&walk, dst, |row, [pa, pb]| {
+            let len = row.len();
+            // A broadcast side (step 0) is one value along the row: copies of it are paired
+            // with the other side a run at a time.
+            let (sx, sy);
+            let xs: &[A] = if ia == 1 {
+                &a.data[pa..pa + len]
+            } else {
+                sx = [a.data[pa]; SPLAT];
+                &sx
+            };
+            let ys: &[B] = if ib == 1 {
+                &b.data[pb..pb + len]
+            } else {
+                sy = [b.data[pb]; SPLAT];
+                &sy
+            };
+            let run = if ia == 1 && ib == 1 { len } else { SPLAT };
+            for (c, r) in (0..len).step_by(run).zip(row.chunks_mut(run)) {
+                zip_rows(r, &xs[c * ia as usize..], &ys[c * ib as usize..], &f);
             }
-            (1, 0) => {
-                let y = b.data[pb];
-                for (r, &x) in row.iter_mut().zip(&a.data[pa..pa + len]) {
-                    *r = f(x, y);
-                }
-            }
-            (0, 1) => {
-                let x = a.data[pa];
-                for (r, &y) in row.iter_mut().zip(&b.data[pb..pb + len]) {
-                    *r = f(x, y);
-                }
-            }
-            _ => {
-                for (i, r) in row.iter_mut().enumerate() {
-                    *r = f(at(a.data, pa, i, ia), at(b.data, pb, i, ib));
-                }
-            }
-        }
-    });
+        });
+    })
+}
+
+/// Copies of a broadcast value that [`map2`] pairs with a row, a run at a time.
+const SPLAT: usize = 64;
+
+/// `row[i] = f(x[i], y[i])` over `row`, which `x` and `y` are at least as long as.
+#[inline(never)]
+fn zip_rows<A: Copy, B: Copy, O>(
+    row: &mut [MaybeUninit<O>],
+    x: &[A],
+    y: &[B],
+    f: &impl Fn(A, B) -> O,
+) {
+    for ((r, &p), &q) in row.iter_mut().zip(x).zip(y) {
+        r.write(f(p, q));
+    }
+}
+
+/// A vector of `n` elements that `init` writes every one of.
+fn written<O: CpuElem>(n: usize, init: impl FnOnce(&mut [MaybeUninit<O>])) -> Vec<O> {
+    let mut out = buffer(n);
+    init(&mut out.spare_capacity_mut()[..n]);
+    // SAFETY: the capacity is at least `n`, and `init` wrote each of the first `n` slots (its
+    // callers cover the output's rows or chunks in full).
+    unsafe { out.set_len(n) };
     out
 }
 
@@ -294,16 +332,7 @@ pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
     shape: &Shape,
     f: impl Fn(A, B, C) -> O + Sync,
 ) -> Vec<O> {
-    let (sa, sb, sc) = (
-        broadcast_strides(a.layout, shape),
-        broadcast_strides(b.layout, shape),
-        broadcast_strides(c.layout, shape),
-    );
-    let walk = Walk::new(
-        shape.dims(),
-        [&sa, &sb, &sc],
-        [a.layout.offset(), b.layout.offset(), c.layout.offset()],
-    );
+    let walk = broadcast_walk([a.layout, b.layout, c.layout], shape);
     let (_, [ia, ib, ic]) = walk.inner();
     let mut out = zeros(shape.numel());
     fill(&walk, &mut out, |row, [pa, pb, pc]| {

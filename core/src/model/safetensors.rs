@@ -25,14 +25,14 @@ pub struct SafeTensors {
 impl SafeTensors {
     /// Uploads every tensor to `device`.
     pub fn to_device(&self, device: &crate::Device) -> Result<BTreeMap<String, crate::Tensor>> {
-        self.tensors
-            .iter()
-            .map(|(n, d)| {
-                crate::Tensor::from_data(d, device)
-                    .map(|t| (n.clone(), t))
-                    .map_err(|e| e.context(n))
-            })
-            .collect()
+        // Inserted one by one: `collect` into a map sorts first, another sort's code in the web
+        // package (which has a size budget).
+        let mut out = BTreeMap::new();
+        for (n, d) in &self.tensors {
+            let t = crate::Tensor::from_data(d, device).map_err(|e| e.context(n))?;
+            out.insert(n.clone(), t);
+        }
+        Ok(out)
     }
 }
 
@@ -172,15 +172,19 @@ fn parse_metadata(v: Value) -> Result<BTreeMap<String, String>> {
             "__metadata__ must be an object of strings",
         ));
     };
-    m.into_iter()
-        .map(|(k, v)| match v {
-            Value::String(s) => Ok((k, s)),
-            other => Err(Error::format(
-                OP,
-                format!("__metadata__ value of {k} must be a string, found {other}"),
-            )),
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    for (k, v) in m {
+        match v {
+            Value::String(s) => out.insert(k, s),
+            other => {
+                return Err(Error::format(
+                    OP,
+                    format!("__metadata__ value of {k} must be a string, found {other}"),
+                ));
+            }
+        };
+    }
+    Ok(out)
 }
 
 /// How a file dtype maps onto kiln's: the stored element size and its reader.

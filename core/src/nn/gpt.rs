@@ -217,8 +217,9 @@ pub struct Sampling {
 /// Index of `logits` chosen by `sampling` with the uniform draw `u` in [0, 1).
 pub fn choose(logits: &[f32], sampling: &Sampling, u: f32) -> usize {
     let mut order: Vec<usize> = (0..logits.len()).collect();
-    // Largest first; ties by index so the choice is the same everywhere.
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    // Largest first; ties by index so the choice is the same everywhere (a total order, so the
+    // unstable sort gives the stable one's result, with less code in the web package).
+    order.sort_unstable_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     if sampling.temperature <= 0.0 || order.len() <= 1 {
         return order.first().copied().unwrap_or(0);
     }

@@ -150,7 +150,9 @@ macro_rules! binary_table {
 }
 
 /// The comparison table; calls `$then! { rows }`. A row: `Variant method { cpu: |x, y| .., wgsl }`
-/// (every numeric dtype; the result is bool).
+/// (every numeric dtype; the result is bool). The CPU backend tries `cpu` once on an f64 pair of
+/// each ordering (less, equal, greater, unordered) and looks the result up per element, so a
+/// row's result must depend only on how `x` and `y` order.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! compare_table {
