@@ -5,7 +5,7 @@
 
 use super::num::{Float, sum_into_first};
 use super::par;
-use super::storage::{CpuStorage, Src};
+use super::storage::{self, CpuStorage, Src};
 use super::unsupported;
 use super::winograd;
 use crate::backend::View;
@@ -148,7 +148,7 @@ fn split(n: usize) -> (usize, bool) {
 
 /// The `n * per` outputs of `n` images: calls `image(b, dst, col, threaded)` for every image `b`,
 /// whose `per`-element output `dst` (zeros on entry, just written, so in cache) is its chunk;
-/// `col` is a scratch buffer of `scratch` elements.
+/// `col` is a scratch buffer of `scratch` elements, not zeroed (kernels write before reading).
 fn for_images<T: Float>(
     n: usize,
     per: usize,
@@ -160,10 +160,11 @@ fn for_images<T: Float>(
     }
     let (step, threaded) = split(n);
     par::zeros_with(n * per, step * per, |t, run| {
-        let mut col = vec![T::ZERO; scratch];
-        for (j, dst) in run.chunks_exact_mut(per).enumerate() {
-            image(t * step + j, dst, &mut col, threaded);
-        }
+        storage::scratch(scratch, |col| {
+            for (j, dst) in run.chunks_exact_mut(per).enumerate() {
+                image(t * step + j, dst, col, threaded);
+            }
+        })
     })
 }
 
@@ -314,7 +315,7 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
     if let (true, Some(x), Some(w)) = (g.winograd(), T::as_f32(&xv), T::as_f32(&wv)) {
-        let f = winograd::Filters::new(w, groups, og, cg);
+        let f = winograd::Filters::cached(w, groups, og, cg);
         let t = winograd::Tiles::new(h, wd, p.padding);
         let out = for_images(
             n,

@@ -8,6 +8,7 @@
 use super::conv::gemm;
 use super::lanes::F4;
 use super::par;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -117,6 +118,68 @@ impl Filters {
             }
         }
         Filters { u, og, cg }
+    }
+    /// [`Filters::new`], from [`CACHE`] when these weights were transformed lately.
+    pub(super) fn cached(w: &[f32], groups: usize, og: usize, cg: usize) -> Arc<Self> {
+        let w = &w[..groups * og * cg * 9];
+        let fits = |e: &Cached| e.groups == groups && e.f.og == og && same_bits(&e.w, w);
+        {
+            let mut cache = CACHE.lock();
+            if let Some(i) = cache.iter().position(fits) {
+                let e = cache.remove(i);
+                let f = e.f.clone();
+                cache.push(e);
+                return f;
+            }
+        }
+        let f = Arc::new(Filters::new(w, groups, og, cg));
+        let e = Cached {
+            w: w.to_vec(),
+            groups,
+            f: f.clone(),
+        };
+        let mut cache = CACHE.lock();
+        let mut bytes = e.bytes() + cache.iter().map(Cached::bytes).sum::<usize>();
+        while bytes > CACHE_BYTES && !cache.is_empty() {
+            bytes -= cache.remove(0).bytes();
+        }
+        if bytes <= CACHE_BYTES {
+            cache.push(e);
+        }
+        f
+    }
+}
+
+/// A transform kept with a copy of the weights it came from.
+struct Cached {
+    w: Vec<f32>,
+    groups: usize,
+    f: Arc<Filters>,
+}
+
+/// Transforms of recent weights, the most recently used last: a model's forward would otherwise
+/// transform each weight on every call (at batch 1, about as long as the convolution itself).
+/// An entry serves only weights equal to its copy bit for bit, whatever buffer holds them, so a
+/// weight changed in place (`Tensor::write_at`, an optimizer step) is transformed again.
+static CACHE: spin::Mutex<Vec<Cached>> = spin::Mutex::new(Vec::new());
+
+/// Bytes of weights and transforms [`CACHE`] holds at most; the least recently used go first.
+const CACHE_BYTES: usize = 8 << 20;
+
+/// Whether `a` and `b` hold the same bits (one branch per 64 values, so that it vectorizes).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && (a.chunks(64).zip(b.chunks(64))).all(|(x, y)| {
+            x.iter()
+                .zip(y)
+                .fold(0, |d, (p, q)| d | (p.to_bits() ^ q.to_bits()))
+                == 0
+        })
+}
+
+impl Cached {
+    fn bytes(&self) -> usize {
+        4 * (self.w.len() + self.f.u.len())
     }
 }
 
