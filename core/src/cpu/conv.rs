@@ -227,7 +227,7 @@ pub(super) fn gemm<T: Float>(
                 }
             }
         };
-        if parallel {
+        if parallel && par::worth_splitting(m * k * n / 4) {
             par::chunks_mut(&mut c[..m * n], n, update);
         } else {
             (c[..m * n].chunks_exact_mut(n).enumerate()).for_each(|(i, row)| update(i, row));

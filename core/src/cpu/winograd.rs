@@ -277,7 +277,7 @@ pub(super) fn conv_image(
         };
         // Threaded, the 36 products (each too small to split well) are the pieces.
         let ms = &mut m[..P * og * n];
-        if threaded {
+        if threaded && par::worth_splitting(P * og * cg * n / 4) {
             par::chunks_mut(ms, og * n, product);
         } else {
             (ms.chunks_exact_mut(og * n).enumerate()).for_each(|(xi, mx)| product(xi, mx));
@@ -286,7 +286,7 @@ pub(super) fn conv_image(
             &mut dst[gi * og * t.oh * t.ow..][..og * t.oh * t.ow],
             t.oh * t.ow,
         );
-        if threaded && par::threads() > 1 {
+        if threaded && par::worth_splitting(og * t.oh * t.ow) {
             // The output planes too (one image on all threads): a few per task, each task with
             // rows of its own.
             let (m, per) = (&*m, og.div_ceil(2 * par::threads()));
