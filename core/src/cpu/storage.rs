@@ -106,8 +106,6 @@ impl Drop for CpuStorage {
 pub(crate) struct Pool<T> {
     buffers: Vec<Vec<T>>,
     bytes: usize,
-    /// Kernels' scratch vectors, initialised (for [`scratch`]).
-    scratch: Vec<Vec<T>>,
 }
 
 impl<T> Pool<T> {
@@ -115,40 +113,8 @@ impl<T> Pool<T> {
         Pool {
             buffers: Vec::new(),
             bytes: 0,
-            scratch: Vec::new(),
         }
     }
-}
-
-/// Scratch vectors [`Pool`] keeps: one per thread of a parallel convolution, on up to 4 threads.
-const SCRATCH_KEPT: usize = 4;
-
-/// Calls `f` on a scratch slice of `n` elements holding whatever an earlier kernel left there:
-/// a fresh zeroed one would cost a pass over memory per call (half a megabyte for the MNIST
-/// CNN's second convolution at batch 1). Kept for the next call under `std`.
-pub(crate) fn scratch<T: CpuElem, R>(n: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
-    let kept = if cfg!(feature = "std") {
-        let mut pool = T::pool().lock();
-        let i = pool.scratch.iter().position(|v| v.len() >= n);
-        i.map(|i| pool.scratch.swap_remove(i))
-    } else {
-        None
-    };
-    let mut v = kept.unwrap_or_else(|| alloc::vec![T::default(); n]);
-    let r = f(&mut v[..n]);
-    if cfg!(feature = "std") && v.len() * size_of::<T>() <= POOL_MAX_BYTES / 4 {
-        let mut pool = T::pool().lock();
-        pool.scratch.push(v);
-        if pool.scratch.len() > SCRATCH_KEPT {
-            // The smallest goes (freed outside the lock).
-            let i = (0..pool.scratch.len()).min_by_key(|&i| pool.scratch[i].len());
-            v = i.map(|i| pool.scratch.swap_remove(i)).unwrap_or_default();
-        } else {
-            v = Vec::new();
-        }
-    }
-    drop(v);
-    r
 }
 
 /// Smaller buffers come cheaply from the allocator and are not pooled.
