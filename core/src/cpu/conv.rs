@@ -226,7 +226,7 @@ pub(super) fn gemm<T: Float>(
                 }
             }
         };
-        if parallel {
+        if parallel && par::worth_splitting(m * k * n / 4) {
             par::chunks_mut(&mut c[..m * n], n, update);
         } else {
             (c[..m * n].chunks_exact_mut(n).enumerate()).for_each(|(i, row)| update(i, row));
@@ -314,7 +314,7 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
     if let (true, Some(x), Some(w)) = (g.winograd(), T::as_f32(&xv), T::as_f32(&wv)) {
-        let f = winograd::Filters::new(w, groups, og, cg);
+        let f = winograd::Filters::cached(w, groups, og, cg);
         let t = winograd::Tiles::new(h, wd, p.padding);
         let out = for_images(
             n,

@@ -410,6 +410,9 @@ mod tests {
             (65, 129, 33),
             (13, 300, 9),
             (80, 5, 1030),
+            (4, 21, 11),
+            (2, 7, 6),
+            (1, 300, 9),
         ];
         for (m, k, n) in shapes {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {

@@ -292,11 +292,6 @@ pub(crate) trait Float:
     }
 }
 
-/// Products (`m * k * n` multiply-adds) below which [`portable_gemm`] stays on one thread:
-/// handing a piece to a Web Worker and waiting for it costs some microseconds.
-#[cfg(not(all(feature = "std", not(target_arch = "wasm32"))))]
-const PARALLEL_GEMM_MIN: usize = 1 << 18;
-
 /// [`Float::PORTABLE_GEMM`]; with `parallel` and more than one thread (the threaded wasm32
 /// build), `c`'s rows (or columns, when it is wider than tall) are cut into one block per
 /// thread, each its own product.
@@ -316,7 +311,7 @@ unsafe fn portable_gemm<T: Float>(
     [rsc, csc]: [isize; 2],
     parallel: bool,
 ) {
-    let threads = if parallel && m * k * n >= PARALLEL_GEMM_MIN {
+    let threads = if parallel && super::par::worth_splitting(m * k * n / 4) {
         super::par::threads()
     } else {
         1

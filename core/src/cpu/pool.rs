@@ -263,14 +263,23 @@ fn max_pool_tiled<T: Float>(
 ) -> Vec<T> {
     let (hw, ohw) = (h * w, oh * ow);
     let per = if grad.is_some() { hw } else { ohw };
-    par::zeros_with(planes * per, per, |pl, dst| {
-        let plane = &x[pl * hw..][..hw];
-        let g = grad.map(|g| &g[pl * ohw..][..ohw]);
-        // The common 2x2 window gets loops with constant bounds.
-        if (kh, kw) == (2, 2) {
-            tiled_plane(plane, dst, g, w, [oh, ow], [2, 2]);
-        } else {
-            tiled_plane(plane, dst, g, w, [oh, ow], [kh, kw]);
+    // A plane per piece, or all in one when too few to split.
+    let step = if par::worth_splitting(planes * hw) {
+        1
+    } else {
+        planes.max(1)
+    };
+    par::zeros_with(planes * per, step * per, |i, dst| {
+        for (j, dst) in dst.chunks_exact_mut(per).enumerate() {
+            let pl = i * step + j;
+            let plane = &x[pl * hw..][..hw];
+            let g = grad.map(|g| &g[pl * ohw..][..ohw]);
+            // The common 2x2 window gets loops with constant bounds.
+            if (kh, kw) == (2, 2) {
+                tiled_plane(plane, dst, g, w, [oh, ow], [2, 2]);
+            } else {
+                tiled_plane(plane, dst, g, w, [oh, ow], [kh, kw]);
+            }
         }
     })
 }

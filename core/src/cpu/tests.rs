@@ -184,6 +184,50 @@ fn conv2d_and_its_gradients_match_naive_loops() -> Result<()> {
     Ok(())
 }
 
+/// Winograd's transformed filters are kept per weight (`winograd::Filters::cached`): a weight
+/// overwritten in place (the same buffer) or changed in one element is transformed again, never
+/// served the transform of its old values; odd shapes and groups share the cache.
+#[test]
+fn winograd_filter_cache_follows_weight_changes() -> Result<()> {
+    let f32s = |v: &[f64], d: &[usize]| t(v, d).cast(DType::F32);
+    for (case, (xd, wd, groups)) in [
+        ([1, 9, 7, 6], [5, 9, 3, 3], 1),
+        ([2, 16, 5, 9], [6, 8, 3, 3], 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = Conv2dParams {
+            padding: [1, 1],
+            groups,
+            ..Conv2dParams::default()
+        };
+        let x = rand(xd.iter().product(), 30 + case as u64);
+        let n: usize = wd.iter().product();
+        // f64 takes the column-matrix path: the reference.
+        let want =
+            |w: &[f64]| -> Result<Vec<f64>> { t(&x, &xd).conv2d(&t(w, &wd), None, p)?.to_vec() };
+        let xf = f32s(&x, &xd)?;
+        let got =
+            |w: &Tensor| -> Result<Vec<f64>> { xf.conv2d(w, None, p)?.cast(DType::F64)?.to_vec() };
+        let mut w = rand(n, 40 + case as u64);
+        let mut wt = f32s(&w, &wd)?;
+        for _ in 0..2 {
+            close(&got(&wt)?, &want(&w)?, 2e-4);
+        }
+        w = rand(n, 50 + case as u64);
+        wt.write_at(0, &f32s(&w, &[n])?)?;
+        close(&got(&wt)?, &want(&w)?, 2e-4);
+        w[n / 2] = 0.75;
+        wt.write_at(n / 2, &f32s(&[0.75], &[1])?)?;
+        close(&got(&wt)?, &want(&w)?, 2e-4);
+        // A second tensor with the first values again.
+        let w0 = rand(n, 40 + case as u64);
+        close(&got(&f32s(&w0, &wd)?)?, &want(&w0)?, 2e-4);
+    }
+    Ok(())
+}
+
 #[test]
 fn conv2d_reads_permuted_input() -> Result<()> {
     let (xd, wd) = ([2, 5, 6, 3], [4, 3, 3, 3]); // stored NHWC, used as NCHW
