@@ -49,12 +49,15 @@ if [ -z "${KILN_WEB_DEV:-}" ]; then
   # kiln's other crates unless named here. Measured at 70576ed: 401.9 KiB gzipped with every
   # crate at 3. kiln-kernels (the GPU planner, fusion, WGSL generation: host code run once per
   # op) at z: 448.9 KiB instead of 451.0, with no measurable change in kiln CPU's MNIST batch 1
-  # and 64 nor in the host cost of a WebGPU dispatch (issue 18). Not kiln-web: the fat-LTO link
-  # runs at the cdylib's level, so kiln-web at z (438.1 KiB) made batch 64 11-15% slower.
+  # and 64 nor in the host cost of a WebGPU dispatch (issue 18). kiln-web at s: the fat-LTO link
+  # runs at the cdylib's level, and at z (438.1 KiB then) batch 64 was 11-15% slower; at s the
+  # main module is 4.3 KiB smaller (430.9 -> 426.6 KiB) with batch 1 and 64 unchanged in
+  # interleaved rounds (issue 18, bytes).
   if [ -z "${KILN_WEB_OPT_LEVEL:-}" ]; then
     cargo_args+=(--config 'profile.release.package."*".opt-level="z"'
       --config 'profile.release.package.matrixmultiply.opt-level=3'
-      --config 'profile.release.package.kiln-kernels.opt-level="z"')
+      --config 'profile.release.package.kiln-kernels.opt-level="z"'
+      --config 'profile.release.package.kiln-web.opt-level="s"')
   fi
   # The ONNX converter runs one trace per model file, so it is built for size throughout: its
   # own crates at opt-level z, and z for its fat-LTO link, which follows the cdylib's level
