@@ -133,19 +133,21 @@ impl Filters {
             }
         }
         let f = Arc::new(Filters::new(w, groups, og, cg));
-        let e = Cached {
-            w: w.to_vec(),
-            groups,
-            f: f.clone(),
-        };
+        let need = entry_bytes(w.len(), f.u.len());
+        // weights too big to keep are not copied (a large layer would be, every call)
+        if need > CACHE_BYTES {
+            return f;
+        }
         let mut cache = CACHE.lock();
-        let mut bytes = e.bytes() + cache.iter().map(Cached::bytes).sum::<usize>();
+        let mut bytes = need + cache.iter().map(Cached::bytes).sum::<usize>();
         while bytes > CACHE_BYTES && !cache.is_empty() {
             bytes -= cache.remove(0).bytes();
         }
-        if bytes <= CACHE_BYTES {
-            cache.push(e);
-        }
+        cache.push(Cached {
+            w: w.to_vec(),
+            groups,
+            f: f.clone(),
+        });
         f
     }
 }
@@ -179,8 +181,13 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 impl Cached {
     fn bytes(&self) -> usize {
-        4 * (self.w.len() + self.f.u.len())
+        entry_bytes(self.w.len(), self.f.u.len())
     }
+}
+
+/// Bytes a cache entry of `w` weights and `u` transformed values takes.
+fn entry_bytes(w: usize, u: usize) -> usize {
+    4 * (w + u)
 }
 
 /// One image's geometry: input `[h, w]` with `pad` zeros around, output `[oh, ow]`, and its
