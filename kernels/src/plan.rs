@@ -862,8 +862,8 @@ const COLUMN_WORKGROUPS: usize = 512;
 /// Rows up to which a column reduction is one launch.
 const COLUMN_ONE_PASS_ROWS: usize = 2048;
 
-/// Invocations a column reduction aims for: enough loads in flight to keep memory busy. On an
-/// H200, 2^18 took a sum over the columns of [16384, 1536] from 870 GB/s (2^17) to 1,422; before
+/// Invocations a column reduction that columns.wgsl does not take aims for: enough loads in
+/// flight to keep memory busy. On an H200, 2^18 took a sum over the columns of [16384, 1536] from 870 GB/s (2^17) to 1,422; before
 /// the column path (a workgroup per output) it was 550 GB/s on an H100.
 const COLUMN_THREADS: usize = 1 << 18;
 /// Outputs from which a column reduction runs an invocation per output in one pass; with
@@ -1221,8 +1221,10 @@ impl Planner {
         let n_out = u32_len(kd.iter().product(), self.name)?;
         let len = u32_len(rd.iter().product(), self.name)?;
         // Outputs adjacent in memory and reduced axes strided (a column sum: the bias gradient
-        // of a linear layer): a workgroup per output would read one element per row, so each
-        // output gets one invocation instead and a warp's loads are adjacent.
+        // of a linear layer): a workgroup per output would read one element per row. One kept
+        // and one reduced axis go to columns.wgsl; what it does not run (variance, arg ops,
+        // several axes after coalescing) gets an invocation per output, so a warp's loads are
+        // still adjacent.
         let column = ks[0].last() == Some(&1) && !rs[0].contains(&1);
         if column && kd.len() == 1 && rd.len() == 1 {
             let view = (kd[0], rd[0], rs[0][0], x.offset());

@@ -41,11 +41,7 @@ pub fn select(name: &str) -> Result<Device> {
 /// # Ok::<(), kiln::core::Error>(())
 /// ```
 pub fn select_profiled(name: &str, by_shape: bool) -> Result<(Device, Arc<Profiler>)> {
-    let inner = select_unfused(name)?;
-    let (timed, profiler) = match by_shape {
-        true => Profiler::wrap_by_shape(&inner),
-        false => Profiler::wrap(&inner),
-    };
+    let (timed, profiler) = Profiler::wrap_keyed(&select_unfused(name)?, by_shape);
     Ok((fused_if_gpu(name, timed), profiler))
 }
 

@@ -67,7 +67,8 @@ impl Profiler {
         Self::wrap_keyed(device, true)
     }
 
-    fn wrap_keyed(device: &Device, by_shape: bool) -> (Device, Arc<Profiler>) {
+    /// [`Profiler::wrap_by_shape`] when `by_shape`, else [`Profiler::wrap`].
+    pub(crate) fn wrap_keyed(device: &Device, by_shape: bool) -> (Device, Arc<Profiler>) {
         let p = Arc::new(Profiler {
             inner: device.clone(),
             by_shape,
