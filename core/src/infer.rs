@@ -148,11 +148,23 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             }
             Ok((*dt, s.clone()))
         }
-        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+        Op::Softmax { axis, .. } | Op::LogSoftmax { axis } => {
             want(1)?;
             let (dt, s) = &inputs[0];
             check_axis(name, *axis, s)?;
             float(name, *dt)?;
+            if let Op::Softmax { causal: true, .. } = op {
+                let d = s.dims();
+                if d.len() < 2 || *axis != d.len() - 1 || d[d.len() - 2] > d[d.len() - 1] {
+                    return Err(Error::shape(
+                        name,
+                        format!(
+                            "causal softmax expects [.., Tq, Tk] with Tq <= Tk along the last \
+                             axis, found shape {s} and axis {axis}"
+                        ),
+                    ));
+                }
+            }
             Ok((*dt, s.clone()))
         }
         Op::Matmul => {

@@ -642,7 +642,28 @@ impl Tensor {
     /// Softmax along `axis`.
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         let axis = resolve_axis_or_scalar(axis, self.rank(), "softmax")?;
-        Tensor::apply(Op::Softmax { axis }, &[self])
+        Tensor::apply(
+            Op::Softmax {
+                axis,
+                causal: false,
+            },
+            &[self],
+        )
+    }
+    /// Softmax along the last axis of `[.., Tq, Tk]` (`Tq <= Tk`) where row `i` sees only the
+    /// first `Tk - Tq + i + 1` entries, as causal attention's queries see the keys up to their
+    /// own position: the entries after them become 0. One pass, with no mask tensor.
+    ///
+    /// ```
+    /// use kiln_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 5.0, 2.0, 2.0], [2, 2], &Device::cpu())?;
+    /// let p = x.causal_softmax()?.to_vec::<f32>()?;
+    /// assert_eq!(p, [1.0, 0.0, 0.5, 0.5]);
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    pub fn causal_softmax(&self) -> Result<Tensor> {
+        let axis = self.rank().max(1) - 1;
+        Tensor::apply(Op::Softmax { axis, causal: true }, &[self])
     }
     /// Log-softmax along `axis`.
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {

@@ -274,9 +274,9 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             wgsl_type(inputs[0].dtype, name)?,
             ty,
         ),
-        Op::Cumsum { axis, reverse } => p.rows("cumsum", &inputs[0], *axis, *reverse, ty),
-        Op::Softmax { axis } => p.rows("softmax", &inputs[0], *axis, false, ty),
-        Op::LogSoftmax { axis } => p.rows("log_softmax", &inputs[0], *axis, false, ty),
+        Op::Cumsum { axis, reverse } => p.rows("cumsum", &inputs[0], *axis, *reverse, false, ty),
+        Op::Softmax { axis, causal } => p.rows("softmax", &inputs[0], *axis, false, *causal, ty),
+        Op::LogSoftmax { axis } => p.rows("log_softmax", &inputs[0], *axis, false, false, ty),
         Op::Matmul => p.matmul(&inputs[0], &inputs[1], out_shape, ty),
         Op::Reshape { .. } | Op::Permute { .. } | Op::Slice { .. } | Op::Expand { .. } => {
             Err(Error::invalid(
@@ -1423,6 +1423,7 @@ impl Planner {
         x: &ViewMeta,
         axis: usize,
         reverse: bool,
+        causal: bool,
         ty: &'static str,
     ) -> Result<()> {
         let dims = x.layout.shape().dims();
@@ -1453,6 +1454,12 @@ impl Planner {
             rank_keep: kd.len() as u32,
             len,
             reverse: reverse as u32,
+            // infer checked that a causal axis is the last of at least two
+            causal: if causal {
+                dims[dims.len() - 2] as u32
+            } else {
+                0
+            },
         };
         let params = h.with_tail(tail);
         let per_thread = op == "cumsum" || len <= 64;
@@ -2068,7 +2075,13 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
         add(Op::Matmul, &[vec![view(&[4, 5], dt), view(&[5, 6], dt)]]);
     }
     for len in ROW_SAMPLES {
-        add(Op::Softmax { axis: 1 }, &[vec![view(&[3, len], F32)]]);
+        add(
+            Op::Softmax {
+                axis: 1,
+                causal: false,
+            },
+            &[vec![view(&[3, len], F32)]],
+        );
         add(Op::LogSoftmax { axis: 1 }, &[vec![view(&[3, len], F32)]]);
     }
     let adam = AdamParams {
@@ -2383,15 +2396,46 @@ mod tests {
         };
         let cases = [
             (
-                Op::Softmax { axis: 1 },
+                Op::Softmax {
+                    axis: 1,
+                    causal: false,
+                },
                 view(&[3, 1000], &[1000, 1], 0),
                 true,
             ),
             (Op::LogSoftmax { axis: 1 }, view(&[3, 8], &[8, 1], 4), true),
-            (Op::Softmax { axis: 1 }, view(&[3, 8], &[8, 1], 1), false),
-            (Op::Softmax { axis: 1 }, view(&[3, 7], &[7, 1], 0), false),
-            (Op::Softmax { axis: 0 }, view(&[8, 8], &[8, 1], 0), false),
-            (Op::Softmax { axis: 1 }, view(&[8, 8], &[1, 8], 0), false),
+            (
+                Op::Softmax {
+                    axis: 1,
+                    causal: false,
+                },
+                view(&[3, 8], &[8, 1], 1),
+                false,
+            ),
+            (
+                Op::Softmax {
+                    axis: 1,
+                    causal: false,
+                },
+                view(&[3, 7], &[7, 1], 0),
+                false,
+            ),
+            (
+                Op::Softmax {
+                    axis: 0,
+                    causal: false,
+                },
+                view(&[8, 8], &[8, 1], 0),
+                false,
+            ),
+            (
+                Op::Softmax {
+                    axis: 1,
+                    causal: false,
+                },
+                view(&[8, 8], &[1, 8], 0),
+                false,
+            ),
             (sum(vec![1]), view(&[3, 1000], &[1000, 1], 0), true),
             (sum(vec![1]), view(&[3, 8], &[10, 1], 0), false),
             (sum(vec![1]), view(&[3, 8], &[8, 1], 2), false),

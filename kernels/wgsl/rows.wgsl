@@ -2,7 +2,10 @@
 // max and rescaled sum, then the write), and inclusive cumulative sums. The planner describes the
 // input and the output as rows (kept axes) times the op's axis, so no transpose is copied.
 //
-// params: RowsParams (kernels/src/header.rs): n_rows, rank_keep (rk), len, reverse; tail:
+// Causal softmax rows (params.causal = Tq > 0) see only their first len - Tq + row % Tq + 1
+// entries: the rest are never read and are written as 0.
+//
+// params: RowsParams (kernels/src/header.rs): n_rows, rank_keep (rk), len, reverse, causal; tail:
 // shape_keep[rk], x view (offset, strides[rk], axis stride), out view (same).
 // defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG,
 // VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
@@ -15,6 +18,7 @@ struct RowsParams {
     rank_keep: u32,
     len: u32,
     reverse: u32,
+    causal: u32,
     tail: array<u32>,
 }
 @group(0) @binding(0) var<storage, read> params: RowsParams;
@@ -29,13 +33,15 @@ fn word(i: u32) -> u32 {
 
 const WG: u32 = {{WG}}u;
 
-// A row, in units of V: x[x + j * xs] and out[o + j * os], j < n.
+// A row, in units of V: x[x + j * xs] and out[o + j * os], j < n; its first `seen` elements
+// (not units) are visible.
 struct Row {
     x: u32,
     xs: u32,
     o: u32,
     os: u32,
     n: u32,
+    seen: u32,
 }
 
 fn row_at(row: u32) -> Row {
@@ -44,7 +50,9 @@ fn row_at(row: u32) -> Row {
     let ov = xv + rk + 2u;
     let xb = strided_index(row, rk, 0u, xv);
     let ob = strided_index(row, rk, 0u, ov);
-    return Row(xb / W, word(xv + 1u + rk), ob / W, word(ov + 1u + rk), params.len / W);
+    let tq = params.causal;
+    let seen = select(params.len, params.len - tq + row % max(tq, 1u) + 1u, tq != 0u);
+    return Row(xb / W, word(xv + 1u + rk), ob / W, word(ov + 1u + rk), params.len / W, seen);
 }
 
 #if OP == cumsum
@@ -177,6 +185,30 @@ fn finish(v: V, n: Norm) -> V {
 #endif
 }
 
+// Which lanes of unit j are past the row's visible elements.
+#if VEC4
+fn hidden(r: Row, j: u32) -> vec4<bool> {
+    return vec4<u32>(j * 4u) + vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(r.seen);
+}
+#else
+fn hidden(r: Row, j: u32) -> bool {
+    return j >= r.seen;
+}
+#endif
+
+// Unit j of the row, hidden lanes as -inf (they add nothing); a wholly hidden unit is not read.
+fn load_unit(r: Row, j: u32) -> V {
+    if (j * W >= r.seen) {
+        return V(neg_inf());
+    }
+    return select(x[r.x + j * r.xs], V(neg_inf()), hidden(r, j));
+}
+
+// Writes unit j's result, 0 in hidden lanes (whatever finish made of their -inf).
+fn store_unit(r: Row, j: u32, v: V, n: Norm) {
+    out[r.o + j * r.os] = select(finish(v, n), V(0.0), hidden(r, j));
+}
+
 #if PER_THREAD
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -188,11 +220,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r = row_at(row);
     var st = start();
     for (var j = 0u; j < r.n; j++) {
-        st = fold(st, x[r.x + j * r.xs]);
+        st = fold(st, load_unit(r, j));
     }
     let norm = settle(st);
     for (var j = 0u; j < r.n; j++) {
-        out[r.o + j * r.os] = finish(x[r.x + j * r.xs], norm);
+        store_unit(r, j, load_unit(r, j), norm);
     }
 }
 #else
@@ -201,14 +233,14 @@ var<workgroup> tree: array<Stat, WG>;
 // Element j, or -inf (adds 0 to the sum) past the row's end.
 fn load_at(r: Row, j: u32) -> V {
     if (j < r.n) {
-        return x[r.x + j * r.xs];
+        return load_unit(r, j);
     }
     return V(neg_inf());
 }
 
 fn store_at(r: Row, j: u32, v: V, n: Norm) {
     if (j < r.n) {
-        out[r.o + j * r.os] = finish(v, n);
+        store_unit(r, j, v, n);
     }
 }
 
@@ -233,7 +265,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         st = stat_of(v0, v1, v2, v3);
     } else {
         for (var j = lid; j < r.n; j += WG) {
-            st = fold(st, x[r.x + j * r.xs]);
+            st = fold(st, load_unit(r, j));
         }
     }
     tree[lid] = st;
@@ -255,7 +287,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         store_at(r, lid + 3u * WG, v3, all);
     } else {
         for (var j = lid; j < r.n; j += WG) {
-            out[r.o + j * r.os] = finish(x[r.x + j * r.xs], all);
+            store_unit(r, j, load_unit(r, j), all);
         }
     }
 }

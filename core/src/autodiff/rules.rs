@@ -78,7 +78,8 @@ pub(super) fn input_grads(
             },
             &[g],
         )?)],
-        Op::Softmax { axis } => {
+        // causal rows need nothing more: y is 0 past each row's last key, so is the gradient
+        Op::Softmax { axis, .. } => {
             let dot = g.mul(y)?.sum(&[*axis as isize], true)?;
             vec![Some(y.mul(&g.sub(&dot)?)?)]
         }

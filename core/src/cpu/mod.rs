@@ -312,8 +312,8 @@ fn run_one(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Resu
         Op::Cast { dtype } => elementwise::cast(&x[0], *dtype),
         Op::Reduce { op: r, axes, .. } => reduce::reduce(*r, axes, &x[0], out_shape.numel()),
         Op::Cumsum { axis, reverse } => reduce::cumsum(&x[0], *axis, *reverse),
-        Op::Softmax { axis } => reduce::softmax(&x[0], *axis, false),
-        Op::LogSoftmax { axis } => reduce::softmax(&x[0], *axis, true),
+        Op::Softmax { axis, causal } => reduce::softmax(&x[0], *axis, false, *causal),
+        Op::LogSoftmax { axis } => reduce::softmax(&x[0], *axis, true, false),
         Op::Matmul => matmul::matmul(&x[0], &x[1]),
         Op::AdamStep(_) => Err(Error::invalid("adam_step", "has three outputs")),
         // View ops normally never get here; executed, they are copies of the view.

@@ -247,20 +247,28 @@ pub(crate) fn cumsum(x: &View<'_>, axis: usize, reverse: bool) -> Result<CpuStor
 }
 
 /// Softmax (or log-softmax) along `axis`, computed in f64 after subtracting the maximum.
-pub(crate) fn softmax(x: &View<'_>, axis: usize, log: bool) -> Result<CpuStorage> {
-    fn run<T: Float>(x: &View<'_>, axis: usize, log: bool) -> Result<CpuStorage> {
+pub(crate) fn softmax(x: &View<'_>, axis: usize, log: bool, causal: bool) -> Result<CpuStorage> {
+    fn run<T: Float>(x: &View<'_>, axis: usize, log: bool, causal: bool) -> Result<CpuStorage> {
         let name = if log { "log_softmax" } else { "softmax" };
         let s = Src::<T>::new(name, x)?;
         let v = s.to_contiguous();
         let (outer, len, inner) = around(s.dims(), axis);
+        // causal rows (axis last, so inner == 1): row o sees len - tq + o % tq + 1 entries
+        let tq = if causal {
+            s.dims()[s.dims().len() - 2].max(1)
+        } else {
+            1
+        };
         let mut out = vec![T::ZERO; v.len()];
         let mut lane = vec![0f64; len];
         for o in 0..outer {
+            let seen = if causal { len - tq + o % tq + 1 } else { len };
             for i in 0..inner {
                 let base = o * len * inner + i;
-                for (j, l) in lane.iter_mut().enumerate() {
+                for (j, l) in lane[..seen].iter_mut().enumerate() {
                     *l = v[base + j * inner].into();
                 }
+                let lane = &lane[..seen];
                 let max =
                     lane.iter().fold(
                         f64::NEG_INFINITY,
@@ -283,8 +291,8 @@ pub(crate) fn softmax(x: &View<'_>, axis: usize, log: bool) -> Result<CpuStorage
         Ok(CpuStorage::new(out))
     }
     match x.dtype {
-        DType::F64 => run::<f64>(x, axis, log),
-        DType::F32 => run::<f32>(x, axis, log),
+        DType::F64 => run::<f64>(x, axis, log, causal),
+        DType::F32 => run::<f32>(x, axis, log, causal),
         dt => Err(unsupported(if log { "log_softmax" } else { "softmax" }, dt)),
     }
 }

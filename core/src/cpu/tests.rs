@@ -703,3 +703,32 @@ fn long_reduction_matmul_matches_loop() -> Result<()> {
     close(&a.matmul(&b)?.to_vec::<f64>()?, &want, 1e-12);
     Ok(())
 }
+
+#[test]
+fn causal_softmax_matches_masked_loops() -> Result<()> {
+    // [.., Tq, Tk]: square, fewer queries than keys (the last positions of a longer context), a
+    // single query (sees every key) and batch axes
+    for dims in [[1usize, 5, 5], [2, 3, 7], [3, 1, 4], [2, 6, 6]] {
+        let (rows, tq, tk) = (dims[0] * dims[1], dims[1], dims[2]);
+        let x = rand(rows * tk, (tq * 10 + tk) as u64);
+        let got: Vec<f64> = t(&x, &dims).causal_softmax()?.to_vec::<f64>()?;
+        let mut want = vec![0.0; rows * tk];
+        for r in 0..rows {
+            let seen = tk - tq + r % tq + 1;
+            let row = &x[r * tk..r * tk + seen];
+            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = row.iter().map(|v| libm::exp(v - max)).sum();
+            for (j, v) in row.iter().enumerate() {
+                want[r * tk + j] = libm::exp(v - max) / sum;
+            }
+        }
+        close(&got, &want, 1e-12);
+    }
+    // more queries than keys, and a rank-1 tensor, have no causal rows
+    for dims in [&[4usize, 3][..], &[5]] {
+        let n = dims.iter().product();
+        let e = t(&rand(n, 1), dims).causal_softmax().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Shape, "{e}");
+    }
+    Ok(())
+}

@@ -1,14 +1,10 @@
 //! Attention and the pre-norm transformer block of GPT-style models, composed from existing
-//! tensor ops (batched matmul, softmax, `where`), so that every backend runs them unchanged.
+//! tensor ops (batched matmul, causal softmax), so that every backend runs them unchanged.
 
 use super::init::mix;
 use super::{Dropout, Forward, GELUTanh, Init, LayerNorm, Linear, expect_rank};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 use alloc::format;
-
-/// What masked scores become: finite, so that softmax stays finite even on drivers that
-/// mishandle infinities, yet far below any real score, so that its weight is exactly 0.
-const MASKED: f64 = -1e9;
 
 /// `softmax(q kᵀ / sqrt(D)) v` over the last two axes, with any leading (batch, head) axes
 /// broadcast: `q` is `[.., Tq, D]`, `k` and `v` are `[.., Tk, D]`, the result `[.., Tq, D]`.
@@ -64,25 +60,17 @@ fn attention(
     }
     // Scaling q rather than the scores: Tq x D multiplications instead of Tq x Tk.
     let q = q.mul_scalar(1.0 / libm::sqrt(d.max(1) as f64))?;
-    let mut scores = q.matmul(&k.transpose(-1, -2)?)?;
+    let scores = q.matmul(&k.transpose(-1, -2)?)?;
     // A single query at the end sees every key: no mask (the decoding step).
-    if causal && tq > 1 {
-        let mask = causal_mask(tq, tk, scores.device())?;
-        scores = mask.where_cond(&scores, &scores.scalar_like(MASKED)?)?;
-    }
-    let probs = scores.softmax(-1)?;
+    let probs = if causal && tq > 1 {
+        scores.causal_softmax()?
+    } else {
+        scores.softmax(-1)?
+    };
     match dropout {
         Some(d) => d.forward(&probs)?.matmul(v),
         None => probs.matmul(v),
     }
-}
-
-/// `[Tq, Tk]`, true where query `i` may see key `j`: `j <= Tk - Tq + i`. Built on the device
-/// from two aranges, so no host data moves per call.
-fn causal_mask(tq: usize, tk: usize, device: &Device) -> Result<Tensor> {
-    let last_seen = Tensor::arange((tk - tq) as f64, tk as f64, 1.0, DType::I32, device)?;
-    let keys = Tensor::arange(0.0, tk as f64, 1.0, DType::I32, device)?;
-    keys.reshape([1, tk])?.le(&last_seen.reshape([tq, 1])?)
 }
 
 /// The keys and values one attention layer has seen so far, so that generation feeds only the

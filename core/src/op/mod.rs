@@ -306,8 +306,14 @@ pub enum Op {
     },
     /// inputs: `[x]`; inclusive running sum along `axis` (`reverse` runs from the end)
     Cumsum { axis: usize, reverse: bool },
-    /// inputs: `[x]`; along `axis`, numerically stable
-    Softmax { axis: usize },
+    /// inputs: `[x]`; along `axis`, numerically stable. With `causal` (then `axis` is the last
+    /// of `[.., Tq, Tk]`, `Tq <= Tk`), row `i` sees only the keys `0 ..= Tk - Tq + i`: the rest
+    /// get probability 0 and are never read, as in causal attention.
+    Softmax {
+        axis: usize,
+        #[serde(default)]
+        causal: bool,
+    },
     /// inputs: `[x]`; along `axis`, numerically stable
     LogSoftmax { axis: usize },
 

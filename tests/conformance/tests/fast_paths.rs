@@ -307,6 +307,34 @@ fn softmax_rows_of_every_path() {
 }
 
 #[test]
+fn causal_softmax_rows_of_every_path() {
+    let Some(dev) = dev() else { return };
+    // [.., Tq, Tk]: rows of 7 (one invocation each, scalar), 40 and 256 (vec4; 256 is attention's
+    // length), 4100 (vec4, read twice), 999 (strided), Tq < Tk (the last queries of a longer
+    // context), and an unaligned start (strided)
+    for (dims, offset) in [
+        (&[2usize, 5, 7][..], 0),
+        (&[3, 40, 40], 0),
+        (&[2, 2, 16, 256], 0),
+        (&[1, 3, 4100], 0),
+        (&[2, 999], 0),
+        (&[6, 44], 0),
+        (&[2, 9, 12], 3),
+    ] {
+        let (x, view) = shifted(dims, offset, 900 + dims[dims.len() - 1] as u64);
+        check(
+            &format!("causal_softmax {dims:?} at offset {offset}"),
+            &dev,
+            from_ref(&x),
+            &view,
+            &|v| v[0].binary_scalar(BinaryOp::Mul, 4.0)?.causal_softmax(),
+            true,
+            TOL,
+        );
+    }
+}
+
+#[test]
 fn softmax_rows_with_infinities_and_nan() {
     let Some(dev) = dev() else { return };
     let ninf = f64::NEG_INFINITY;
