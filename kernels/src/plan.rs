@@ -844,9 +844,19 @@ const ROW_SAMPLES: [usize; 6] = [7, 8, 101, 100, 999, 1000];
 /// invocations idle through the tree's barriers: on an H100, 32-wide ones took softmax over
 /// [98304, 256] from 490 to 2,161 GB/s and a sum over [16384, 384] from 689 to 1,331 GB/s
 /// (64-wide: 1,233 and 1,363).
-fn row_workgroup(units: u32) -> &'static str {
-    if units <= 128 { "32" } else { "256" }
+///
+/// Short rows go [`ROWS_PER_GROUP`] to a workgroup of 32-wide rows, so that enough invocations
+/// are resident to keep memory busy. Returns the invocations per row and the rows per workgroup.
+fn row_workgroup(units: u32) -> (&'static str, u32) {
+    if units <= 128 {
+        ("32", ROWS_PER_GROUP)
+    } else {
+        ("256", 1)
+    }
 }
+
+/// Rows of 32 invocations in one workgroup of rows.wgsl (and of fused row reductions).
+pub(crate) const ROWS_PER_GROUP: u32 = 8;
 
 /// Where a chunked reduction's first pass puts the chunk axis among its outputs.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1278,7 +1288,8 @@ impl Planner {
                     if per_thread {
                         "256"
                     } else {
-                        row_workgroup(len / if vec4 { 4 } else { 1 })
+                        // one row per workgroup here (reduce.wgsl has no ROWS)
+                        row_workgroup(len / if vec4 { 4 } else { 1 }).0
                     },
                 ),
             ],
@@ -1470,20 +1481,19 @@ impl Planner {
             && x4(&[len as usize, x.layout.offset()])
             && x4(&ks[0])
             && x4(&ks[1]);
+        let (wg, rows) = if per_thread {
+            ("256", 1)
+        } else {
+            row_workgroup(len / if vec4 { 4 } else { 1 })
+        };
         let mut key = KernelKey::new(
             "rows.wgsl",
             &[
                 ("OP", op),
                 ("T", ty),
                 ("PER_THREAD", if per_thread { "1" } else { "0" }),
-                (
-                    "WG",
-                    if per_thread {
-                        "256"
-                    } else {
-                        row_workgroup(len / if vec4 { 4 } else { 1 })
-                    },
-                ),
+                ("WG", wg),
+                ("ROWS", &rows.to_string()),
             ],
         );
         if vec4 {
@@ -1493,7 +1503,7 @@ impl Planner {
         if per_thread {
             self.launch(key, params, bufs, n_rows)
         } else {
-            let g = grid(n_rows as u64, self.name)?;
+            let g = grid(n_rows.div_ceil(rows) as u64, self.name)?;
             self.push(key, params, bufs, g);
             Ok(())
         }

@@ -7,7 +7,8 @@
 //
 // params: RowsParams (kernels/src/header.rs): n_rows, rank_keep (rk), len, reverse, causal; tail:
 // shape_keep[rk], x view (offset, strides[rk], axis stride), out view (same).
-// defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG,
+// defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG
+// (invocations per row), ROWS (rows per workgroup, for rows reduced by a workgroup),
 // VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
 #include "common.wgsl"
 #include "math.wgsl"
@@ -228,7 +229,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 #else
-var<workgroup> tree: array<Stat, WG>;
+// ROWS rows per workgroup, WG invocations each: short rows fill a GPU's cores only with several
+// per workgroup.
+const ROWS: u32 = {{ROWS}}u;
+const GROUP: u32 = WG * ROWS;
+var<workgroup> tree: array<Stat, GROUP>;
 
 // Element j, or -inf (adds 0 to the sum) past the row's end.
 fn load_at(r: Row, j: u32) -> V {
@@ -244,11 +249,15 @@ fn store_at(r: Row, j: u32, v: V, n: Norm) {
     }
 }
 
-@compute @workgroup_size(WG)
+@compute @workgroup_size(GROUP)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    // Spare workgroups of a rounded-up grid redo the last row and store nothing (see reduce.wgsl).
-    let g = group_index(wid, nwg);
+    // this invocation's lane in its row, and where the row's part of the tree starts
+    let lane = lid % WG;
+    let first = lid - lane;
+    // Spare rows of a rounded-up grid redo the last row and store nothing (see reduce.wgsl):
+    // every invocation reaches the barriers.
+    let g = group_index(wid, nwg) * ROWS + lid / WG;
     let r = row_at(min(g, params.n_rows - 1u));
     // rows of up to 4 * WG units stay in registers, so x is read once
     let fits = r.n <= 4u * WG;
@@ -258,35 +267,35 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var v2 = V(0);
     var v3 = V(0);
     if (fits) {
-        v0 = load_at(r, lid);
-        v1 = load_at(r, lid + WG);
-        v2 = load_at(r, lid + 2u * WG);
-        v3 = load_at(r, lid + 3u * WG);
+        v0 = load_at(r, lane);
+        v1 = load_at(r, lane + WG);
+        v2 = load_at(r, lane + 2u * WG);
+        v3 = load_at(r, lane + 3u * WG);
         st = stat_of(v0, v1, v2, v3);
     } else {
-        for (var j = lid; j < r.n; j += WG) {
+        for (var j = lane; j < r.n; j += WG) {
             st = fold(st, load_unit(r, j));
         }
     }
     tree[lid] = st;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
+        if (lane < s) {
             tree[lid] = merge(tree[lid], tree[lid + s]);
         }
         workgroupBarrier();
     }
-    let all = settle(tree[0]);
+    let all = settle(tree[first]);
     if (g >= params.n_rows) {
         return;
     }
     if (fits) {
-        store_at(r, lid, v0, all);
-        store_at(r, lid + WG, v1, all);
-        store_at(r, lid + 2u * WG, v2, all);
-        store_at(r, lid + 3u * WG, v3, all);
+        store_at(r, lane, v0, all);
+        store_at(r, lane + WG, v1, all);
+        store_at(r, lane + 2u * WG, v2, all);
+        store_at(r, lane + 3u * WG, v3, all);
     } else {
-        for (var j = lid; j < r.n; j += WG) {
+        for (var j = lane; j < r.n; j += WG) {
             store_unit(r, j, load_unit(r, j), all);
         }
     }

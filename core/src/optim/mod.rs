@@ -143,17 +143,20 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
         }
     });
     no_grad(|| {
-        let mut total: Option<Tensor> = None;
+        let mut squares = Vec::with_capacity(params.len());
         for p in &params {
             let Some(g) = grads.get(p) else { continue };
             let g = g.cast(DType::F32)?;
-            let sq = g.mul(&g)?.sum_all()?;
-            total = Some(match total {
-                Some(t) => t.add(&sq)?,
-                None => sq,
-            });
+            squares.push(g.mul(&g)?.sum_all()?);
         }
-        let Some(total) = total else {
+        // added only once every square is there, so that a fusing device adds them in a few
+        // kernels rather than one per parameter
+        let mut squares = squares.into_iter();
+        let Some(total) = squares
+            .next()
+            .map(|first| squares.try_fold(first, |t, sq| t.add(&sq)))
+            .transpose()?
+        else {
             return Tensor::scalar(0.0, DType::F32, &crate::Device::cpu());
         };
         let norm = total.sqrt()?;

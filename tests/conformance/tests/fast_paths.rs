@@ -270,7 +270,8 @@ fn elementwise_with_broadcast_operands() {
 fn softmax_rows_of_every_path() {
     let Some(dev) = dev() else { return };
     // rows of 8 and 40 (one invocation each, vec4), 1000 to 4096 (vec4, in registers), 4100
-    // (vec4, read twice), 999, 1030 and unaligned starts (strided; 1024 the longest in registers)
+    // (vec4, read twice), 999, 1030 and unaligned starts (strided; 1024 the longest in registers),
+    // 13 rows of 100 (32-wide rows, 8 to a workgroup: the last workgroup's spare rows store nothing)
     for (dims, offset) in [
         (&[5usize, 8][..], 0),
         (&[70, 40], 0),
@@ -283,6 +284,7 @@ fn softmax_rows_of_every_path() {
         (&[2, 1030], 0),
         (&[3, 1000], 1),
         (&[3, 12], 2),
+        (&[13, 100], 0),
     ] {
         let (x, view) = shifted(dims, offset, 400 + dims[1] as u64);
         check(
@@ -311,7 +313,7 @@ fn causal_softmax_rows_of_every_path() {
     let Some(dev) = dev() else { return };
     // [.., Tq, Tk]: rows of 7 (one invocation each, scalar), 40 and 256 (vec4; 256 is attention's
     // length), 4100 (vec4, read twice), 999 (strided), Tq < Tk (the last queries of a longer
-    // context), and an unaligned start (strided)
+    // context), an unaligned start (strided), and 15 rows of 200 (8 rows to a workgroup)
     for (dims, offset) in [
         (&[2usize, 5, 7][..], 0),
         (&[3, 40, 40], 0),
@@ -320,6 +322,7 @@ fn causal_softmax_rows_of_every_path() {
         (&[2, 999], 0),
         (&[6, 44], 0),
         (&[2, 9, 12], 3),
+        (&[3, 5, 200], 0),
     ] {
         let (x, view) = shifted(dims, offset, 900 + dims[dims.len() - 1] as u64);
         check(
