@@ -167,6 +167,30 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             }
             Ok((*dt, s.clone()))
         }
+        Op::Normalize { .. } | Op::NormalizeBackward { .. } => {
+            let n = if matches!(op, Op::Normalize { .. }) {
+                1
+            } else {
+                2
+            };
+            want(n)?;
+            let (dt, s) = &inputs[0];
+            float(name, *dt)?;
+            if s.rank() == 0 || inputs.iter().any(|(d, t)| d != dt || t != s) {
+                return Err(Error::shape(
+                    name,
+                    format!(
+                        "expects {n} float tensors of one shape and rank >= 1, found {}",
+                        inputs
+                            .iter()
+                            .map(|(d, s)| format!("{d:?} {s}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            Ok((*dt, s.clone()))
+        }
         Op::Matmul => {
             want(2)?;
             let dt = same_dtype(name, inputs)?;

@@ -665,6 +665,20 @@ impl Tensor {
         let axis = self.rank().max(1) - 1;
         Tensor::apply(Op::Softmax { axis, causal: true }, &[self])
     }
+    /// Each row along the last axis brought to zero mean and unit variance,
+    /// `(x - mean) / sqrt(var + eps)` with the biased variance: [`crate::nn::LayerNorm`] before
+    /// its weight and bias, in one pass.
+    ///
+    /// ```
+    /// use kiln_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 3.0], [1, 2], &Device::cpu())?;
+    /// let y = x.normalize(0.0)?.to_vec::<f32>()?;
+    /// assert_eq!(y, [-1.0, 1.0]);
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    pub fn normalize(&self, eps: f64) -> Result<Tensor> {
+        Tensor::apply(Op::Normalize { eps }, &[self])
+    }
     /// Log-softmax along `axis`.
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
         let axis = resolve_axis_or_scalar(axis, self.rank(), "log_softmax")?;

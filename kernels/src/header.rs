@@ -152,8 +152,9 @@ headers! {
     /// kept shape (`rank_keep` words), then x's and out's views, each an offset, `rank_keep`
     /// strides and the stride along the op's axis.
     /// `causal` is softmax's `Tq` for causal rows (row `r` sees its first
-    /// `len - Tq + r % Tq + 1` entries), else 0.
-    RowsParams { n_rows: u32, rank_keep: u32, len: u32, reverse: u32, causal: u32 }
+    /// `len - Tq + r % Tq + 1` entries), else 0; `eps` the f32 bits of normalize's epsilon.
+    /// normalize_backward's gradient view follows the output's in the tail.
+    RowsParams { n_rows: u32, rank_keep: u32, len: u32, reverse: u32, causal: u32, eps: u32 }
 
     /// index.wgsl in mode `gather` (gather, index_select): `numel` outputs; `axis_len` is x's
     /// length along `axis` (indices outside it read 0). The tail is the output shape (`rank`

@@ -274,9 +274,48 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             wgsl_type(inputs[0].dtype, name)?,
             ty,
         ),
-        Op::Cumsum { axis, reverse } => p.rows("cumsum", &inputs[0], *axis, *reverse, false, ty),
-        Op::Softmax { axis, causal } => p.rows("softmax", &inputs[0], *axis, false, *causal, ty),
-        Op::LogSoftmax { axis } => p.rows("log_softmax", &inputs[0], *axis, false, false, ty),
+        Op::Cumsum { axis, reverse } => p.rows(
+            RowOp {
+                reverse: *reverse,
+                ..RowOp::new("cumsum")
+            },
+            inputs,
+            *axis,
+            ty,
+        ),
+        Op::Softmax { axis, causal } => p.rows(
+            RowOp {
+                causal: *causal,
+                ..RowOp::new("softmax")
+            },
+            inputs,
+            *axis,
+            ty,
+        ),
+        Op::LogSoftmax { axis } => p.rows(RowOp::new("log_softmax"), inputs, *axis, ty),
+        Op::Normalize { eps } | Op::NormalizeBackward { eps } => {
+            let name = if matches!(op, Op::Normalize { .. }) {
+                "normalize"
+            } else {
+                "normalize_backward"
+            };
+            let last = out_shape.rank() - 1;
+            if ty != "f32" {
+                return Err(Error::unsupported(
+                    name,
+                    format!("runs on f32 here, not {ty}"),
+                ));
+            }
+            p.rows(
+                RowOp {
+                    eps: *eps as f32,
+                    ..RowOp::new(name)
+                },
+                inputs,
+                last,
+                ty,
+            )
+        }
         Op::Matmul => p.matmul(&inputs[0], &inputs[1], out_shape, ty),
         Op::Reshape { .. } | Op::Permute { .. } | Op::Slice { .. } | Op::Expand { .. } => {
             Err(Error::invalid(
@@ -844,19 +883,32 @@ const ROW_SAMPLES: [usize; 6] = [7, 8, 101, 100, 999, 1000];
 /// invocations idle through the tree's barriers: on an H100, 32-wide ones took softmax over
 /// [98304, 256] from 490 to 2,161 GB/s and a sum over [16384, 384] from 689 to 1,331 GB/s
 /// (64-wide: 1,233 and 1,363).
-///
-/// Short rows go [`ROWS_PER_GROUP`] to a workgroup of 32-wide rows, so that enough invocations
-/// are resident to keep memory busy. Returns the invocations per row and the rows per workgroup.
-fn row_workgroup(units: u32) -> (&'static str, u32) {
-    if units <= 128 {
-        ("32", ROWS_PER_GROUP)
-    } else {
-        ("256", 1)
-    }
+fn row_workgroup(units: u32) -> &'static str {
+    if units <= 128 { "32" } else { "256" }
 }
 
-/// Rows of 32 invocations in one workgroup of rows.wgsl (and of fused row reductions).
-pub(crate) const ROWS_PER_GROUP: u32 = 8;
+/// What rows.wgsl does to each row: its OP and that op's settings.
+#[derive(Clone, Copy)]
+struct RowOp {
+    name: &'static str,
+    /// cumsum from the row's end
+    reverse: bool,
+    /// softmax over causal rows (see [`Op::Softmax`])
+    causal: bool,
+    /// normalize's epsilon
+    eps: f32,
+}
+
+impl RowOp {
+    fn new(name: &'static str) -> Self {
+        RowOp {
+            name,
+            reverse: false,
+            causal: false,
+            eps: 0.0,
+        }
+    }
+}
 
 /// Where a chunked reduction's first pass puts the chunk axis among its outputs.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1288,8 +1340,7 @@ impl Planner {
                     if per_thread {
                         "256"
                     } else {
-                        // one row per workgroup here (reduce.wgsl has no ROWS)
-                        row_workgroup(len / if vec4 { 4 } else { 1 }).0
+                        row_workgroup(len / if vec4 { 4 } else { 1 })
                     },
                 ),
             ],
@@ -1430,80 +1481,89 @@ impl Planner {
 
     fn rows(
         &mut self,
-        op: &str,
-        x: &ViewMeta,
+        op: RowOp,
+        inputs: &[ViewMeta],
         axis: usize,
-        reverse: bool,
-        causal: bool,
         ty: &'static str,
     ) -> Result<()> {
+        let x = &inputs[0];
         let dims = x.layout.shape().dims();
         let kept: Vec<usize> = (0..dims.len()).filter(|&a| a != axis).collect();
-        let xs = strides_u32(x.layout.strides(), self.name)?;
-        let os: Vec<usize> = Shape::from(dims)
-            .contiguous_strides()
+        // the inputs' strides, then the (contiguous) output's
+        let mut strides = inputs
             .iter()
-            .map(|&s| s as usize)
-            .collect();
+            .map(|v| strides_u32(v.layout.strides(), self.name))
+            .collect::<Result<Vec<_>>>()?;
+        strides.insert(
+            1,
+            Shape::from(dims)
+                .contiguous_strides()
+                .iter()
+                .map(|&s| s as usize)
+                .collect(),
+        );
         let kd: Vec<usize> = kept.iter().map(|&a| dims[a]).collect();
         let (kd, ks) = coalesce(
             &kd,
-            vec![
-                kept.iter().map(|&a| xs[a]).collect(),
-                kept.iter().map(|&a| os[a]).collect(),
-            ],
+            strides
+                .iter()
+                .map(|st| kept.iter().map(|&a| st[a]).collect())
+                .collect(),
         );
+        let offsets: Vec<usize> = inputs.iter().map(|v| v.layout.offset()).collect();
+        let offsets = [&offsets[..1], &[0], &offsets[1..]].concat();
         let n_rows = u32_len(kd.iter().product(), self.name)?;
         let len = dims[axis] as u32;
         let mut tail: Vec<u32> = kd.iter().map(|&d| d as u32).collect();
-        push_view(&mut tail, x.layout.offset() as u32, &ks[0]);
-        tail.push(xs[axis] as u32);
-        push_view(&mut tail, 0, &ks[1]);
-        tail.push(os[axis] as u32);
+        for ((st, k), &offset) in strides.iter().zip(&ks).zip(&offsets) {
+            push_view(&mut tail, offset as u32, k);
+            tail.push(st[axis] as u32);
+        }
         let h = RowsParams {
             n_rows,
             rank_keep: kd.len() as u32,
             len,
-            reverse: reverse as u32,
+            reverse: op.reverse as u32,
             // infer checked that a causal axis is the last of at least two
-            causal: if causal {
+            causal: if op.causal {
                 dims[dims.len() - 2] as u32
             } else {
                 0
             },
+            eps: op.eps.to_bits(),
         };
         let params = h.with_tail(tail);
-        let per_thread = op == "cumsum" || len <= 64;
-        // softmax rows read and written as vec4 when both are contiguous and 4-aligned
-        let vec4 = op != "cumsum"
-            && xs[axis] == 1
-            && os[axis] == 1
-            && x4(&[len as usize, x.layout.offset()])
-            && x4(&ks[0])
-            && x4(&ks[1]);
-        let (wg, rows) = if per_thread {
-            ("256", 1)
+        let normalize = op.name.starts_with("normalize");
+        let per_thread = op.name == "cumsum" || (len <= 64 && !normalize);
+        // rows read and written as vec4 when all are contiguous and 4-aligned
+        let vec4 = op.name != "cumsum"
+            && strides.iter().all(|st| st[axis] == 1)
+            && x4(&[len as usize])
+            && x4(&offsets)
+            && ks.iter().all(|k| x4(k));
+        let wg = if per_thread {
+            "256"
         } else {
             row_workgroup(len / if vec4 { 4 } else { 1 })
         };
         let mut key = KernelKey::new(
             "rows.wgsl",
             &[
-                ("OP", op),
+                ("OP", op.name),
                 ("T", ty),
                 ("PER_THREAD", if per_thread { "1" } else { "0" }),
                 ("WG", wg),
-                ("ROWS", &rows.to_string()),
             ],
         );
         if vec4 {
             key = Fast::Vec4.key(key);
         }
-        let bufs = vec![Buffer::Input(0), Buffer::Output(0)];
+        let mut bufs: Vec<Buffer> = (0..inputs.len()).map(Buffer::Input).collect();
+        bufs.push(Buffer::Output(0));
         if per_thread {
             self.launch(key, params, bufs, n_rows)
         } else {
-            let g = grid(n_rows.div_ceil(rows) as u64, self.name)?;
+            let g = grid(n_rows as u64, self.name)?;
             self.push(key, params, bufs, g);
             Ok(())
         }
@@ -2093,6 +2153,11 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
             &[vec![view(&[3, len], F32)]],
         );
         add(Op::LogSoftmax { axis: 1 }, &[vec![view(&[3, len], F32)]]);
+        add(Op::Normalize { eps: 1e-5 }, &[vec![view(&[3, len], F32)]]);
+        add(
+            Op::NormalizeBackward { eps: 1e-5 },
+            &[vec![view(&[3, len], F32), view(&[3, len], F32)]],
+        );
     }
     let adam = AdamParams {
         lr: 1e-3,

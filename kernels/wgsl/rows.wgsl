@@ -1,14 +1,17 @@
 // Ops along one axis of each "row": softmax and log-softmax in one pass over the data (online
-// max and rescaled sum, then the write), and inclusive cumulative sums. The planner describes the
-// input and the output as rows (kept axes) times the op's axis, so no transpose is copied.
+// max and rescaled sum, then the write), inclusive cumulative sums, and layer norm's
+// normalization and its gradient (the last axis; mean and variance from x). The planner
+// describes the inputs and the output as rows (kept axes) times the op's axis, so no transpose
+// is copied.
 //
 // Causal softmax rows (params.causal = Tq > 0) see only their first len - Tq + row % Tq + 1
 // entries: the rest are never read and are written as 0.
 //
-// params: RowsParams (kernels/src/header.rs): n_rows, rank_keep (rk), len, reverse, causal; tail:
-// shape_keep[rk], x view (offset, strides[rk], axis stride), out view (same).
-// defines: OP (softmax log_softmax cumsum), T, PER_THREAD (one invocation per row), WG
-// (invocations per row), ROWS (rows per workgroup, for rows reduced by a workgroup),
+// params: RowsParams (kernels/src/header.rs): n_rows, rank_keep (rk), len, reverse, causal, eps
+// (f32 bits); tail: shape_keep[rk], x view (offset, strides[rk], axis stride), out view (same),
+// then normalize_backward's gradient view (same).
+// defines: OP (softmax log_softmax cumsum normalize normalize_backward), T, PER_THREAD (one
+// invocation per row), WG (invocations per row, or per workgroup with PER_THREAD),
 // VEC4 (softmax: rows contiguous from multiples of 4, len a multiple of 4).
 #include "common.wgsl"
 #include "math.wgsl"
@@ -20,6 +23,7 @@ struct RowsParams {
     len: u32,
     reverse: u32,
     causal: u32,
+    eps: u32,
     tail: array<u32>,
 }
 @group(0) @binding(0) var<storage, read> params: RowsParams;
@@ -30,7 +34,12 @@ fn word(i: u32) -> u32 {
 #include "strided.wgsl"
 
 @group(0) @binding(1) var<storage, read> x: array<V>;
+#if OP == normalize_backward
+@group(0) @binding(2) var<storage, read> grad: array<V>;
+@group(0) @binding(3) var<storage, read_write> out: array<V>;
+#else
 @group(0) @binding(2) var<storage, read_write> out: array<V>;
+#endif
 
 const WG: u32 = {{WG}}u;
 
@@ -43,6 +52,9 @@ struct Row {
     os: u32,
     n: u32,
     seen: u32,
+    // normalize_backward's gradient: grad[g + j * gs]
+    g: u32,
+    gs: u32,
 }
 
 fn row_at(row: u32) -> Row {
@@ -53,10 +65,85 @@ fn row_at(row: u32) -> Row {
     let ob = strided_index(row, rk, 0u, ov);
     let tq = params.causal;
     let seen = select(params.len, params.len - tq + row % max(tq, 1u) + 1u, tq != 0u);
-    return Row(xb / W, word(xv + 1u + rk), ob / W, word(ov + 1u + rk), params.len / W, seen);
+    var r = Row(xb / W, word(xv + 1u + rk), ob / W, word(ov + 1u + rk), params.len / W, seen,
+                0u, 0u);
+#if OP == normalize_backward
+    let gv = ov + rk + 2u;
+    r.g = strided_index(row, rk, 0u, gv) / W;
+    r.gs = word(gv + 1u + rk);
+#endif
+    return r;
 }
 
-#if OP == cumsum
+#if OP == normalize || OP == normalize_backward
+// A workgroup per row; each invocation walks every WG-th unit of the row (later walks hit the
+// cache), and the row's sums meet in workgroup memory.
+var<workgroup> sums: array<vec2<f32>, WG>;
+
+// The sum of v over the workgroup (every invocation gets it).
+fn row_total(v: vec2<f32>, lid: u32) -> vec2<f32> {
+    sums[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            sums[lid] += sums[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let t = sums[0];
+    // before the next total overwrites it
+    workgroupBarrier();
+    return t;
+}
+
+fn lanes_sum(v: V) -> f32 {
+#if VEC4
+    return f32(v.x) + f32(v.y) + f32(v.z) + f32(v.w);
+#else
+    return f32(v);
+#endif
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    // spare workgroups of a rounded-up grid redo the last row and store nothing (see reduce.wgsl)
+    let g = group_index(wid, nwg);
+    let r = row_at(min(g, params.n_rows - 1u));
+    let n = f32(params.len);
+    var s = 0.0;
+    for (var j = lid; j < r.n; j += WG) {
+        s += lanes_sum(x[r.x + j * r.xs]);
+    }
+    let mean = row_total(vec2(s, 0.0), lid).x / n;
+    // the variance from the deviations, as the CPU computes it (no cancellation)
+    var q = 0.0;
+    for (var j = lid; j < r.n; j += WG) {
+        let d = x[r.x + j * r.xs] - V(mean);
+        q += lanes_sum(d * d);
+    }
+    let rstd = 1.0 / sqrt(row_total(vec2(q, 0.0), lid).x / n + bitcast<f32>(params.eps));
+#if OP == normalize_backward
+    var sg = vec2(0.0, 0.0);
+    for (var j = lid; j < r.n; j += WG) {
+        let gj = grad[r.g + j * r.gs];
+        sg += vec2(lanes_sum(gj), lanes_sum(gj * (x[r.x + j * r.xs] - V(mean)) * rstd));
+    }
+    let m = row_total(sg, lid) / n;
+#endif
+    if (g >= params.n_rows) {
+        return;
+    }
+    for (var j = lid; j < r.n; j += WG) {
+        let h = (x[r.x + j * r.xs] - V(mean)) * rstd;
+#if OP == normalize_backward
+        out[r.o + j * r.os] = (grad[r.g + j * r.gs] - V(m.x) - h * m.y) * rstd;
+#else
+        out[r.o + j * r.os] = h;
+#endif
+    }
+}
+#elif OP == cumsum
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -229,11 +316,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 #else
-// ROWS rows per workgroup, WG invocations each: short rows fill a GPU's cores only with several
-// per workgroup.
-const ROWS: u32 = {{ROWS}}u;
-const GROUP: u32 = WG * ROWS;
-var<workgroup> tree: array<Stat, GROUP>;
+var<workgroup> tree: array<Stat, WG>;
 
 // Element j, or -inf (adds 0 to the sum) past the row's end.
 fn load_at(r: Row, j: u32) -> V {
@@ -249,15 +332,11 @@ fn store_at(r: Row, j: u32, v: V, n: Norm) {
     }
 }
 
-@compute @workgroup_size(GROUP)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    // this invocation's lane in its row, and where the row's part of the tree starts
-    let lane = lid % WG;
-    let first = lid - lane;
-    // Spare rows of a rounded-up grid redo the last row and store nothing (see reduce.wgsl):
-    // every invocation reaches the barriers.
-    let g = group_index(wid, nwg) * ROWS + lid / WG;
+    // Spare workgroups of a rounded-up grid redo the last row and store nothing (see reduce.wgsl).
+    let g = group_index(wid, nwg);
     let r = row_at(min(g, params.n_rows - 1u));
     // rows of up to 4 * WG units stay in registers, so x is read once
     let fits = r.n <= 4u * WG;
@@ -267,35 +346,35 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var v2 = V(0);
     var v3 = V(0);
     if (fits) {
-        v0 = load_at(r, lane);
-        v1 = load_at(r, lane + WG);
-        v2 = load_at(r, lane + 2u * WG);
-        v3 = load_at(r, lane + 3u * WG);
+        v0 = load_at(r, lid);
+        v1 = load_at(r, lid + WG);
+        v2 = load_at(r, lid + 2u * WG);
+        v3 = load_at(r, lid + 3u * WG);
         st = stat_of(v0, v1, v2, v3);
     } else {
-        for (var j = lane; j < r.n; j += WG) {
+        for (var j = lid; j < r.n; j += WG) {
             st = fold(st, load_unit(r, j));
         }
     }
     tree[lid] = st;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
+        if (lid < s) {
             tree[lid] = merge(tree[lid], tree[lid + s]);
         }
         workgroupBarrier();
     }
-    let all = settle(tree[first]);
+    let all = settle(tree[0]);
     if (g >= params.n_rows) {
         return;
     }
     if (fits) {
-        store_at(r, lane, v0, all);
-        store_at(r, lane + WG, v1, all);
-        store_at(r, lane + 2u * WG, v2, all);
-        store_at(r, lane + 3u * WG, v3, all);
+        store_at(r, lid, v0, all);
+        store_at(r, lid + WG, v1, all);
+        store_at(r, lid + 2u * WG, v2, all);
+        store_at(r, lid + 3u * WG, v3, all);
     } else {
-        for (var j = lane; j < r.n; j += WG) {
+        for (var j = lid; j < r.n; j += WG) {
             store_unit(r, j, load_unit(r, j), all);
         }
     }

@@ -83,6 +83,12 @@ pub(super) fn input_grads(
             let dot = g.mul(y)?.sum(&[*axis as isize], true)?;
             vec![Some(y.mul(&g.sub(&dot)?)?)]
         }
+        Op::Normalize { eps } => vec![Some(Tensor::apply(
+            Op::NormalizeBackward { eps: *eps },
+            &[arg(0)?, g],
+        )?)],
+        // layer norm's second derivative is not needed by any optimizer here
+        Op::NormalizeBackward { .. } => none(),
         Op::LogSoftmax { axis } => {
             let total = g.sum(&[*axis as isize], true)?;
             vec![Some(g.sub(&y.exp()?.mul(&total)?)?)]

@@ -161,7 +161,8 @@ fn arity(op: &Op) -> Option<usize> {
         | Op::Conv2d(_)
         | Op::ConvTranspose2d { .. }
         | Op::Conv2dBackwardWeight { .. }
-        | Op::Pool2dBackward(_) => 2,
+        | Op::Pool2dBackward(_)
+        | Op::NormalizeBackward { .. } => 2,
         Op::Where | Op::ScatterAdd { .. } => 3,
         Op::AdamStep(_) => 4,
         Op::Concat { .. } | Op::Custom(_) => return None,
@@ -314,6 +315,8 @@ fn run_one(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Resu
         Op::Cumsum { axis, reverse } => reduce::cumsum(&x[0], *axis, *reverse),
         Op::Softmax { axis, causal } => reduce::softmax(&x[0], *axis, false, *causal),
         Op::LogSoftmax { axis } => reduce::softmax(&x[0], *axis, true, false),
+        Op::Normalize { eps } => reduce::normalize(&x[0], None, *eps),
+        Op::NormalizeBackward { eps } => reduce::normalize(&x[0], Some(&x[1]), *eps),
         Op::Matmul => matmul::matmul(&x[0], &x[1]),
         Op::AdamStep(_) => Err(Error::invalid("adam_step", "has three outputs")),
         // View ops normally never get here; executed, they are copies of the view.

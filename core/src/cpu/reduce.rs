@@ -296,3 +296,57 @@ pub(crate) fn softmax(x: &View<'_>, axis: usize, log: bool, causal: bool) -> Res
         dt => Err(unsupported(if log { "log_softmax" } else { "softmax" }, dt)),
     }
 }
+
+/// [`crate::Op::Normalize`] (`g` None) or [`crate::Op::NormalizeBackward`] (the output gradient
+/// `g`) along the last axis, in f64: mean and biased variance in two passes, then per element
+/// `x̂ = (x - mean) rstd`, or `rstd (g - mean(g) - x̂ mean(g x̂))`.
+pub(crate) fn normalize(x: &View<'_>, g: Option<&View<'_>>, eps: f64) -> Result<CpuStorage> {
+    fn run<T: Float>(x: &View<'_>, g: Option<&View<'_>>, eps: f64) -> Result<CpuStorage> {
+        let name = if g.is_some() {
+            "normalize_backward"
+        } else {
+            "normalize"
+        };
+        let xs = Src::<T>::new(name, x)?.to_contiguous();
+        let gs = g
+            .map(|g| Src::<T>::new(name, g).map(|s| s.to_contiguous()))
+            .transpose()?;
+        let len = x.layout.shape().dims().last().copied().unwrap_or(1).max(1);
+        let mut out = vec![T::ZERO; xs.len()];
+        let mut hat = vec![0f64; len];
+        for (r, row) in xs.chunks(len).enumerate() {
+            let n = row.len() as f64;
+            let mean = row.iter().map(|&v| v.into()).sum::<f64>() / n;
+            let var = row
+                .iter()
+                .map(|&v| (v.into() - mean) * (v.into() - mean))
+                .sum::<f64>()
+                / n;
+            let rstd = 1.0 / libm::sqrt(var + eps);
+            for (h, &v) in hat.iter_mut().zip(row) {
+                *h = (v.into() - mean) * rstd;
+            }
+            let dst = &mut out[r * len..(r + 1) * len];
+            match &gs {
+                None => dst
+                    .iter_mut()
+                    .zip(&hat)
+                    .for_each(|(o, &h)| *o = T::from_f(h)),
+                Some(gs) => {
+                    let gr = &gs[r * len..(r + 1) * len];
+                    let mg = gr.iter().map(|&v| v.into()).sum::<f64>() / n;
+                    let mgh = gr.iter().zip(&hat).map(|(&v, h)| v.into() * h).sum::<f64>() / n;
+                    for ((o, &gv), h) in dst.iter_mut().zip(gr).zip(&hat) {
+                        *o = T::from_f(rstd * (gv.into() - mg - h * mgh));
+                    }
+                }
+            }
+        }
+        Ok(CpuStorage::new(out))
+    }
+    match x.dtype {
+        DType::F64 => run::<f64>(x, g, eps),
+        DType::F32 => run::<f32>(x, g, eps),
+        dt => Err(unsupported("normalize", dt)),
+    }
+}

@@ -732,3 +732,32 @@ fn causal_softmax_matches_masked_loops() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn normalize_and_its_gradient_match_the_composition() -> Result<()> {
+    // rows of 1 (all zero after), 7 and 384, a batch axis, and eps large enough to matter
+    for (dims, eps) in [
+        (&[3usize, 7][..], 1e-5),
+        (&[2, 3, 384], 1e-5),
+        (&[4, 1], 0.1),
+    ] {
+        let n: usize = dims.iter().product();
+        let x = t(&rand(n, dims[dims.len() - 1] as u64), dims).require_grad();
+        let g = t(&rand(n, 77), dims);
+        let composed = |x: &Tensor| -> Result<Tensor> {
+            let mean = x.mean(&[-1], true)?;
+            let var = x.var(&[-1], 0, true)?;
+            x.sub(&mean)?.div(&var.add_scalar(eps)?.sqrt()?)
+        };
+        let (y, want) = (x.normalize(eps)?, composed(&x)?);
+        close(&y.to_vec::<f64>()?, &want.to_vec::<f64>()?, 1e-12);
+        let got = y.mul(&g)?.sum_all()?.backward()?;
+        let exp = want.mul(&g)?.sum_all()?.backward()?;
+        let (got, exp) = (got.get(&x).unwrap(), exp.get(&x).unwrap());
+        close(&got.to_vec::<f64>()?, &exp.to_vec::<f64>()?, 1e-9);
+    }
+    let (a, b) = (t(&rand(6, 1), &[2, 3]), t(&rand(4, 2), &[2, 2]));
+    let e = Tensor::apply(crate::Op::NormalizeBackward { eps: 1e-5 }, &[&a, &b]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Shape, "{e}");
+    Ok(())
+}

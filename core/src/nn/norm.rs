@@ -148,10 +148,14 @@ impl Forward for LayerNorm {
                 ),
             ));
         }
-        let axes: Vec<isize> = (-(k as isize)..0).collect();
-        let mean = x.mean(&axes, true)?;
-        let var = x.var(&axes, 0, true)?;
-        let y = x.sub(&mean)?.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
+        let y = if k == 1 {
+            x.normalize(self.eps)?
+        } else {
+            let axes: Vec<isize> = (-(k as isize)..0).collect();
+            let mean = x.mean(&axes, true)?;
+            let var = x.var(&axes, 0, true)?;
+            x.sub(&mean)?.mul(&var.add_scalar(self.eps)?.rsqrt()?)?
+        };
         y.mul(&w)?.add(&self.bias.tensor())
     }
 }

@@ -316,6 +316,12 @@ pub enum Op {
     },
     /// inputs: `[x]`; along `axis`, numerically stable
     LogSoftmax { axis: usize },
+    /// inputs: `[x]` (f32/f64); each row along the last axis to zero mean and unit variance:
+    /// `(x - mean) / sqrt(var + eps)`, the variance biased (layer norm's core, one pass)
+    Normalize { eps: f64 },
+    /// inputs: `[x, g]`, same shape: the gradient of [`Op::Normalize`] at `x` for the output
+    /// gradient `g`, `rstd (g - mean(g) - x̂ mean(g x̂))` per row (statistics recomputed from `x`)
+    NormalizeBackward { eps: f64 },
 
     // ---- linear algebra
     /// inputs: `[a, b]`; `[..., m, k] x [..., k, n]`, batch dims broadcast; rank-1 operands are
@@ -404,6 +410,8 @@ impl Op {
             Op::Cumsum { .. } => "cumsum",
             Op::Softmax { .. } => "softmax",
             Op::LogSoftmax { .. } => "log_softmax",
+            Op::Normalize { .. } => "normalize",
+            Op::NormalizeBackward { .. } => "normalize_backward",
             Op::Matmul => "matmul",
             Op::Reshape { .. } => "reshape",
             Op::Permute { .. } => "permute",

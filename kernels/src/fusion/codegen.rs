@@ -55,16 +55,6 @@ impl Reduction {
         )
     }
 
-    /// Rows (and chunks) one workgroup folds: several 32-wide rows share a workgroup, as
-    /// rows.wgsl's, so that enough invocations are resident to keep memory busy.
-    pub fn rows_per_group(self) -> u32 {
-        if self.row_wg == 32 {
-            crate::plan::ROWS_PER_GROUP
-        } else {
-            1
-        }
-    }
-
     /// What a kernel's structural key adds for this reduction.
     pub fn key(self) -> String {
         format!("reduce:{}:{}:{}", self.op.name(), self.row_wg, self.vec4)
@@ -254,7 +244,7 @@ impl CustomOp for FusedOp {
                 },
                 wg => Grid::Invocations {
                     count: rows * wg as u64,
-                    workgroup_size: wg * r.rows_per_group(),
+                    workgroup_size: wg,
                 },
             };
         }
@@ -616,26 +606,22 @@ fn reduction_main(
         );
         return Ok(());
     }
-    let (wg, rows) = (r.row_wg, r.rows_per_group());
-    let _ = writeln!(s, "var<workgroup> folded: array<{t}, {}>;\n", wg * rows);
-    s.push_str(&entry(wg * rows));
-    // Spare rows of the last workgroup fold the last row again and store nothing, so that
-    // every invocation reaches the barriers.
+    let wg = r.row_wg;
+    let _ = writeln!(s, "var<workgroup> folded: array<{t}, {wg}>;\n");
+    s.push_str(&entry(wg));
     let _ = write!(
         s,
-        "    let lane = lid % {wg}u;\n    \
-         let g = group_index(wid, nwg) * {rows}u + lid / {wg}u;\n    \
-         let total = params.outer * params.chunks;\n    \
-         let o = min(g, total - 1u) / params.chunks;\n    \
-         let c = min(g, total - 1u) % params.chunks;\n{}    \
+        "    let g = group_index(wid, nwg);\n    \
+         if (g >= params.outer * params.chunks) {{\n        return;\n    }}\n    \
+         let o = g / params.chunks;\n    let c = g % params.chunks;\n{}    \
          folded[lid] = acc;\n    workgroupBarrier();\n    \
          for (var half = {half}u; half > 0u; half = half / 2u) {{\n        \
-         if (lane < half) {{\n            \
+         if (lid < half) {{\n            \
          folded[lid] = combine(folded[lid], folded[lid + half]);\n        }}\n        \
          workgroupBarrier();\n    }}\n    \
-         if (lane == 0u && g < total) {{\n        out[g] = finish(folded[lid]);\n    }}\n}}\n",
+         if (lid == 0u) {{\n        out[g] = finish(folded[0]);\n    }}\n}}\n",
         run(
-            &format!("first + {width}u * lane"),
+            &format!("first + {width}u * lid"),
             &format!("{}u", width * wg)
         ),
         half = wg / 2

@@ -338,6 +338,33 @@ fn causal_softmax_rows_of_every_path() {
 }
 
 #[test]
+fn normalize_rows_of_every_path() {
+    let Some(dev) = dev() else { return };
+    // rows of 5 (scalar, mostly idle lanes), 384 (vec4, 32-wide, 8 rows a workgroup; 13 rows
+    // leave spares), 1000 (vec4, 256-wide), 999 and unaligned starts (strided)
+    for (dims, offset) in [
+        (&[3usize, 5][..], 0),
+        (&[13, 384], 0),
+        (&[2, 3, 384], 4),
+        (&[3, 1000], 0),
+        (&[2, 999], 0),
+        (&[4, 384], 1),
+    ] {
+        let (x, view) = shifted(dims, offset, 700 + dims[dims.len() - 1] as u64);
+        // the gradient (normalize_backward) checked with it, against the CPU's
+        check(
+            &format!("normalize {dims:?} at offset {offset}"),
+            &dev,
+            from_ref(&x),
+            &view,
+            &|v| v[0].binary_scalar(BinaryOp::Mul, 3.0)?.normalize(1e-5),
+            true,
+            TOL,
+        );
+    }
+}
+
+#[test]
 fn softmax_rows_with_infinities_and_nan() {
     let Some(dev) = dev() else { return };
     let ninf = f64::NEG_INFINITY;
