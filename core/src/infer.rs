@@ -8,9 +8,17 @@ use alloc::vec::Vec;
 pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Vec<Meta>> {
     let (dtype, shape) = infer_unsized(op, inputs)?;
     shape.byte_len(dtype, op.name())?;
-    // Adam's new param and moments share the param's dtype and shape
-    let outputs = if matches!(op, Op::AdamStep(_)) { 3 } else { 1 };
-    Ok(alloc::vec![(dtype, shape); outputs])
+    if let Op::AdamStep(_) = op {
+        // the new param, and both moments stacked
+        let moments = Shape::new(
+            [2].into_iter()
+                .chain(shape.dims().iter().copied())
+                .collect(),
+        );
+        moments.byte_len(dtype, op.name())?;
+        return Ok(alloc::vec![(dtype, shape), (dtype, moments)]);
+    }
+    Ok(alloc::vec![(dtype, shape)])
 }
 
 /// [`infer`] without the check that the output fits in memory.
@@ -465,10 +473,18 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, inputs[0].1.clone()))
         }
         Op::AdamStep(_) => {
-            want(4)?;
+            if inputs.len() != 5 {
+                want(4)?;
+            }
             let dt = same_float(name, inputs)?;
             let s = &inputs[0].1;
-            if let Some((_, other)) = inputs.iter().find(|(_, o)| o != s) {
+            if let Some((_, scale)) = inputs.get(4).filter(|(_, sc)| sc.rank() != 0) {
+                return Err(Error::shape(
+                    name,
+                    format!("expects a rank-0 gradient scale, got shape {scale}"),
+                ));
+            }
+            if let Some((_, other)) = inputs[..4].iter().find(|(_, o)| o != s) {
                 return Err(Error::shape(
                     name,
                     format!("expects param, grad and moments of one shape, got {s} and {other}"),

@@ -119,7 +119,7 @@ impl Tensor {
     /// let (m, v) = (p.zeros_like()?, p.zeros_like()?);
     /// let adam = AdamParams { lr: 0.1, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0,
     ///     decoupled: false, step: 1 };
-    /// let out = Tensor::apply_many(Op::AdamStep(adam), &[&p, &g, &m, &v], Some(3))?;
+    /// let out = Tensor::apply_many(Op::AdamStep(adam), &[&p, &g, &m, &v], Some(2))?;
     /// // the first step moves each param by about lr, against its gradient's sign
     /// let new: Vec<f32> = out[0].to_vec()?;
     /// assert!((new[0] - 0.9).abs() < 1e-5 && (new[1] + 2.1).abs() < 1e-5);

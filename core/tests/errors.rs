@@ -714,7 +714,7 @@ fn invalid_arguments() {
     assert_err(x.to_scalar(), ErrorKind::Shape, "to_scalar", &["[2, 3]"]);
 }
 
-/// Adam's step has three outputs: `apply` says to use `apply_many`, a wrong expected count is
+/// Adam's step has two outputs: `apply` says to use `apply_many`, a wrong expected count is
 /// named, and recording it for autodiff is refused (it has no gradient rule).
 #[test]
 fn several_outputs_need_apply_many_and_no_recording() -> Result<()> {
@@ -733,21 +733,33 @@ fn several_outputs_need_apply_many_and_no_recording() -> Result<()> {
         Tensor::apply(adam.clone(), &ins),
         ErrorKind::InvalidArgument,
         "adam_step",
-        &["3 outputs, 1 expected", "apply_many"],
+        &["2 outputs, 1 expected", "apply_many"],
     );
     assert_err(
-        Tensor::apply_many(adam.clone(), &ins, Some(2)),
+        Tensor::apply_many(adam.clone(), &ins, Some(3)),
         ErrorKind::InvalidArgument,
         "adam_step",
-        &["3 outputs, 2 expected"],
+        &["2 outputs, 3 expected"],
     );
     let out = Tensor::apply_many(adam.clone(), &ins, None)?;
-    assert_eq!(out.len(), 3);
-    assert!(out.iter().all(|t| t.dims() == [3, 2]));
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        (out[0].dims(), out[1].dims()),
+        (&[3, 2][..], &[2, 3, 2][..])
+    );
+    // a gradient scale is rank 0
+    let bad = f32t(&[2]);
+    let with_bad: Vec<&Tensor> = ins.iter().copied().chain([&bad]).collect();
+    assert_err(
+        Tensor::apply_many(adam.clone(), &with_bad, None),
+        ErrorKind::Shape,
+        "adam_step",
+        &["rank-0 gradient scale", "[2]"],
+    );
     let tracked = xs[0].clone().require_grad();
     let ins = [&tracked, &xs[1], &xs[2], &xs[3]];
     assert_err(
-        Tensor::apply_many(adam, &ins, Some(3)),
+        Tensor::apply_many(adam, &ins, Some(2)),
         ErrorKind::Unsupported,
         "adam_step",
         &["several outputs", "no_grad"],

@@ -5,7 +5,8 @@ use kiln_core::autodiff::Gradients;
 use kiln_core::model::{load_checkpoint, save_checkpoint};
 use kiln_core::nn::{Module, Param};
 use kiln_core::optim::{
-    Adam, Constant, Cosine, Optimizer, Schedule, Sgd, StepDecay, Warmup, clip_grad_norm,
+    Adam, Constant, Cosine, Optimizer, Schedule, Sgd, StepDecay, Warmup, clip_coefficient,
+    clip_grad_norm,
 };
 use kiln_core::{Device, Tensor};
 use std::collections::BTreeMap;
@@ -235,6 +236,40 @@ fn clip_grad_norm_scales_to_max_norm() {
         assert!((x - y).abs() < 1e-12);
     }
     assert!(clip_grad_norm(&m, &mut g, 0.0).is_err());
+}
+
+/// Clipping's coefficient folded into Adam's step (`step_scaled`) updates exactly as clipping the
+/// gradients first, for AdamW and Adam, clipped or not; so does SGD's default `step_scaled`.
+#[test]
+fn step_scaled_matches_clipping_then_stepping() {
+    type Make = fn() -> Box<dyn Optimizer>;
+    let makes: [Make; 3] = [
+        || Box::new(Adam::adamw(0.05, 0.1)),
+        || Box::new(Adam::new(0.05).weight_decay(0.01)),
+        || Box::new(Sgd::new(0.1)),
+    ];
+    for make in makes {
+        for max in [0.5, 100.0] {
+            let (mut clipped, mut folded) = (model(), model());
+            let (mut a, mut b) = (make(), make());
+            for _ in 0..3 {
+                let mut g = grads(&clipped);
+                clip_grad_norm(&clipped, &mut g, max).unwrap();
+                a.step(&mut clipped, &g).unwrap();
+                let g = grads(&folded);
+                let (_, coef) = clip_coefficient(&folded, &g, max).unwrap();
+                b.step_scaled(&mut folded, &g, &coef).unwrap();
+            }
+            for (x, y) in [(&clipped.a, &folded.a), (&clipped.b, &folded.b)] {
+                let (x, y) = (vals(&x.tensor()), vals(&y.tensor()));
+                assert!(
+                    x.iter().zip(&y).all(|(p, q)| (p - q).abs() <= 1e-12),
+                    "{x:?} {y:?}"
+                );
+                assert_ne!(x, vals(&model().a.tensor()));
+            }
+        }
+    }
 }
 
 #[test]

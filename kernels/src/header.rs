@@ -186,11 +186,12 @@ headers! {
     RandomParams { numel: u32, seed_lo: u32, seed_hi: u32, a: u32, b: u32 }
 
     /// adam.wgsl: `numel` elements of param, grad and the moments, each contiguous from its
-    /// offset; then f32 bits of the constants (`step_size` is lr / (1 - b1^t), `inv_sqrt_bc2`
-    /// 1 / sqrt(1 - b2^t), `shrink` 1 - lr * weight_decay) and `decoupled` (0/1: AdamW). No tail.
+    /// offset, and the gradient's scale at `s_offset` (with SCALED); then f32 bits of the
+    /// constants (`step_size` is lr / (1 - b1^t), `inv_sqrt_bc2` 1 / sqrt(1 - b2^t), `shrink`
+    /// 1 - lr * weight_decay) and `decoupled` (0/1: AdamW). No tail.
     AdamStepParams {
         numel: u32,
-        w_offset: u32, g_offset: u32, m_offset: u32, v_offset: u32,
+        w_offset: u32, g_offset: u32, m_offset: u32, v_offset: u32, s_offset: u32,
         beta1: u32, beta2: u32, eps: u32, weight_decay: u32,
         step_size: u32, inv_sqrt_bc2: u32, shrink: u32, decoupled: u32,
     }

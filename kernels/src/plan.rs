@@ -468,16 +468,16 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                     format!("expects f32 tensors on the GPU, got {}", inputs[0].dtype),
                 ));
             }
-            // param, grad and the two moments, each contiguous from its offset
-            let mut offsets = [0; 4];
+            // param, grad, the two moments and the scale, each contiguous from its offset
+            let mut offsets = [0; 5];
             let mut bufs = Vec::with_capacity(7);
             for (i, input) in inputs.iter().enumerate() {
                 let (buf, offset) = p.contiguous(i, input, ty)?;
                 bufs.push(buf);
                 offsets[i] = offset;
             }
-            bufs.extend((0..3).map(Buffer::Output));
-            let [w_offset, g_offset, m_offset, v_offset] = offsets;
+            bufs.extend((0..2).map(Buffer::Output));
+            let [w_offset, g_offset, m_offset, v_offset, s_offset] = offsets;
             let (step_size, inv_sqrt_bc2) = a.corrections();
             let f = |c: f64| (c as f32).to_bits();
             let h = AdamStepParams {
@@ -486,6 +486,7 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                 g_offset,
                 m_offset,
                 v_offset,
+                s_offset,
                 beta1: f(a.beta1),
                 beta2: f(a.beta2),
                 eps: f(a.eps),
@@ -495,7 +496,8 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
                 shrink: f(1.0 - a.lr * a.weight_decay),
                 decoupled: u32::from(a.decoupled),
             };
-            let key = KernelKey::new("adam.wgsl", &[("WG", "256")]);
+            let scaled = if inputs.len() == 5 { "1" } else { "0" };
+            let key = KernelKey::new("adam.wgsl", &[("WG", "256"), ("SCALED", scaled)]);
             p.launch(key, h.to_words(), bufs, n)
         }
         Op::OneHot { classes, .. } => {
@@ -2169,6 +2171,8 @@ pub fn samples() -> Vec<(Op, Vec<ViewMeta>)> {
         step: 1,
     };
     add(Op::AdamStep(adam), &[vec![view(&[7], F32); 4]]);
+    let scaled = [vec![view(&[7], F32); 4], vec![view(&[], F32)]].concat();
+    add(Op::AdamStep(adam), &[scaled]);
     for seed in [1, 2] {
         let shape = Shape::from([3]);
         let (low, high) = (0.0, 1.0);

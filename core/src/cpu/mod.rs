@@ -164,8 +164,7 @@ fn arity(op: &Op) -> Option<usize> {
         | Op::Pool2dBackward(_)
         | Op::NormalizeBackward { .. } => 2,
         Op::Where | Op::ScatterAdd { .. } => 3,
-        Op::AdamStep(_) => 4,
-        Op::Concat { .. } | Op::Custom(_) => return None,
+        Op::Concat { .. } | Op::Custom(_) | Op::AdamStep(_) => return None,
         _ => 1,
     })
 }
@@ -318,7 +317,7 @@ fn run_one(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Resu
         Op::Normalize { eps } => reduce::normalize(&x[0], None, *eps),
         Op::NormalizeBackward { eps } => reduce::normalize(&x[0], Some(&x[1]), *eps),
         Op::Matmul => matmul::matmul(&x[0], &x[1]),
-        Op::AdamStep(_) => Err(Error::invalid("adam_step", "has three outputs")),
+        Op::AdamStep(_) => Err(Error::invalid("adam_step", "has two outputs")),
         // View ops normally never get here; executed, they are copies of the view.
         Op::Reshape { .. } | Op::Contiguous => movement::copy(&x[0], x[0].layout),
         Op::Permute { dims } => movement::copy(&x[0], &x[0].layout.permute(dims)?),

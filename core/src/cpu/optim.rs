@@ -7,8 +7,8 @@ use super::unsupported;
 use crate::{AdamParams, DType, Error, Result, View};
 use alloc::vec::Vec;
 
-/// [`crate::Op::AdamStep`] on float `[param, grad, exp_avg, exp_avg_sq]`: the new param,
-/// exp_avg and exp_avg_sq out.
+/// [`crate::Op::AdamStep`] on float `[param, grad, exp_avg, exp_avg_sq (, scale)]`: the new
+/// param, and exp_avg then exp_avg_sq in one `[2, ..]` buffer.
 pub(super) fn adam_step(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuStorage>> {
     match x[0].dtype {
         DType::F32 => adam::<f32>(x, p),
@@ -20,6 +20,11 @@ pub(super) fn adam_step(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuStorage
 fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuStorage>> {
     let read = |i: usize| Src::<T>::new("adam_step", &x[i]).map(Src::to_contiguous);
     let (w, g, m, v) = (read(0)?, read(1)?, read(2)?, read(3)?);
+    // the gradient's scale (clipping), read once
+    let scale = match x.get(4) {
+        Some(_) => read(4)?.first().copied(),
+        None => None,
+    };
     let n = w.len();
     let (step_size, inv_sqrt_bc2) = p.corrections();
     let c = |v: f64| T::from_f(v);
@@ -32,11 +37,12 @@ fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuSto
             "param, grad and moments must have one shape",
         ));
     }
-    let mut outs = [buffer::<T>(n), buffer::<T>(n), buffer::<T>(n)];
-    let [new_w, new_m, new_v] = outs.each_mut().map(|o| &mut o.spare_capacity_mut()[..n]);
+    let mut outs = [buffer::<T>(n), buffer::<T>(2 * n)];
+    let [new_w, new_mv] = outs.each_mut().map(|o| o.spare_capacity_mut());
+    let (new_m, new_v) = new_mv[..2 * n].split_at_mut(n);
     // Pieces of the three outputs side by side, updated on all cores.
     let size = par::piece(n, par::GRAIN);
-    let pieces: Vec<_> = (new_w.chunks_mut(size).zip(new_m.chunks_mut(size)))
+    let pieces: Vec<_> = (new_w[..n].chunks_mut(size).zip(new_m.chunks_mut(size)))
         .zip(new_v.chunks_mut(size))
         .enumerate()
         .collect();
@@ -44,7 +50,7 @@ fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuSto
         let at = i * size;
         let src = w[at..].iter().zip(&g[at..]).zip(&m[at..]).zip(&v[at..]);
         for (((nw, nm), nv), (((&wi, &gi), &mi), &vi)) in nw.iter_mut().zip(nm).zip(nv).zip(src) {
-            let (mut wi, mut gi) = (wi, gi);
+            let (mut wi, mut gi) = (wi, scale.map_or(gi, |s| gi * s));
             if p.decoupled {
                 wi = wi * shrink;
             } else {
@@ -60,11 +66,13 @@ fn adam<T: Float + CpuElem>(x: &[View<'_>], p: &AdamParams) -> Result<Vec<CpuSto
     });
     Ok(outs
         .into_iter()
-        .map(|mut out| {
-            // SAFETY: each capacity is at least n, and every piece of the three outputs was
-            // written in full: every input has n elements (checked above), so each zip runs to
-            // the end of its piece (a panic propagates before this line).
-            unsafe { out.set_len(n) };
+        .zip([n, 2 * n])
+        .map(|(mut out, len)| {
+            // SAFETY: the capacities are n and 2n, and every piece of the three runs (the param,
+            // then the two halves of the moments) was written in full: every input has n
+            // elements (checked above), so each zip runs to the end of its piece (a panic
+            // propagates before this line).
+            unsafe { out.set_len(len) };
             CpuStorage::new(out)
         })
         .collect())

@@ -624,7 +624,8 @@ fn adam_step_in_pieces_matches_loop() -> Result<()> {
     let tg = Tensor::from_vec(g.clone(), [c, r], &dev)?.t()?; // element (i, j) is g[j * r + i]
     let tm = Tensor::from_vec(m.clone(), [r, c], &dev)?;
     let tv = Tensor::from_vec(v.clone(), [r, c], &dev)?;
-    for decoupled in [false, true] {
+    // without a gradient scale, and with clipping's (0.37)
+    for (decoupled, scale) in [(false, None), (true, None), (false, Some(0.37f32))] {
         let p = crate::AdamParams {
             lr: 0.01,
             beta1: 0.9,
@@ -634,9 +635,18 @@ fn adam_step_in_pieces_matches_loop() -> Result<()> {
             decoupled,
             step: 3,
         };
-        let out = Tensor::apply_many(crate::Op::AdamStep(p), &[&tw, &tg, &tm, &tv], Some(3))?;
-        let got: Vec<Vec<f32>> = out.iter().map(|t| t.to_vec()).collect::<Result<_>>()?;
-        assert!(out.iter().all(|t| t.dims() == [r, c]));
+        let ts = scale
+            .map(|s| Tensor::scalar(f64::from(s), DType::F32, &dev))
+            .transpose()?;
+        let mut ins = vec![&tw, &tg, &tm, &tv];
+        ins.extend(&ts);
+        let out = Tensor::apply_many(crate::Op::AdamStep(p), &ins, Some(2))?;
+        assert_eq!(
+            (out[0].dims(), out[1].dims()),
+            (&[r, c][..], &[2, r, c][..])
+        );
+        let (new_w, mv) = (out[0].to_vec::<f32>()?, out[1].to_vec::<f32>()?);
+        let got = [&new_w[..], &mv[..n], &mv[n..]];
         let (ss, ib) = p.corrections();
         let (ss, ib, b1, b2) = (ss as f32, ib as f32, p.beta1 as f32, p.beta2 as f32);
         let (eps, wd, shrink) = (
@@ -645,7 +655,7 @@ fn adam_step_in_pieces_matches_loop() -> Result<()> {
             (1.0 - 0.01 * 0.1) as f32,
         );
         for i in 0..n {
-            let (mut wi, mut gi) = (w[i], g[(i % c) * r + i / c]);
+            let (mut wi, mut gi) = (w[i], g[(i % c) * r + i / c] * scale.unwrap_or(1.0));
             if decoupled {
                 wi *= shrink;
             } else {

@@ -378,9 +378,12 @@ pub enum Op {
     Pool2dBackward(Pool2d),
 
     // ---- optimisation
-    /// inputs: `[param, grad, exp_avg, exp_avg_sq]` (float, one shape); one fused Adam step
-    /// (a dozen elementwise ops in one pass); three outputs of that shape: the new param,
-    /// exp_avg and exp_avg_sq (run it with [`crate::Tensor::apply_many`])
+    /// inputs: `[param, grad, exp_avg, exp_avg_sq]` (float, one shape), then optionally a rank-0
+    /// `scale` multiplying the gradient first (gradient clipping's coefficient); one fused Adam
+    /// step (a dozen elementwise ops in one pass). Two outputs (run it with
+    /// [`crate::Tensor::apply_many`]): the new param, and the new moments as one `[2, ..shape]`
+    /// tensor, exp_avg then exp_avg_sq (one buffer, so that the step fits WebGPU's 8 storage
+    /// buffers with the scale)
     AdamStep(AdamParams),
 
     // ---- user-defined

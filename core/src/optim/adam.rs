@@ -6,6 +6,7 @@ use crate::nn::Module;
 use crate::{AdamParams, Error, Op, Result, Tensor};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
+use alloc::vec;
 use serde::{Deserialize, Serialize};
 
 /// Adam (`torch.optim.Adam`, L2 weight decay added to the gradient) or AdamW
@@ -78,8 +79,14 @@ impl Adam {
     }
 }
 
-impl Optimizer for Adam {
-    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+impl Adam {
+    /// One step, the gradients multiplied by `scale` inside the update where there is one.
+    fn update(
+        &mut self,
+        model: &mut dyn Module,
+        grads: &Gradients,
+        scale: Option<&Tensor>,
+    ) -> Result<()> {
         let decoupled = self.decoupled();
         let AdamConfig {
             lr,
@@ -106,15 +113,34 @@ impl Optimizer for Adam {
                 decoupled,
                 step,
             };
-            // one pass over the four tensors: the new param and both moments
-            let out = Tensor::apply_many(Op::AdamStep(params), &[p, g, &m, &v], Some(3))?;
-            let [p, m, v]: [Tensor; 3] = out.try_into().map_err(|_| {
+            let scale = scale.map(|s| s.cast(p.dtype())).transpose()?;
+            let mut ins = vec![p, g, &m, &v];
+            ins.extend(&scale);
+            // one pass over the inputs: the new param and both moments, stacked
+            let out = Tensor::apply_many(Op::AdamStep(params), &ins, Some(2))?;
+            let [p, moments]: [Tensor; 2] = out.try_into().map_err(|_| {
                 Error::invalid("Adam::step", "adam_step returned a wrong number of outputs")
             })?;
-            slots.set(name, "exp_avg", m);
-            slots.set(name, "exp_avg_sq", v);
+            let half = |i: usize| moments.narrow(0, i, 1)?.reshape(p.dims());
+            slots.set(name, "exp_avg", half(0)?);
+            slots.set(name, "exp_avg_sq", half(1)?);
             Ok(p)
         })
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()> {
+        self.update(model, grads, None)
+    }
+    /// The scale goes into the fused step: no pass over the gradients.
+    fn step_scaled(
+        &mut self,
+        model: &mut dyn Module,
+        grads: &Gradients,
+        scale: &Tensor,
+    ) -> Result<()> {
+        self.update(model, grads, Some(scale))
     }
     fn lr(&self) -> f64 {
         self.cfg.lr

@@ -45,6 +45,32 @@ pub trait Optimizer {
     /// One update of every trainable parameter of `model` that has a gradient in `grads`
     /// (parameters without one are left alone, as in PyTorch).
     fn step(&mut self, model: &mut dyn Module, grads: &Gradients) -> Result<()>;
+    /// [`Optimizer::step`] with every gradient first multiplied by `scale`, a rank-0 tensor on
+    /// the gradients' device (gradient clipping's coefficient from [`clip_coefficient`]). This
+    /// default scales the gradients, then steps; [`Adam`] folds the scale into its fused update.
+    ///
+    /// ```
+    /// use kiln_core::nn::{loss, Forward, Init, Linear};
+    /// use kiln_core::optim::{clip_coefficient, Adam, Optimizer};
+    /// use kiln_core::{Device, DType, Tensor};
+    /// let dev = Device::cpu();
+    /// let mut model = Linear::new(&mut Init::new(&dev, 0), 3, 1)?;
+    /// let x = Tensor::rand_normal([8, 3], 0.0, 1.0, 1, DType::F32, &dev)?;
+    /// let grads = loss::mse(&model.forward(&x)?, &x.sum(&[-1], true)?)?.backward()?;
+    /// let (_norm, coef) = clip_coefficient(&model, &grads, 1.0)?;
+    /// Adam::new(1e-2).step_scaled(&mut model, &grads, &coef)?;
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    fn step_scaled(
+        &mut self,
+        model: &mut dyn Module,
+        grads: &Gradients,
+        scale: &Tensor,
+    ) -> Result<()> {
+        let mut scaled = grads.clone();
+        no_grad(|| scale_grads(model, &mut scaled, scale))?;
+        self.step(model, &scaled)
+    }
     /// The current learning rate.
     fn lr(&self) -> f64;
     /// Sets the learning rate (what a [`Schedule`] drives).
@@ -129,6 +155,36 @@ pub(crate) fn for_each_param(
 /// `max_norm` (as `torch.nn.utils.clip_grad_norm_`, coefficient `max_norm / (norm + 1e-6)`).
 /// Returns the norm before clipping as a rank-0 f32 tensor; nothing is read back to the host.
 pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) -> Result<Tensor> {
+    let (norm, coef) = clip_coefficient(model, grads, max_norm)?;
+    no_grad(|| scale_grads(model, grads, &coef))?;
+    Ok(norm)
+}
+
+/// Multiplies the gradient of each trainable parameter of `model` by the rank-0 `scale`.
+fn scale_grads(model: &dyn Module, grads: &mut Gradients, scale: &Tensor) -> Result<()> {
+    let mut params = Vec::new();
+    model.visit(&mut |_, p| {
+        if p.is_trainable() {
+            params.push(p.tensor());
+        }
+    });
+    for p in &params {
+        if let Some(g) = grads.get(p) {
+            let scaled = g.mul(&scale.cast(g.dtype())?)?;
+            grads.insert(p, scaled);
+        }
+    }
+    Ok(())
+}
+
+/// The joint L2 norm of the gradients of `model`'s trainable parameters, and the coefficient
+/// [`clip_grad_norm`] would scale them by, `min(1, max_norm / (norm + 1e-6))`, both rank-0 f32
+/// tensors on the gradients' device, for [`Optimizer::step_scaled`].
+pub fn clip_coefficient(
+    model: &dyn Module,
+    grads: &Gradients,
+    max_norm: f64,
+) -> Result<(Tensor, Tensor)> {
     if max_norm.is_nan() || max_norm <= 0.0 {
         return Err(Error::invalid(
             "clip_grad_norm",
@@ -157,7 +213,8 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
             .map(|first| squares.try_fold(first, |t, sq| t.add(&sq)))
             .transpose()?
         else {
-            return Tensor::scalar(0.0, DType::F32, &crate::Device::cpu());
+            let zero = Tensor::scalar(0.0, DType::F32, &crate::Device::cpu())?;
+            return Ok((zero.clone(), zero.add_scalar(1.0)?));
         };
         let norm = total.sqrt()?;
         let coef = norm
@@ -165,13 +222,7 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
             .recip()?
             .mul_scalar(max_norm)?
             .clamp(0.0, 1.0)?;
-        for p in &params {
-            if let Some(g) = grads.get(p) {
-                let scaled = g.mul(&coef.cast(g.dtype())?)?;
-                grads.insert(p, scaled);
-            }
-        }
-        Ok(norm)
+        Ok((norm, coef))
     })
 }
 

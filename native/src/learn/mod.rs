@@ -44,7 +44,7 @@ pub mod report;
 use crate::checkpoint;
 use crate::core::autodiff::{Gradients, no_grad};
 use crate::core::nn::Module;
-use crate::core::optim::{Constant, Optimizer, Schedule, clip_grad_norm};
+use crate::core::optim::{Constant, Optimizer, Schedule, clip_coefficient};
 use crate::core::{DType, Error, Result, Tensor};
 use crate::data::loader::{DataLoader, Dataset};
 use crate::dist::{self, Collective};
@@ -610,10 +610,14 @@ impl<M: Module> Learner<M> {
                     if let Some(c) = &mut self.collective {
                         dist::average_gradients(&mut **c, &self.model, &mut g)?;
                     }
-                    if let Some(max) = self.config.clip_grad_norm {
-                        clip_grad_norm(&self.model, &mut g, max)?;
+                    match self.config.clip_grad_norm {
+                        // the clipping coefficient goes into the optimizer's update
+                        Some(max) => {
+                            let (_, coef) = clip_coefficient(&self.model, &g, max)?;
+                            self.optimizer.step_scaled(&mut self.model, &g, &coef)?;
+                        }
+                        None => self.optimizer.step(&mut self.model, &g)?,
                     }
-                    self.optimizer.step(&mut self.model, &g)?;
                     self.state.step += 1;
                     pending.steps += 1;
                 }

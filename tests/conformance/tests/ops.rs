@@ -826,13 +826,17 @@ fn large_dispatches_over_65535_workgroups() {
 fn fused_adam_step() {
     let Some(dev) = dev() else { return };
     // param, grad, exp_avg and exp_avg_sq (non-negative), odd sizes, and strided views
-    let inputs = [
+    let mut inputs = vec![
         data(&[37, 29], F, 900, -1.0, 1.0),
         data(&[37, 29], F, 901, -0.1, 0.1),
         data(&[37, 29], F, 902, -0.05, 0.05),
         data(&[37, 29], F, 903, 0.0, 0.01),
     ];
-    for (decoupled, step) in [(false, 1), (false, 7), (true, 3)] {
+    // the last case with a gradient scale (clipping's coefficient)
+    for (decoupled, step, scaled) in [(false, 1, false), (false, 7, false), (true, 3, true)] {
+        if scaled {
+            inputs.push(data(&[], F, 904, 0.2, 0.9));
+        }
         let params = AdamParams {
             lr: 1e-3,
             beta1: 0.9,
@@ -852,9 +856,10 @@ fn fused_adam_step() {
                 &inputs,
                 &prep,
                 &|v| {
-                    let ins = [&v[0], &v[1], &v[2], &v[3]];
-                    // the three outputs, compared together
-                    Tensor::stack(&Tensor::apply_many(Op::AdamStep(params), &ins, Some(3))?, 0)
+                    let ins: Vec<&Tensor> = v.iter().collect();
+                    // the new param and the stacked moments, compared together
+                    let out = Tensor::apply_many(Op::AdamStep(params), &ins, Some(2))?;
+                    Tensor::concat(&[out[0].unsqueeze(0)?, out[1].clone()], 0)
                 },
                 false,
                 TOL,
