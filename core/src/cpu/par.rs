@@ -134,7 +134,7 @@ mod pool {
     /// within microseconds, and waking a parked Web Worker cost 10-25 us per region (the MNIST
     /// CNN at batch 1: conv2's products 124 -> 107 us, fc1 75 -> 54 us with lingering). After
     /// longer regions (batch 64's, milliseconds) a wake is cheap in proportion, and spinning
-    /// there took time from the working threads (kiln-cpu-2t 3-8% slower at batch 64).
+    /// after every region looked 3-8% slower at batch 64 under load (noisy runs).
     const SHORT_MS: f64 = 0.25;
     /// How long a [`linger`] lasts at most (ms): longer than the gaps between a forward's
     /// regions and between back-to-back batch-1 forwards, short enough that an idle page leaves
