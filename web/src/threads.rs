@@ -75,5 +75,6 @@ pub fn build_thread_pool(threads: usize) -> Result<usize, JsError> {
         })
         .build_global()
         .map_err(|e| JsError::new(&e.to_string()))?;
+    kiln_core::cpu::set_clock(crate::js::now_ms);
     Ok(rayon::current_num_threads())
 }

@@ -32,7 +32,7 @@ mod strided;
 mod tests;
 mod winograd;
 
-pub use par::threads;
+pub use par::{set_clock, threads};
 pub use storage::CpuStorage;
 
 use crate::backend::{Backend, ReadFuture, View};
