@@ -272,14 +272,12 @@ impl MultiHeadAttention {
     pub fn forward_cached(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let (q, k, v) = self.split_heads(x)?;
         let (k, v) = cache.append(&k, &v)?;
-        self.join_heads(&attention(
-            &q,
-            &k,
-            &v,
-            true,
-            Some(&self.attn_dropout),
-            true,
-        )?)
+        self.attend(&q, &k, &v)
+    }
+    /// Causal attention of [`MultiHeadAttention::split_heads`]'s queries over `k` and `v`, with
+    /// dropout on the probabilities, joined and projected.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        self.join_heads(&attention(q, k, v, true, Some(&self.attn_dropout), true)?)
     }
     /// `[B, T, C]` to queries, keys and values, each `[B, H, T, C / H]`, the queries already
     /// scaled by `1 / sqrt(C / H)`.
@@ -332,14 +330,7 @@ impl Forward for MultiHeadAttention {
     /// Causal self-attention of `x` `[B, T, C]` on itself.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (q, k, v) = self.split_heads(x)?;
-        self.join_heads(&attention(
-            &q,
-            &k,
-            &v,
-            true,
-            Some(&self.attn_dropout),
-            true,
-        )?)
+        self.attend(&q, &k, &v)
     }
 }
 
