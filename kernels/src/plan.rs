@@ -293,12 +293,8 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             ty,
         ),
         Op::LogSoftmax { axis } => p.rows(RowOp::new("log_softmax"), inputs, *axis, ty),
+        // the ops' names are rows.wgsl's OPs
         Op::Normalize { eps } | Op::NormalizeBackward { eps } => {
-            let name = if matches!(op, Op::Normalize { .. }) {
-                "normalize"
-            } else {
-                "normalize_backward"
-            };
             let last = out_shape.rank() - 1;
             if ty != "f32" {
                 return Err(Error::unsupported(

@@ -30,7 +30,8 @@ pub fn scaled_dot_product_attention(
     v: &Tensor,
     causal: bool,
 ) -> Result<Tensor> {
-    attention(q, k, v, causal, None, false)
+    let d = q.dims().last().copied().unwrap_or(1);
+    attention(&q.mul_scalar(query_scale(d))?, k, v, causal, None)
 }
 
 /// `1 / sqrt(D)`, what attention scales the queries of `D` features by.
@@ -38,15 +39,15 @@ fn query_scale(d: usize) -> f64 {
     1.0 / libm::sqrt(d.max(1) as f64)
 }
 
-/// [`scaled_dot_product_attention`], with `dropout` on the attention probabilities;
-/// `prescaled` when `q` is already multiplied by [`query_scale`].
+/// [`scaled_dot_product_attention`] of queries already multiplied by [`query_scale`] (scaling
+/// q rather than the scores: Tq x D multiplications instead of Tq x Tk), with `dropout` on the
+/// attention probabilities.
 fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     causal: bool,
     dropout: Option<&Dropout>,
-    prescaled: bool,
 ) -> Result<Tensor> {
     let bad = |why: &str| {
         Err(Error::shape(
@@ -65,12 +66,6 @@ fn attention(
     if causal && tq > tk {
         return bad("causal attention needs no more queries than keys");
     }
-    // Scaling q rather than the scores: Tq x D multiplications instead of Tq x Tk.
-    let q = if prescaled {
-        q.clone()
-    } else {
-        q.mul_scalar(query_scale(d))?
-    };
     let scores = q.matmul(&k.transpose(-1, -2)?)?;
     // A single query at the end sees every key: no mask (the decoding step).
     let probs = if causal && tq > 1 {
@@ -277,7 +272,7 @@ impl MultiHeadAttention {
     /// Causal attention of [`MultiHeadAttention::split_heads`]'s queries over `k` and `v`, with
     /// dropout on the probabilities, joined and projected.
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-        self.join_heads(&attention(q, k, v, true, Some(&self.attn_dropout), true)?)
+        self.join_heads(&attention(q, k, v, true, Some(&self.attn_dropout))?)
     }
     /// `[B, T, C]` to queries, keys and values, each `[B, H, T, C / H]`, the queries already
     /// scaled by `1 / sqrt(C / H)`.

@@ -162,19 +162,25 @@ pub fn clip_grad_norm(model: &dyn Module, grads: &mut Gradients, max_norm: f64) 
 
 /// Multiplies the gradient of each trainable parameter of `model` by the rank-0 `scale`.
 fn scale_grads(model: &dyn Module, grads: &mut Gradients, scale: &Tensor) -> Result<()> {
-    let mut params = Vec::new();
-    model.visit(&mut |_, p| {
-        if p.is_trainable() {
-            params.push(p.tensor());
-        }
-    });
-    for p in &params {
+    for p in &graded_params(model, grads) {
         if let Some(g) = grads.get(p) {
             let scaled = g.mul(&scale.cast(g.dtype())?)?;
             grads.insert(p, scaled);
         }
     }
     Ok(())
+}
+
+/// The trainable parameters of `model` that have a gradient in `grads`, in visiting order.
+fn graded_params(model: &dyn Module, grads: &Gradients) -> Vec<Tensor> {
+    let mut params = Vec::new();
+    model.visit(&mut |_, p| {
+        let t = p.tensor();
+        if p.is_trainable() && grads.contains(&t) {
+            params.push(t);
+        }
+    });
+    params
 }
 
 /// The joint L2 norm of the gradients of `model`'s trainable parameters, and the coefficient
@@ -191,13 +197,7 @@ pub fn clip_coefficient(
             format!("max_norm must be positive, got {max_norm}"),
         ));
     }
-    let mut params = Vec::new();
-    model.visit(&mut |_, p| {
-        let t = p.tensor();
-        if p.is_trainable() && grads.contains(&t) {
-            params.push(t);
-        }
-    });
+    let params = graded_params(model, grads);
     no_grad(|| {
         let mut squares = Vec::with_capacity(params.len());
         for p in &params {
@@ -213,8 +213,9 @@ pub fn clip_coefficient(
             .map(|first| squares.try_fold(first, |t, sq| t.add(&sq)))
             .transpose()?
         else {
-            let zero = Tensor::scalar(0.0, DType::F32, &crate::Device::cpu())?;
-            return Ok((zero.clone(), zero.add_scalar(1.0)?));
+            let cpu = crate::Device::cpu();
+            let norm = Tensor::scalar(0.0, DType::F32, &cpu)?;
+            return Ok((norm, Tensor::scalar(1.0, DType::F32, &cpu)?));
         };
         let norm = total.sqrt()?;
         let coef = norm
