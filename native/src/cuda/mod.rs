@@ -1,8 +1,10 @@
 //! The CUDA backend: the wgpu backend's plans ([`kiln_kernels::plan`]) with their WGSL kernels
-//! translated to CUDA C ([`kiln_kernels::cuda`]) and compiled by NVRTC, and f32 matmul on cuBLAS.
+//! translated to CUDA C ([`kiln_kernels::cuda`]) and compiled by NVRTC, f32 matmul on cuBLAS,
+//! and large f32 convolutions on cuDNN where it is installed.
 //!
 //! - Libraries are loaded at run time (cudarc's dynamic loading): a build needs no CUDA, and a
 //!   machine without the driver, NVRTC or cuBLAS gets an error naming the missing library.
+//!   cuDNN is optional: without it, convolutions run the translated WGSL implicit GEMM.
 //! - One stream per device; every allocation, copy, launch and free is ordered on it.
 //!   Memory comes from the device's stream-ordered pool (`cuMemAllocAsync`) with its release
 //!   threshold raised so freed blocks stay cached for reuse instead of returning to the driver.
@@ -20,6 +22,7 @@
 //! ```
 
 mod blas;
+mod dnn;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 
@@ -51,11 +54,17 @@ pub enum MatmulPrecision {
 /// How the CUDA backend computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaOptions {
-    /// The arithmetic of f32 matmul on cuBLAS; [`MatmulPrecision::Strict`] by default.
+    /// The arithmetic of f32 matmul on cuBLAS (and of convolutions on cuDNN);
+    /// [`MatmulPrecision::Strict`] by default.
     pub matmul: MatmulPrecision,
     /// Run f32 matmul on cuBLAS (the default). `false` runs every matmul through the translated
     /// WGSL GEMM, the kernel the other backends run (for comparisons).
     pub cublas: bool,
+    /// Run large f32 convolutions (forward and input gradient, at least 2^31 flops) on cuDNN 9
+    /// where it can be loaded (the default). `false`, or no cuDNN, runs them through the
+    /// translated WGSL implicit GEMM, as every smaller one. Under [`MatmulPrecision::Strict`]
+    /// cuDNN computes in fp32 FMA arithmetic; any other precision lets it use TF32.
+    pub cudnn: bool,
 }
 
 impl Default for CudaOptions {
@@ -63,6 +72,7 @@ impl Default for CudaOptions {
         CudaOptions {
             matmul: MatmulPrecision::Strict,
             cublas: true,
+            cudnn: true,
         }
     }
 }
@@ -112,6 +122,7 @@ struct Inner {
     arch: String,
     kernels: KernelCache<Compiled>,
     blas: Mutex<Option<blas::Blas>>,
+    dnn: Mutex<dnn::DnnState>,
     /// `None` when pinned memory could not be had; uploads then copy from pageable memory.
     staging: Mutex<Option<Staging>>,
     allocated: AtomicU64,
@@ -222,6 +233,13 @@ impl Drop for Inner {
             if let Ok(Some(b)) = self.blas.get_mut().map(Option::take) {
                 let _ = cudarc::cublas::result::destroy_handle(b.handle);
             }
+            if let Ok(dnn::DnnState::Ready(d)) = self
+                .dnn
+                .get_mut()
+                .map(|s| std::mem::replace(s, dnn::DnnState::Missing))
+            {
+                d.close();
+            }
             self.kernels.drain(|k| {
                 let _ = cu::module::unload(k.module);
             });
@@ -322,6 +340,7 @@ impl CudaBackend {
                 arch: format!("compute_{major}{minor}"),
                 kernels: KernelCache::new("cuda"),
                 blas: Mutex::new(None),
+                dnn: Mutex::new(dnn::DnnState::Unknown),
                 staging: Mutex::new(Staging::new().ok()),
                 allocated: AtomicU64::new(0),
                 options,
@@ -534,7 +553,8 @@ impl Runtime for CudaRuntime {
             .map_err(driver_err("waiting for the GPU"))
     }
 
-    /// f32 matmul on cuBLAS when [`CudaOptions::cublas`] is on and the views map to it.
+    /// f32 matmul on cuBLAS and large f32 convolutions on cuDNN, when their options are on and
+    /// the views map to them.
     fn execute_without_plan(
         &self,
         op: &Op,
@@ -542,12 +562,17 @@ impl Runtime for CudaRuntime {
         buffers: &[&CudaBuffer],
         outputs: &[Meta],
     ) -> Result<Option<CudaBuffer>> {
-        if let (Op::Matmul, [(DType::F32, out_shape)]) = (op, outputs)
-            && self.inner.options.cublas
-        {
-            blas::matmul(self, inputs, buffers, out_shape)
-        } else {
-            Ok(None)
+        let options = &self.inner.options;
+        match (op, outputs) {
+            (Op::Matmul, [(DType::F32, out_shape)]) if options.cublas => {
+                blas::matmul(self, inputs, buffers, out_shape)
+            }
+            (Op::Conv2d(_) | Op::ConvTranspose2d { .. }, [(DType::F32, out_shape)])
+                if options.cudnn =>
+            {
+                dnn::conv(self, op, inputs, buffers, out_shape)
+            }
+            _ => Ok(None),
         }
     }
 }

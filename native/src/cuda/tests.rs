@@ -252,9 +252,100 @@ fn matmul_options_match_the_cpu() -> Result<()> {
         (super::MatmulPrecision::Bf16, true, 1e-1),
     ];
     for (matmul, cublas, tol) in cases {
-        let dev = super::device_with(0, super::CudaOptions { matmul, cublas })?;
+        let dev = super::device_with(
+            0,
+            super::CudaOptions {
+                matmul,
+                cublas,
+                cudnn: true,
+            },
+        )?;
         let got = on(&a, &dev)?.matmul(&on(&b, &dev)?)?;
         assert_close(&format!("{matmul:?}, cublas {cublas}"), &got, &want, tol)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn convolutions_on_cudnn_match_the_cpu() -> Result<()> {
+    let Some(_) = gpu() else { return Ok(()) };
+    let cpu = Device::cpu();
+    let calls = super::dnn::CALLS.load(Ordering::Relaxed);
+    let mut expected = 0;
+    // (x, out channels, kernel, stride, padding, dilation, groups): all but the last are large
+    // enough for cuDNN (at least 2^31 flops); the last stays on gemm.wgsl
+    type Case = (
+        [usize; 4],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        usize,
+    );
+    let cases: [Case; 7] = [
+        ([17, 32, 61, 59], 64, [3, 3], [1, 1], [1, 1], [1, 1], 1),
+        ([33, 64, 67, 41], 72, [3, 2], [2, 1], [1, 0], [1, 1], 1),
+        ([40, 64, 45, 47], 96, [3, 3], [1, 2], [2, 1], [2, 2], 2),
+        ([72, 192, 31, 33], 240, [1, 1], [1, 1], [0, 0], [1, 1], 3),
+        ([256, 32, 26, 26], 64, [3, 3], [1, 1], [0, 0], [1, 1], 1),
+        ([30, 64, 50, 61], 48, [5, 5], [3, 2], [2, 2], [1, 1], 1),
+        ([2, 3, 17, 9], 5, [3, 2], [2, 1], [1, 0], [1, 1], 1),
+    ];
+    for (i, (xs, o, k, stride, padding, dilation, groups)) in cases.into_iter().enumerate() {
+        let p = Conv2dParams {
+            stride,
+            padding,
+            dilation,
+            groups,
+        };
+        let x = random(&xs, 20 + i as u64, &cpu)?;
+        let w = random(&[o, xs[1] / groups, k[0], k[1]], 40 + i as u64, &cpu)?;
+        let y = x.conv2d(&w, None, p)?;
+        let dy = random(y.dims(), 60 + i as u64, &cpu)?;
+        // the input gradient, with the output padding that gives back x's size
+        let pad_back =
+            |a: usize, d: usize| (a + 2 * padding[d] - dilation[d] * (k[d] - 1) - 1) % stride[d];
+        let output_padding = [pad_back(xs[2], 0), pad_back(xs[3], 1)];
+        let grads = |dev: &Device| -> Result<[Tensor; 2]> {
+            let (x, w, dy) = (on(&x, dev)?, on(&w, dev)?, on(&dy, dev)?);
+            Ok([
+                x.conv2d(&w, None, p)?,
+                dy.conv_transpose2d(&w, None, p, output_padding)?,
+            ])
+        };
+        let want = grads(&cpu)?;
+        assert_eq!(want[1].dims(), x.dims());
+        let flops = 2 * y.shape().numel() * w.shape().numel() / o;
+        for cudnn in [true, false] {
+            let options = super::CudaOptions {
+                cudnn,
+                ..super::CudaOptions::default()
+            };
+            let got = grads(&super::device_with(0, options)?)?;
+            for (name, (g, c)) in ["forward", "input gradient"]
+                .iter()
+                .zip(got.iter().zip(&want))
+            {
+                // sums of up to 1600 products: rounding grows with the terms' size (their root
+                // mean square), not the result's, which may cancel to near 0
+                let c = c.to_vec::<f32>()?;
+                let rms = (c.iter().map(|v| v * v).sum::<f32>() / c.len() as f32).sqrt();
+                for (j, (a, b)) in g.to_vec::<f32>()?.iter().zip(&c).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 2e-5 * (rms + b.abs()),
+                        "case {i} {name}, cudnn {cudnn}, [{j}]: cuda {a}, cpu {b} (rms {rms})"
+                    );
+                }
+            }
+            expected += if cudnn && flops >= 1 << 31 { 2 } else { 0 };
+        }
+    }
+    let ran = super::dnn::CALLS.load(Ordering::Relaxed) - calls;
+    if ran == 0 {
+        eprintln!("notice: cuDNN 9 was not found; the convolutions ran the translated WGSL GEMM");
+    } else {
+        assert_eq!(ran, expected, "convolutions cuDNN ran");
     }
     Ok(())
 }
