@@ -211,66 +211,50 @@ impl Dnn {
         if described.is_err() {
             return Ok(p);
         }
-        let mut found: c_int = 0;
+        // The heuristics' ranking for one pass, with what they say of each algorithm.
+        macro_rules! ranked {
+            ($get:path, $perf:ty, $count:literal, $algo:path, $($desc:expr),+) => {{
+                let mut r = [std::mem::zeroed::<$perf>(); $count];
+                let mut found: c_int = 0;
+                let ok = $get(self.handle, $($desc),+, $count, &mut found, r.as_mut_ptr());
+                let n = if ok.is_ok() { found.clamp(0, $count) as usize } else { 0 };
+                r[..n]
+                    .iter()
+                    .map(|r| {
+                        let fit = Fit {
+                            status: r.status,
+                            determinism: r.determinism,
+                            math: r.mathType,
+                            memory: r.memory,
+                        };
+                        ($algo(r.algo), fit)
+                    })
+                    .collect::<Vec<_>>()
+            }};
+        }
         // SAFETY: the descriptors were set above; each array holds the count asked for.
-        let candidates: Vec<(Algo, Fit)> = unsafe {
+        let candidates = unsafe {
             match g.pass {
-                Pass::Forward => {
-                    let mut r = [std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>(); 8];
-                    let ok = dnn::get_convolution_forward_algorithm(
-                        self.handle,
-                        p.x,
-                        p.w,
-                        p.conv,
-                        p.y,
-                        8,
-                        &mut found,
-                        r.as_mut_ptr(),
-                    );
-                    let n = if ok.is_ok() {
-                        found.clamp(0, 8) as usize
-                    } else {
-                        0
-                    };
-                    let fit = |r: &sys::cudnnConvolutionFwdAlgoPerf_t| Fit {
-                        status: r.status,
-                        determinism: r.determinism,
-                        math: r.mathType,
-                        memory: r.memory,
-                    };
-                    r[..n]
-                        .iter()
-                        .map(|r| (Algo::Forward(r.algo), fit(r)))
-                        .collect()
-                }
-                Pass::InputGrad => {
-                    let mut r = [std::mem::zeroed::<sys::cudnnConvolutionBwdDataAlgoPerf_t>(); 6];
-                    let ok = dnn::get_convolution_backward_data_algorithm(
-                        self.handle,
-                        p.w,
-                        p.y,
-                        p.conv,
-                        p.x,
-                        6,
-                        &mut found,
-                        r.as_mut_ptr(),
-                    );
-                    let n = if ok.is_ok() {
-                        found.clamp(0, 6) as usize
-                    } else {
-                        0
-                    };
-                    let fit = |r: &sys::cudnnConvolutionBwdDataAlgoPerf_t| Fit {
-                        status: r.status,
-                        determinism: r.determinism,
-                        math: r.mathType,
-                        memory: r.memory,
-                    };
-                    r[..n]
-                        .iter()
-                        .map(|r| (Algo::InputGrad(r.algo), fit(r)))
-                        .collect()
-                }
+                Pass::Forward => ranked!(
+                    dnn::get_convolution_forward_algorithm,
+                    sys::cudnnConvolutionFwdAlgoPerf_t,
+                    8,
+                    Algo::Forward,
+                    p.x,
+                    p.w,
+                    p.conv,
+                    p.y
+                ),
+                Pass::InputGrad => ranked!(
+                    dnn::get_convolution_backward_data_algorithm,
+                    sys::cudnnConvolutionBwdDataAlgoPerf_t,
+                    6,
+                    Algo::InputGrad,
+                    p.w,
+                    p.y,
+                    p.conv,
+                    p.x
+                ),
             }
         };
         if let Some((algo, fit)) = candidates
