@@ -848,6 +848,19 @@ fn reduction_chunks(op: ReduceOp, n_out: u32, rd: &[usize], same_type: bool) -> 
     chunks(op, same_type, rd, REDUCE_WORKGROUPS / n_out.max(1), 1024)
 }
 
+/// Whether reducing parts and then the parts' results gives the op's result (the mean of
+/// equal parts' means is the mean).
+fn combines(op: ReduceOp) -> bool {
+    matches!(
+        op,
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
+    )
+}
+
+/// The shortest innermost run that `reduce` reduces first, as rows: shorter runs would leave
+/// partials nearly as large as the input.
+const SPLIT_MIN_RUN: usize = 32;
+
 /// The largest number of chunks, 2 to `want`, that the reduced dims `rd` cut into with at
 /// least `min_len` elements each: only for ops whose chunks combine with the op itself (the
 /// mean of equal chunks' means is the mean), and only a divisor of the outermost reduced dim,
@@ -859,11 +872,7 @@ fn chunks(
     want: usize,
     min_len: usize,
 ) -> Option<usize> {
-    let combines = matches!(
-        op,
-        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
-    );
-    if !combines || !same_type {
+    if !combines(op) || !same_type {
         return None;
     }
     let (outer, len) = (*rd.first()?, rd.iter().product::<usize>());
@@ -1292,6 +1301,19 @@ impl Planner {
                 return Ok(());
             }
         }
+        // Several reduced axes, the innermost contiguous (a convolution's bias gradient: [N, C,
+        // H*W] over N and H*W): the strided walk costs integer divisions per element, so the
+        // contiguous runs are reduced first, as rows, and then their partials.
+        let run = rd.last().copied().unwrap_or(0);
+        if rd.len() >= 2
+            && rs[0].last() == Some(&1)
+            && run >= SPLIT_MIN_RUN
+            && combines(op)
+            && ty == to
+        {
+            let (keep, red) = ((&kd[..], &ks[0][..]), (&rd[..], &rs[0][..]));
+            return self.reduce_runs_first(op, keep, red, x, bufs, ty);
+        }
         let chunked = column
             .then(|| column_chunks(op, n_out, &rd, ty == to))
             .flatten()
@@ -1475,6 +1497,36 @@ impl Planner {
         };
         let partials = Layout::contiguous(Shape::from(partials));
         self.reduce(op, &[axis], &partials, [partial, bufs[1]], ty, ty)
+    }
+
+    /// Reduces the innermost (contiguous) reduced axis of `x` into scratch as rows, then the
+    /// other reduced axes of those partials (see `reduce`).
+    fn reduce_runs_first(
+        &mut self,
+        op: ReduceOp,
+        (kd, ks): (&[usize], &[usize]),
+        (rd, rs): (&[usize], &[usize]),
+        x: &Layout,
+        bufs: [Buffer; 2],
+        ty: &'static str,
+    ) -> Result<()> {
+        let outer = &rd[..rd.len() - 1];
+        let dims: Vec<usize> = kd.iter().chain(rd).copied().collect();
+        let strides: Vec<isize> = ks.iter().chain(rs).map(|&s| s as isize).collect();
+        let runs = Layout::from_parts(Shape::new(dims), strides, x.offset());
+        let partial_dims: Vec<usize> = kd.iter().chain(outer).copied().collect();
+        let partial = self.scratch(partial_dims.iter().product());
+        self.reduce(
+            op,
+            &[kd.len() + outer.len()],
+            &runs,
+            [bufs[0], partial],
+            ty,
+            ty,
+        )?;
+        let partials = Layout::contiguous(Shape::new(partial_dims));
+        let axes: Vec<usize> = (kd.len()..kd.len() + outer.len()).collect();
+        self.reduce(op, &axes, &partials, [partial, bufs[1]], ty, ty)
     }
 
     fn rows(
@@ -2720,8 +2772,8 @@ mod tests {
 
     #[test]
     fn few_long_reductions_run_in_chunks() {
-        // a conv bias gradient: 64 outputs of 147456 elements, as 64 x 8 chunks
-        let p = sum_plan(&[256, 64, 24, 24], vec![0, 2, 3]);
+        // 64 outputs of 147456 elements, as 64 x 8 chunks
+        let p = sum_plan(&[64, 147456], vec![1]);
         assert_eq!(p.dispatches.len(), 2);
         assert_eq!(
             (p.dispatches[0].params[0], p.dispatches[0].params[3]),
@@ -2738,5 +2790,27 @@ mod tests {
         for (dims, axes) in [(&[4096, 4096][..], vec![1]), (&[64, 100][..], vec![0])] {
             assert_eq!(sum_plan(dims, axes).dispatches.len(), 1, "{dims:?}");
         }
+    }
+
+    #[test]
+    fn contiguous_runs_are_reduced_first() {
+        // a conv bias gradient: the 256 x 64 runs of 576 as rows, then 64 rows of 256 partials
+        let p = sum_plan(&[256, 64, 24, 24], vec![0, 2, 3]);
+        assert_eq!(p.dispatches.len(), 2);
+        let (first, second) = (&p.dispatches[0].params, &p.dispatches[1].params);
+        assert_eq!((first[0], first[3]), (64 * 256, 576));
+        assert_eq!((second[0], second[3]), (64, 256));
+        assert_eq!(
+            p.dispatches[0].buffers,
+            vec![Buffer::Input(0), Buffer::Scratch(0)]
+        );
+        assert_eq!(
+            p.dispatches[1].buffers,
+            vec![Buffer::Scratch(0), Buffer::Output(0)]
+        );
+        // runs shorter than SPLIT_MIN_RUN keep the strided walk
+        let p = sum_plan(&[256, 64, 4, 4], vec![0, 2, 3]);
+        assert_eq!(p.dispatches.len(), 1);
+        assert_eq!(p.dispatches[0].params[3], 256 * 16);
     }
 }
