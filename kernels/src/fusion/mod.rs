@@ -34,7 +34,7 @@ mod expr;
 
 pub use expr::{MAX_LEAVES, MAX_NODES};
 
-use crate::plan::even_chunks;
+use crate::plan::{MANY_ROWS, SHORT_ROW, even_chunks};
 use codegen::{FusedOp, Reduction, word_value};
 use expr::{Expr, Leaf, Node};
 use kiln_core::op::custom::{CustomCall, KILN_PREFIX};
@@ -352,16 +352,11 @@ impl Fusion {
         // 4 adjacent elements per load where an input is read whole
         let vec4 = expr.kinds(shape).contains(&expr::ReadKind::Whole) && len % 4 == 0;
         let loads = if vec4 { len / 4 } else { len };
-        let (row_wg, chunks) = if loads <= FUSED_ROW_PER_THREAD && outer >= FUSED_ROW_GROUPS {
+        let (row_wg, chunks) = if loads <= FUSED_ROW_PER_THREAD && outer >= MANY_ROWS {
             (1, 1)
         } else {
-            let wg = if len <= FUSED_SHORT_ROW { 32 } else { 256 };
-            (
-                wg,
-                FUSED_ROW_GROUPS
-                    .div_ceil(outer)
-                    .min(len / (16 * wg as usize)),
-            )
+            let wg = if len <= SHORT_ROW { 32 } else { 256 };
+            (wg, MANY_ROWS.div_ceil(outer).min(len / (16 * wg as usize)))
         };
         // chunks start at multiples of 4 for the vec4 loads
         let (chunk, chunks) = even_chunks(len, chunks, if vec4 { 4 } else { 1 });
@@ -416,12 +411,6 @@ fn one(mut v: Vec<Storage>) -> Result<Storage> {
         .ok_or_else(|| Error::invalid("fusion", "the inner device returned no output"))
 }
 
-/// A fused row reduction of at most this many elements per row runs 32-wide workgroups (as
-/// the planner's `row_workgroup`), longer ones 256-wide.
-const FUSED_SHORT_ROW: usize = 2048;
-/// Row reductions with fewer rows than this are cut into chunks of at least 16 loads per
-/// invocation, for enough workgroups to fill a GPU.
-const FUSED_ROW_GROUPS: usize = 1024;
 /// Rows of at most this many loads (vec4s or elements), when there are enough of them, fold
 /// an invocation each. Longer ones take a 32-wide workgroup: on an H100 the softmax gradient's
 /// row sums over [98304, 256] took ~68 µs that way against 109 µs an invocation per row.
