@@ -108,7 +108,7 @@ impl Tensor {
 
     /// Runs an op with several outputs ([`Op::AdamStep`]) and returns them in order. Such ops
     /// are not recorded: running one where autodiff or tracing would record it is an error (run
-    /// it under [`crate::no_grad`]). `expect` is the number of outputs the caller handles, if
+    /// it under [`crate::autodiff::no_grad`]). `expect` is the number of outputs the caller handles, if
     /// it knows; another count is an error naming both.
     ///
     /// ```

@@ -343,7 +343,7 @@ pub enum Op {
     // ---- data movement
     /// inputs: `[x0, x1, ...]` of one dtype, equal but for `axis`
     Concat { axis: usize },
-    /// inputs: `[x, index (i32/u32)]`; `torch.gather`: out[i][j] = x[i][index[i][j]] along `axis`
+    /// inputs: `[x, index (i32/u32)]`; `torch.gather`: `out[i][j] = x[i][index[i][j]]` along `axis`
     Gather { axis: usize },
     /// inputs: `[x, index (i32/u32, rank 1)]`; rows of `x` along `axis`
     IndexSelect { axis: usize },

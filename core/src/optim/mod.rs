@@ -3,7 +3,7 @@
 //!
 //! Gradients are values ([`Gradients`] from [`Tensor::backward`]), so there is nothing to zero:
 //! each step takes the gradients of one backward pass and replaces the parameters it updates,
-//! matching them by name, under [`no_grad`](crate::autodiff::no_grad).
+//! matching them by name, under [`crate::autodiff::no_grad`].
 //!
 //! ```
 //! use kiln_core::nn::{loss, Forward, Init, Linear};

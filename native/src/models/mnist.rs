@@ -17,8 +17,8 @@ use crate::core::{Result, Tensor};
 /// Name of this architecture for `kiln eval --arch`.
 pub const ARCH: &str = "mnist-cnn";
 
-/// conv(1->32,3) relu conv(32->64,3) relu maxpool2 [dropout] flatten fc(9216->128) relu [dropout]
-/// fc(128->10). Input `[N, 1, 28, 28]` normalised pixels; output `[N, 10]` logits.
+/// `conv(1->32,3) relu conv(32->64,3) relu maxpool2 [dropout] flatten fc(9216->128) relu
+/// [dropout] fc(128->10)`. Input `[N, 1, 28, 28]` normalised pixels; output `[N, 10]` logits.
 #[derive(Clone, Debug, Module)]
 pub struct MnistCnn {
     /// 1 -> 32 channels, 3x3.
