@@ -5,7 +5,7 @@
 
 use super::num::{Float, sum_into_first};
 use super::par;
-use super::storage::{CpuStorage, Src};
+use super::storage::{self, CpuStorage, Src};
 use super::unsupported;
 use super::winograd;
 use crate::backend::View;
@@ -148,7 +148,7 @@ fn split(n: usize) -> (usize, bool) {
 
 /// The `n * per` outputs of `n` images: calls `image(b, dst, col, threaded)` for every image `b`,
 /// whose `per`-element output `dst` (zeros on entry, just written, so in cache) is its chunk;
-/// `col` is a scratch buffer of `scratch` elements.
+/// `col` is a scratch buffer of `scratch` elements, not zeroed (`storage::scratch`).
 fn for_images<T: Float>(
     n: usize,
     per: usize,
@@ -160,10 +160,11 @@ fn for_images<T: Float>(
     }
     let (step, threaded) = split(n);
     par::zeros_with(n * per, step * per, |t, run| {
-        let mut col = vec![T::ZERO; scratch];
+        let mut col = storage::scratch(scratch);
         for (j, dst) in run.chunks_exact_mut(per).enumerate() {
-            image(t * step + j, dst, &mut col, threaded);
+            image(t * step + j, dst, &mut col[..scratch], threaded);
         }
+        storage::keep_scratch(col);
     })
 }
 
