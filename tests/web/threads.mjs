@@ -30,12 +30,16 @@ for (const f of ["npm/dist/kiln_web_bg.wasm", "npm/dist/kiln_web_threads_bg.wasm
 }
 
 // Odd shapes, so that partial tiles, channel counts not a multiple of 4 and uneven thread splits
-// all occur. conv: Winograd (3x3, stride 1, >= 8 channels); conv2: the column matrix (stride 2).
+// all occur. conv: Winograd (3x3, stride 1, >= 8 channels); conv2: the column matrix (stride 2);
+// conv3: Winograd on one image, threaded within it (23 outputs over 19 inputs).
 const SHAPES = {
   x: [3, 9, 13, 11],
   w: [10, 9, 3, 3],
   b: [10],
   w2: [7, 9, 5, 5],
+  x3: [1, 19, 21, 17],
+  w3: [23, 19, 3, 3],
+  b3: [23],
   a: [67, 301],
   m: [301, 133],
   a2: [157, 83],
@@ -62,6 +66,7 @@ try {
   const read = async (y) => Array.from(await y.data());
   out.conv = await read(t("x").conv2d(t("w"), t("b"), { padding: 1 }));
   out.conv2 = await read(t("x").conv2d(t("w2"), null, { stride: 2, padding: 2 }));
+  out.conv3 = await read(t("x3").conv2d(t("w3"), t("b3"), { padding: 1 }));
   out.matmul = await read(t("a").matmul(t("m")));
   out.matmul2 = await read(t("a2").matmul(t("m2")));
   const model = await Model.load("./demos/mnist/models/mnist.safetensors", { device: Device.cpu() });
@@ -131,6 +136,7 @@ function matmul(a, [m, k], b, [, n]) {
 const reference = {
   conv: conv2d(inputs.x, SHAPES.x, inputs.w, SHAPES.w, inputs.b, 1, 1),
   conv2: conv2d(inputs.x, SHAPES.x, inputs.w2, SHAPES.w2, null, 2, 2),
+  conv3: conv2d(inputs.x3, SHAPES.x3, inputs.w3, SHAPES.w3, inputs.b3, 1, 1),
   matmul: matmul(inputs.a, SHAPES.a, inputs.m, SHAPES.m),
   matmul2: matmul(inputs.a2, SHAPES.a2, inputs.m2, SHAPES.m2),
 };

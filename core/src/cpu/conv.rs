@@ -5,7 +5,7 @@
 
 use super::num::{Float, sum_into_first};
 use super::par;
-use super::storage::{CpuStorage, Src};
+use super::storage::{self, CpuStorage, Src};
 use super::unsupported;
 use super::winograd;
 use crate::backend::View;
@@ -148,7 +148,7 @@ fn split(n: usize) -> (usize, bool) {
 
 /// The `n * per` outputs of `n` images: calls `image(b, dst, col, threaded)` for every image `b`,
 /// whose `per`-element output `dst` (zeros on entry, just written, so in cache) is its chunk;
-/// `col` is a scratch buffer of `scratch` elements.
+/// `col` is a scratch buffer of `scratch` elements, not zeroed (`storage::scratch`).
 fn for_images<T: Float>(
     n: usize,
     per: usize,
@@ -160,10 +160,11 @@ fn for_images<T: Float>(
     }
     let (step, threaded) = split(n);
     par::zeros_with(n * per, step * per, |t, run| {
-        let mut col = vec![T::ZERO; scratch];
+        let mut col = storage::scratch(scratch);
         for (j, dst) in run.chunks_exact_mut(per).enumerate() {
-            image(t * step + j, dst, &mut col, threaded);
+            image(t * step + j, dst, &mut col[..scratch], threaded);
         }
+        storage::keep_scratch(col);
     })
 }
 
@@ -215,13 +216,30 @@ pub(super) fn gemm<T: Float>(
     if k <= SMALL_K && b_s[1] == 1 {
         // A few input taps (a first layer's single channel): row updates beat packing for GEMM.
         let update = |i: usize, row: &mut [T]| {
+            let w = |kk: usize| a[(i as isize * a_s[0] + kk as isize * a_s[1]) as usize];
+            let src = |kk: usize| &b[(kk as isize * b_s[0]) as usize..][..n];
+            let mut j = 0;
             if !accumulate {
-                row.fill(T::ZERO);
+                // Sixteen outputs at a time summed over the taps in registers (four SIMD
+                // vectors), each stored once, instead of a load and a store per tap: the MNIST
+                // CNN's conv1 at batch 1 took 62 us in Node, 18 this way. The same sums in the
+                // same order as the rest's below.
+                for d in row.chunks_exact_mut(16) {
+                    let mut acc = [T::ZERO; 16];
+                    for kk in 0..k {
+                        let (w, s) = (w(kk), &src(kk)[j..j + 16]);
+                        for l in 0..16 {
+                            acc[l] = acc[l] + w * s[l];
+                        }
+                    }
+                    d.copy_from_slice(&acc);
+                    j += 16;
+                }
+                row[j..].fill(T::ZERO);
             }
             for kk in 0..k {
-                let w = a[(i as isize * a_s[0] + kk as isize * a_s[1]) as usize];
-                let src = &b[(kk as isize * b_s[0]) as usize..][..n];
-                for (d, &v) in row.iter_mut().zip(src) {
+                let w = w(kk);
+                for (d, &v) in row[j..].iter_mut().zip(&src(kk)[j..]) {
                     *d = *d + w * v;
                 }
             }

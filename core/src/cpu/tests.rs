@@ -67,6 +67,8 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
                 groups: 3,
             },
         ),
+        // One input channel (the MNIST CNN's conv1): row updates, 16 outputs at a time and a tail.
+        ([1, 1, 28, 28], [32, 1, 3, 3], Conv2dParams::default()),
         // 3x3 at stride 1 over 8+ channels per group: Winograd in f32 (odd sizes, partial tiles).
         ([2, 9, 7, 6], [5, 9, 3, 3], Conv2dParams::default()),
         (
@@ -91,6 +93,18 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
             [3, 8, 3, 3],
             Conv2dParams {
                 padding: [0, 1],
+                ..Conv2dParams::default()
+            },
+        ),
+        // One image big enough for threaded products (with 2+ threads): the MNIST CNN's
+        // conv2, and groups of 21 outputs over 20 inputs with a padded border.
+        ([1, 32, 26, 26], [64, 32, 3, 3], Conv2dParams::default()),
+        (
+            [1, 40, 18, 13],
+            [42, 20, 3, 3],
+            Conv2dParams {
+                padding: [1, 0],
+                groups: 2,
                 ..Conv2dParams::default()
             },
         ),

@@ -11,6 +11,7 @@ use super::par;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::ops::Range;
 
 /// Side of an input tile in the transformed domain.
 const S: usize = 6;
@@ -238,13 +239,15 @@ impl Tiles {
     }
     /// Elements of scratch one image needs for `og` outputs and `cg` inputs per group.
     pub(super) fn scratch_len(&self, og: usize, cg: usize) -> usize {
-        self.plane_len() + P * (cg + og) * self.ld() + 16 * self.tw4()
+        // The output transform's rows: one set per thread.
+        self.plane_len() + P * (cg + og) * self.ld() + 16 * self.tw4() * par::threads()
     }
 }
 
 /// `dst` (`[groups * og, oh, ow]`) = the convolution of one image `img` (`[groups * cg, h, w]`)
-/// with `f`; `scratch` has [`Tiles::scratch_len`] elements. `threaded`: the 36 GEMMs are spread
-/// over the thread pool.
+/// with `f`; `scratch` has [`Tiles::scratch_len`] elements. `threaded`: the products and the
+/// output transform are spread over the thread pool by output channels, each task transforming
+/// the products it made (one parallel region per image and group).
 pub(super) fn conv_image(
     f: &Filters,
     t: &Tiles,
@@ -257,6 +260,14 @@ pub(super) fn conv_image(
     let (plane, rest) = scratch.split_at_mut(t.plane_len());
     let (v, rest) = rest.split_at_mut(P * cg * n);
     let (m, rows) = rest.split_at_mut(P * og * n);
+    let split = threaded && par::worth_splitting(P * og * cg * n / 4);
+    // Output channels per task: one task per thread, in whole micro-kernel rows.
+    let per = if split {
+        og.div_ceil(par::threads()).next_multiple_of(8).min(og)
+    } else {
+        og
+    };
+    let (ohw, rows_len) = (t.oh * t.ow, 16 * t.tw4());
     // The zero border stays: every channel writes the same interior.
     plane.fill(0.0);
     let groups = f.u.len() / (P * f.plane());
@@ -269,13 +280,15 @@ pub(super) fn conv_image(
             }
             input_transform(t, plane, &mut v[c * n..], cg * n);
         }
-        // The spare tiles are multiplied too: M keeps V's row stride.
-        let product = |xi: usize, mx: &mut [f32]| {
+        let v = &*v;
+        // Plane xi's products for the output channels `os` into `mx`. The spare tiles are
+        // multiplied too: M keeps V's row stride.
+        let product = |xi: usize, os: Range<usize>, mx: &mut [f32]| {
             gemm(
-                og,
+                os.len(),
                 cg,
                 n,
-                &f.u[(gi * P + xi) * f.plane()..],
+                &f.u[(gi * P + xi) * f.plane() + os.start * cg..],
                 [cg as isize, 1],
                 &v[xi * cg * n..],
                 [n as isize, 1],
@@ -284,29 +297,29 @@ pub(super) fn conv_image(
                 false,
             )
         };
-        // Threaded, the 36 products (each too small to split well) are the pieces.
-        let ms = &mut m[..P * og * n];
-        if threaded && par::worth_splitting(P * og * cg * n / 4) {
-            par::chunks_mut(ms, og * n, product);
-        } else {
-            (ms.chunks_exact_mut(og * n).enumerate()).for_each(|(xi, mx)| product(xi, mx));
-        }
-        let (out, plane) = (
-            &mut dst[gi * og * t.oh * t.ow..][..og * t.oh * t.ow],
-            t.oh * t.ow,
-        );
-        if threaded && par::worth_splitting(og * t.oh * t.ow) {
-            // The output planes too (one image on all threads): a few per task, each task with
-            // rows of its own.
-            let (m, per) = (&*m, og.div_ceil(2 * par::threads()));
-            par::chunks_mut(out, per * plane, |i, planes| {
-                let mut rows = vec![0.0; rows.len()];
-                for (j, plane_out) in planes.chunks_exact_mut(plane).enumerate() {
-                    output_transform(t, &m[(i * per + j) * n..], og * n, plane_out, &mut rows);
+        let out = &mut dst[gi * og * ohw..][..og * ohw];
+        if split {
+            // M as [og / per][36][per][n]: a task's products are one chunk.
+            let tasks: Vec<_> = (out.chunks_mut(per * ohw))
+                .zip(m[..P * og * n].chunks_mut(P * per * n))
+                .zip(rows.chunks_exact_mut(rows_len))
+                .enumerate()
+                .collect();
+            par::for_each(tasks, |(i, ((out, mp), rows))| {
+                let os = i * per..i * per + out.len() / ohw;
+                for (xi, mx) in mp.chunks_exact_mut(os.len() * n).enumerate() {
+                    product(xi, os.clone(), mx);
+                }
+                for (o, plane_out) in out.chunks_exact_mut(ohw).enumerate() {
+                    output_transform(t, &mp[o * n..], os.len() * n, plane_out, rows);
                 }
             });
         } else {
-            for (o, plane_out) in out.chunks_exact_mut(plane).enumerate() {
+            // M as [36][og][n].
+            for (xi, mx) in m[..P * og * n].chunks_exact_mut(og * n).enumerate() {
+                product(xi, 0..og, mx);
+            }
+            for (o, plane_out) in out.chunks_exact_mut(ohw).enumerate() {
                 output_transform(t, &m[o * n..], og * n, plane_out, rows);
             }
         }
