@@ -1465,9 +1465,9 @@ impl Planner {
 
     /// A reduction of few outputs over long runs, in two passes: the outermost reduced axis is
     /// cut into `chunks` equal pieces, each output's pieces are reduced separately into a
-    /// scratch of partials, which the second pass reduces. The bias gradients of convolutions
-    /// are the case: [N, C, H, W] summed to [C] is C workgroups in one pass. `at` says where
-    /// the chunk axis goes among the outputs of the first pass.
+    /// scratch of partials, which the second pass reduces: 64 rows of 147456 elements would be
+    /// 64 workgroups in one pass. `at` says where the chunk axis goes among the outputs of the
+    /// first pass.
     #[allow(clippy::too_many_arguments)]
     fn reduce_in_chunks(
         &mut self,
