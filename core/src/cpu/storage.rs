@@ -132,8 +132,12 @@ pub(crate) fn scratch<T: CpuElem>(n: usize) -> Vec<T> {
     s
 }
 
-/// Keeps `s` for the next [`scratch`] when it is the largest given back.
+/// Keeps `s` for the next [`scratch`] when it is the largest given back and no larger than
+/// [`recycle`] keeps a buffer (a large image's column matrix is not held for ever).
 pub(crate) fn keep_scratch<T: CpuElem>(s: Vec<T>) {
+    if s.capacity() * size_of::<T>() > POOL_MAX_BYTES / 4 {
+        return;
+    }
     let mut pool = T::pool().lock();
     if s.len() > pool.scratch.len() {
         pool.scratch = s;

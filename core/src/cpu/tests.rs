@@ -785,3 +785,15 @@ fn normalize_and_its_gradient_match_the_composition() -> Result<()> {
     assert_eq!(e.kind(), ErrorKind::Shape, "{e}");
     Ok(())
 }
+
+#[test]
+fn scratch_larger_than_the_pool_keeps_is_not_held() {
+    use super::storage::{keep_scratch, scratch};
+    // 80 MiB: above the 64 MiB a pooled buffer may have (other tests' scratch stays below it)
+    let huge = 20 << 20;
+    let mut s = scratch::<f32>(huge);
+    assert!(s.len() >= huge);
+    s[huge - 1] = 1.0;
+    keep_scratch(s);
+    assert!(scratch::<f32>(1).capacity() < huge);
+}
