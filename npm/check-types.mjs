@@ -11,7 +11,8 @@
 //   - classes: for each class, the public members of wasm-bindgen's declaration and of
 //     index.d.ts: static methods, methods, readonly and writable properties (getters), by name
 //     and kind. Parameters and types are not compared (wasm-bindgen types most of them `any`);
-//   - the generated block: it must be exactly what --write would write.
+//   - the generated block: it must be exactly what --write would write;
+//   - the CPU-only module (dist/kiln_web_cpu.js) exports what the main one does, member for member.
 //
 // The declarations: build-web.sh runs wasm-bindgen with --no-typescript, so unless
 // npm/dist/kiln_web.d.ts exists this script runs wasm-bindgen again on cargo's kiln_web.wasm, in
@@ -362,6 +363,22 @@ for (const m of methods) {
 // Exports: the wasm module's, npm/index.js's (the package's entry point) and index.d.ts's.
 const glue = await import(pathToFileURL(DIST_JS).href);
 const entry = await import(pathToFileURL(join(NPM, "index.js")).href);
+// index.js binds its exports to the module init() loads: the main one here.
+await entry.init(undefined, { webgpu: true });
+// The CPU-only build has the main module's API, name for name and member for member.
+const cpuGlue = await import(pathToFileURL(join(NPM, "dist", "kiln_web_cpu.js")).href);
+const apiOf = (g) =>
+  Object.keys(g)
+    .sort()
+    .map((k) => {
+      const v = g[k];
+      if (typeof v !== "function" || !v.prototype) return k;
+      const members = [...Object.getOwnPropertyNames(v), ...Object.getOwnPropertyNames(v.prototype).map((m) => `#${m}`)];
+      return `${k}(${members.sort().join(" ")})`;
+    });
+const [mainApi, cpuApi] = [apiOf(glue), apiOf(cpuGlue)];
+for (const x of mainApi.filter((k) => !cpuApi.includes(k))) problems.push(`dist/kiln_web_cpu.js lacks the main module's ${x}`);
+for (const x of cpuApi.filter((k) => !mainApi.includes(k))) problems.push(`dist/kiln_web_cpu.js has ${x}, which the main module lacks`);
 const wasmNameOf = new Map(); // an index.js export -> the wasm export it re-exports
 for (const name of Object.keys(entry)) {
   const same = Object.keys(glue).find((g) => glue[g] === entry[name]);

@@ -78,21 +78,30 @@ export interface Pool2dOptions {
 export interface InitOptions {
   /**
    * Threads for the CPU kernels on a cross-origin isolated page (default: the cores, at most 4);
-   * 1 loads the single-threaded module. Ignored (1) where the page is not isolated and in Node.
+   * 1 loads a single-threaded module. Ignored (1) where the page is not isolated and in Node.
    */
   threads?: number;
+  /**
+   * Single-threaded: `false` loads the CPU-only build (`kiln_web_cpu_bg.wasm`, about a quarter
+   * smaller: no WebGPU, so `Device.webgpu()` rejects and `Device.auto()` is the CPU), `true` the
+   * main module. Default: whether the page has `navigator.gpu` (false in Node).
+   */
+  webgpu?: boolean;
 }
 
 /**
  * Loads and instantiates kiln's WebAssembly module; call (and await) once before anything else.
  * On a cross-origin isolated page (COOP `same-origin`, COEP `require-corp`) it loads the threaded
- * build and starts its Web Workers; `Device.cpu().threads` says how many threads run. With a
- * `source`, that is the single-threaded module (`kiln_web_bg.wasm`) unless `options.threads` > 1
- * asks for the threaded one (`kiln_web_threads_bg.wasm`).
+ * build and starts its Web Workers; `Device.cpu().threads` says how many threads run. Elsewhere it
+ * loads the main module, or the CPU-only one where `options.webgpu` is false or there is no
+ * WebGPU. With a `source`, that is the main module (`kiln_web_bg.wasm`) unless `options.threads`
+ * > 1 asks for the threaded one (`kiln_web_threads_bg.wasm`) or `options.webgpu` is false (the
+ * CPU-only one, `kiln_web_cpu_bg.wasm`).
  *
  * ```js
- * await init();                     // threads where the page allows them
- * await init(undefined, { threads: 1 }); // always the single-threaded module
+ * await init();                              // threads where the page allows them
+ * await init(undefined, { threads: 1 });     // always single-threaded
+ * await init(undefined, { webgpu: false });  // a CPU page: the smaller CPU-only module
  * ```
  */
 export function init(

@@ -1,14 +1,18 @@
 // kiln-ml: the entry point. The API itself lives in the WebAssembly module (dist/, built by
 // cargo and wasm-bindgen from kiln's web/ crate); this file only loads it the same way in browsers,
-// bundlers (Vite, webpack) and Node. ONNX files are converted to kiln model files by a second
-// module (dist/kiln_web_onnx*, from web-onnx/), imported only when the first ONNX file is met.
-// On a cross-origin isolated page, init() loads the threaded build of the main module instead
-// (dist/kiln_web_threads*, wasm atomics): its CPU kernels run on a pool of Web Workers
-// (thread.js) sharing its memory. Elsewhere (Node, pages without COOP/COEP) the main module.
-import loadWasm, * as single from "./dist/kiln_web.js";
+// bundlers (Vite, webpack) and Node. It comes in three builds of web/, of which init() loads one:
+//   - dist/kiln_web*: the main module, WebGPU and the CPU backend;
+//   - dist/kiln_web_cpu*: the CPU backend alone (no WebGPU, no fusion, about a quarter smaller),
+//     for pages that ask for it (`webgpu: false`) and where there is no WebGPU (Node, browsers
+//     without navigator.gpu);
+//   - dist/kiln_web_threads*: on a cross-origin isolated page, the main module built with wasm
+//     atomics, whose CPU kernels run on a pool of Web Workers (thread.js) sharing its memory.
+// ONNX files are converted to kiln model files by a fourth module (dist/kiln_web_onnx*, from
+// web-onnx/), imported only when the first ONNX file is met. Every module is a dynamic import of
+// a literal path, so bundlers split each into its own chunk and a page fetches only what it loads.
 
-// The API is the loaded module's: these bindings are the main module's until init() loads the
-// threaded one (ES module exports are live, so importers see the change).
+// The API is the loaded module's (ES module exports are live, so importers see it once init()
+// has bound it); before init() they are undefined.
 export let Device, Tensor, Model, TextModel, memory, version;
 export let registerOp, unregisterOp, registeredOps, customOp, fusedKernels;
 
@@ -18,7 +22,6 @@ function bind(glue) {
   ({ registerOp, unregisterOp, registeredOps, customOp, fusedKernels } = glue);
   acceptOnnx(Model);
 }
-bind(single);
 
 let ready;
 let onnxReady;
@@ -31,9 +34,12 @@ let onnxReady;
  * On a cross-origin isolated page (served with `Cross-Origin-Opener-Policy: same-origin` and
  * `Cross-Origin-Embedder-Policy: require-corp`), the threaded build is loaded and the CPU
  * kernels spread over `options.threads` threads (default: the cores, at most 4); `threads: 1`
- * keeps the single-threaded module. With a `source`, the single-threaded module is assumed
- * unless `options.threads` > 1, in which case `source` must be the threaded one
- * (`kiln_web_threads_bg.wasm`). `Device.cpu().threads` says what was chosen.
+ * keeps a single-threaded module. Single-threaded, `options.webgpu: false` loads the CPU-only
+ * build (`kiln_web_cpu_bg.wasm`), which is also the default where there is no
+ * `navigator.gpu` (Node, browsers without WebGPU); `webgpu: true` loads the main module
+ * everywhere. With a `source`, the main module is assumed unless `options.threads` > 1 (then
+ * `source` must be the threaded one, `kiln_web_threads_bg.wasm`) or `options.webgpu` is false
+ * (the CPU-only one). `Device.cpu().threads` says how many threads run.
  */
 export function init(source, options) {
   ready ??= instantiate(source, options).catch((e) => {
@@ -66,8 +72,18 @@ async function readDist(file) {
   return fs.readFile(new URL(`./dist/${file}`, import.meta.url));
 }
 
+/** Whether `init` loads a module with WebGPU: `options.webgpu`, else whether the page has it. */
+function webgpuWanted(source, options) {
+  const asked = options?.webgpu;
+  if (asked != null && typeof asked !== "boolean") {
+    throw kilnError("invalid_argument", "init", `options.webgpu must be a boolean, got ${typeof asked}`);
+  }
+  return asked ?? (source !== undefined || globalThis.navigator?.gpu != null);
+}
+
 async function instantiate(source, options) {
   const threads = threadsWanted(source, options);
+  const webgpu = webgpuWanted(source, options);
   if (threads > 1) {
     // A literal path: bundlers split the threaded build into its own chunk, fetched only here.
     const glue = await import("./dist/kiln_web_threads.js").catch(() => undefined);
@@ -84,8 +100,10 @@ async function instantiate(source, options) {
     }
     // Also for a package built without the threaded module (KILN_WEB_THREADS=0).
   }
-  if (source === undefined && inNode()) source = await readDist("kiln_web_bg.wasm");
-  await loadWasm(source === undefined ? undefined : { module_or_path: source });
+  const glue = webgpu ? await import("./dist/kiln_web.js") : await import("./dist/kiln_web_cpu.js");
+  if (source === undefined && inNode()) source = await readDist(webgpu ? "kiln_web_bg.wasm" : "kiln_web_cpu_bg.wasm");
+  await glue.default(source === undefined ? undefined : { module_or_path: source });
+  bind(glue);
 }
 
 /**

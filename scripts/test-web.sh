@@ -4,10 +4,11 @@
 #   1. scripts/build-web.sh: the npm package (cargo + wasm-bindgen --target web, wasm-opt -Oz,
 #      size budget, npm pack) and the draw-a-digit page in www/
 #      then node npm/check-types.mjs: npm/index.d.ts against what the wasm module exports
-#   2. node --test tests/web/node/        the built package in Node (CPU backend)
+#   2. node --test tests/web/node/        the built package in Node (the CPU-only module)
 #   3. node tests/web/vite/run.mjs        the packed tarball in a fresh Vite project, in Chromium
-#   3b. node tests/web/threads.mjs        the threaded build: chosen on a cross-origin isolated
-#                                         page (more than 1 thread), the main module elsewhere,
+#   3b. node tests/web/threads.mjs        the module init() picks: the threaded build on a cross-
+#                                         origin isolated page (more than 1 thread), the main
+#                                         module elsewhere, the CPU-only one with webgpu: false;
 #                                         same results as float64 loops and as the main module
 #   4. cargo test --target wasm32 (wasm-bindgen-test-runner driving headless Chromium through
 #      chromedriver): web/tests/browser.rs: ops on WebGPU and the CPU, model files, errors,
@@ -47,7 +48,7 @@ node --test --test-reporter=spec tests/web/node/
 stage "fresh Vite project with the packed tarball (headless Chromium)"
 node tests/web/vite/run.mjs
 
-stage "threads: the threaded build on a cross-origin isolated page (tests/web/threads.mjs)"
+stage "modules: the threaded, main and CPU-only builds in the page (tests/web/threads.mjs)"
 node tests/web/threads.mjs
 
 stage "browser tests: cargo test --target wasm32-unknown-unknown --test browser (headless Chromium)"

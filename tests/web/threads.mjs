@@ -1,15 +1,18 @@
-// The threaded build in the page (issue 18): headless Chromium opens one small page of the npm
-// package (npm/index.js) served twice, once cross-origin isolated (COOP/COEP headers) and once
+// The module init() picks in the page (issue 18): headless Chromium opens one small page of the
+// npm package (npm/index.js) served twice, once cross-origin isolated (COOP/COEP headers) and once
 // not, and checks that
 //   - the isolated page loads the threaded module (kiln_web_threads_bg.wasm) and reports more
 //     than one thread (`Device.cpu().threads`, the cores up to 4, or `init`'s `threads` option);
 //   - the page without the headers, and the isolated page with `threads: 1`, load the main
 //     module and report 1 thread; so does an isolated page whose policy forbids workers (init
 //     falls back to the main module and warns);
+//   - `webgpu: false` loads the CPU-only module (kiln_web_cpu_bg.wasm) and nothing else, whose
+//     WebGPU device is refused with a message naming the module;
 //   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path) and two
 //     matmuls large enough to be split across threads (by columns, wider than tall, and by rows)
 //     match float64 loops here, on random inputs;
-//   - the MNIST CNN's logits (batch 1 and 64, random images) agree between the builds;
+//   - the MNIST CNN's logits (batch 1 and 64, random images) agree between the builds (bit for
+//     bit between the two single-threaded ones);
 //   - no console error.
 //
 //   node tests/web/threads.mjs        (after scripts/build-web.sh)
@@ -25,7 +28,7 @@ const fatal = (msg) => fatalIn("threads", msg);
 const check = checker();
 const SEED = Number(process.env.KILN_SEED ?? Math.floor(Math.random() * 1e6));
 console.log(`threads: seed ${SEED} (KILN_SEED=${SEED} repeats this run)`);
-for (const f of ["npm/dist/kiln_web_bg.wasm", "npm/dist/kiln_web_threads_bg.wasm"]) {
+for (const f of ["npm/dist/kiln_web_bg.wasm", "npm/dist/kiln_web_cpu_bg.wasm", "npm/dist/kiln_web_threads_bg.wasm"]) {
   if (!existsSync(join(ROOT, f))) fatal(`missing ${f}: run scripts/build-web.sh`);
 }
 
@@ -59,8 +62,12 @@ import init, { Device, Tensor, Model } from "./npm/index.js";
 const q = new URLSearchParams(location.search);
 const out = { isolated: globalThis.crossOriginIsolated === true };
 try {
-  await init(undefined, q.has("threads") ? { threads: Number(q.get("threads")) } : undefined);
+  const options = {};
+  if (q.has("threads")) options.threads = Number(q.get("threads"));
+  if (q.has("webgpu")) options.webgpu = q.get("webgpu") === "true";
+  await init(undefined, options);
   out.threads = Device.cpu().threads;
+  out.webgpuError = await Device.webgpu().then(() => null, (e) => String(e?.message ?? e));
   const { shapes, inputs } = await (await fetch("./inputs.json")).json();
   const t = (k) => Tensor.from(Float32Array.from(inputs[k]), shapes[k]);
   const read = async (y) => Array.from(await y.data());
@@ -163,6 +170,8 @@ try {
     ["isolated, threads: 1", "/iso/page.html?threads=1", (t) => t === 1, ["kiln_web_bg.wasm"]],
     ["not isolated", "/plain/page.html", (t) => t === 1, ["kiln_web_bg.wasm"]],
     ["isolated, workers forbidden", "/iso-noworkers/page.html", (t) => t === 1, ["kiln_web_threads_bg.wasm", "kiln_web_bg.wasm"]],
+    ["not isolated, webgpu: false", "/plain/page.html?webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
+    ["isolated, threads: 1, webgpu: false", "/iso/page.html?threads=1&webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
   ]) {
     const p = await openPage(browser, base + path);
     const r = await p.page.evaluate(() => window.result);
@@ -172,6 +181,9 @@ try {
     check(r.isolated === path.startsWith("/iso"), `${name}: crossOriginIsolated is ${r.isolated}`);
     check(wantThreads(r.threads), `${name}: Device.cpu().threads = ${r.threads}`);
     check(r.wasm.join() === wantModules.join(), `${name}: loaded ${r.wasm.join(", ")} (want ${wantModules.join(", ")})`);
+    if (path.includes("webgpu=false")) {
+      check(/CPU-only module/.test(r.webgpuError), `${name}: Device.webgpu() refused: ${r.webgpuError}`);
+    }
     if (path.startsWith("/iso-noworkers/")) {
       // The browser reports the refused worker as a console error; kiln warns that it fell back.
       p.errors = p.errors.filter((e) => !/Content Security Policy/i.test(e));
@@ -189,6 +201,11 @@ try {
       const e = relErr(results[name]?.[k], single?.[k] ?? []);
       check(e <= 1e-5, `${name}: ${k} logits against the single-threaded build: ${e.toExponential(2)}`);
     }
+  }
+  // The CPU-only module runs the same CPU kernels as the main one.
+  for (const k of ["mnist1", "mnist64", ...Object.keys(reference)]) {
+    const cpu = results["not isolated, webgpu: false"]?.[k];
+    check(cpu?.length > 0 && cpu.every((v, i) => Object.is(v, single?.[k]?.[i])), `CPU-only module: ${k} equals the main module's bit for bit`);
   }
 } finally {
   await browser.close();

@@ -66,23 +66,20 @@ pub async fn adapter() -> Result<Adapter, String> {
     Ok(Adapter { fallback, label })
 }
 
+const NO_BACKEND: &str = "this is kiln's CPU-only module (loaded by init() with `webgpu: false`, \
+     or where the page has no navigator.gpu), which has no WebGPU backend; \
+     `init(undefined, { webgpu: true })` loads the main module";
+
 /// A new WebGPU device, or why there is none.
+#[cfg(feature = "webgpu")]
 pub async fn create() -> Result<KDevice, String> {
     navigator_gpu()?;
-    backend().await
-}
-
-const NO_BACKEND: &str =
-    "this build of kiln-web has no WebGPU backend (built without the `webgpu` feature)";
-
-#[cfg(feature = "webgpu")]
-async fn backend() -> Result<KDevice, String> {
     kiln_kernels::wgpu_device_async(kiln_kernels::WgpuOptions::default())
         .await
         .map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "webgpu"))]
-async fn backend() -> Result<KDevice, String> {
+pub async fn create() -> Result<KDevice, String> {
     Err(NO_BACKEND.into())
 }

@@ -7,6 +7,8 @@ import { readFileSync } from "node:fs";
 import init, { Device, Tensor, Model, memory, version } from "../../../npm/index.js";
 import { close, rand } from "./helpers.mjs";
 
+// An option of the wrong type is refused before anything loads, and init can be called again.
+await assert.rejects(init(undefined, { webgpu: "no" }), /init: options\.webgpu must be a boolean, got string/);
 await init();
 
 test("version and package agree", () => {
@@ -14,11 +16,11 @@ test("version and package agree", () => {
   assert.equal(version(), pkg.version);
 });
 
-test("Device.auto falls back to the CPU in Node and says why", async () => {
+test("Node gets the CPU-only module: Device.auto says so and Device.webgpu is refused", async () => {
   const d = await Device.auto();
   assert.equal(d.kind, "cpu");
-  assert.match(d.reason, /WebGPU unavailable: .*navigator\.gpu/);
-  await assert.rejects(Device.webgpu(), /navigator\.gpu/);
+  assert.match(d.reason, /WebGPU unavailable: this is kiln's CPU-only module/);
+  await assert.rejects(Device.webgpu(), /CPU-only module .* no WebGPU backend; `init\(undefined, \{ webgpu: true \}\)`/);
   assert.equal(Device.cpu().kind, "cpu");
 });
 

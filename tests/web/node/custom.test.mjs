@@ -1,4 +1,4 @@
-// Custom ops written in JS (registerOp) in Node on the CPU backend: a swish activation against
+// Custom ops written in JS (registerOp) in Node on the CPU backend of the main module: a swish activation against
 // the composed built-in ops on odd shapes, the errors (a backward included: JS ops run forward
 // only), a model file that uses it, and the npm README's example.
 //   node --test tests/web/node/custom.test.mjs
@@ -19,7 +19,9 @@ import init, {
 } from "../../../npm/index.js";
 import { close, rand } from "./helpers.mjs";
 
-await init();
+// The main module, although Node has no WebGPU: registerOp checks a WGSL kernel's includes only
+// where kernels can run (the CPU-only module, Node's default, has no WGSL layer).
+await init(undefined, { webgpu: true });
 
 // swish(x, beta) = x * sigmoid(beta * x), as the npm README's example defines it.
 const SWISH_WGSL = `
