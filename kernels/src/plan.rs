@@ -787,7 +787,10 @@ impl GemmTile {
     /// The larger the block of C per invocation, the more multiply-adds per value read from
     /// workgroup memory: the largest tile that still gives BUSY workgroups, a 32-row tile for
     /// outputs of at most 32 rows (convolutions with few channels: 32 x 32 for forward ones,
-    /// 32 x 64 for the rest), else 64 x 64; matmuls of at most 4 rows take SKINNY.
+    /// 32 x 64 for the rest), else 64 x 64; matmuls of at most 4 rows take SKINNY. A 32-row
+    /// output takes 32 x 64 even when it has fewer than 64 columns: MNIST's conv1 weight
+    /// gradient ([32, 9], K = 173,056, split 492 ways) took 51.8 us in it against 82.7 us in
+    /// 64 x 64 (H100, batch 256), and 32 x 32 was no faster.
     fn pick(mode: GemmMode, m: usize, n: usize, batches: usize) -> Self {
         if mode == GemmMode::Matmul && m <= Self::SKINNY.bm {
             return Self::SKINNY;
@@ -800,7 +803,7 @@ impl GemmTile {
             tall
         } else if m <= thin.bm && n >= thin.bn && mode == GemmMode::Conv {
             thin
-        } else if m <= short.bm && n >= short.bn {
+        } else if m <= short.bm {
             short
         } else {
             small
@@ -970,8 +973,10 @@ fn x4(values: &[usize]) -> bool {
 /// that... A linear layer's weight gradient over all of a batch's rows ([384, 16384] x
 /// [16384, 1152]: 108 tiles, K = 16384) ran unsplit under the former rule (no split from 64
 /// tiles up): the GPT trained at 209.9k tokens/s on Vulkan (H200); aiming at 256 workgroups
-/// gave 232.4k, at 512 240.8k, with MNIST at batch 256 unchanged.
-const SPLIT_K_WORKGROUPS: usize = 512;
+/// gave 232.4k, at 512 240.8k, with MNIST at batch 256 unchanged. At 768, MNIST's conv2 weight
+/// gradient at batch 256 ([64, 288] in 5 tiles, K = 147,456) took 254 us against 320 (H100,
+/// CUDA; 1024 and 2048 were no better), the GPT's step unchanged.
+const SPLIT_K_WORKGROUPS: usize = 768;
 /// ...giving each split at least this much of K...
 const SPLIT_K_MIN_DEPTH: usize = 256;
 /// ...and keeping the partial products within this many elements (64 MiB).
@@ -2726,6 +2731,10 @@ mod tests {
         assert_eq!(pick(64, 256 * 24 * 24), small);
         assert_eq!(pick(32, 256 * 26 * 26), short);
         assert_eq!(pick(64, 288), small);
+        // a 32-row output wastes half of a 64 x 64 tile whatever its columns
+        let wgrad = |m, n| GemmTile::pick(GemmMode::ConvWeightGrad, m, n, 1);
+        assert_eq!(wgrad(32, 9), short);
+        assert_eq!(wgrad(64, 288), small);
         // a matmul of at most 4 rows is a matrix-vector product, whatever the rest
         let matmul = |m, n| GemmTile::pick(GemmMode::Matmul, m, n, 8);
         assert_eq!(matmul(1, 128), GemmTile::SKINNY);
