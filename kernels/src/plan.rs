@@ -977,6 +977,10 @@ fn x4(values: &[usize]) -> bool {
 /// gradient at batch 256 ([64, 288] in 5 tiles, K = 147,456) took 254 us against 320 (H100,
 /// CUDA; 1024 and 2048 were no better), the GPT's step unchanged.
 const SPLIT_K_WORKGROUPS: usize = 768;
+/// ...in at most this many splits (their partial sums are added one after another per output:
+/// MNIST's conv1 weight gradient, a single [32, 9] tile over K = 173,056, took 66 + 20 us in
+/// 676 splits against 52 + 15 us in 492, H100)...
+const SPLIT_K_MAX_SPLITS: usize = 512;
 /// ...giving each split at least this much of K...
 const SPLIT_K_MIN_DEPTH: usize = 256;
 /// ...and keeping the partial products within this many elements (64 MiB).
@@ -990,6 +994,7 @@ fn split_k(tiles: usize, k: usize, outputs: usize) -> usize {
     }
     SPLIT_K_WORKGROUPS
         .div_ceil(tiles.max(1))
+        .min(SPLIT_K_MAX_SPLITS)
         .min(k / SPLIT_K_MIN_DEPTH)
         .min(SPLIT_K_MAX_PARTIALS / outputs.max(1))
         .max(1)
@@ -2710,6 +2715,20 @@ mod tests {
         assert_eq!(p.scratch_bytes, vec![(splits * 6 * 5) as u64 * ELEM_BYTES]);
         assert_eq!(sum.kernel.file, "columns.wgsl");
         assert_eq!(sum.buffers, vec![Buffer::Scratch(0), Buffer::Output(0)]);
+    }
+
+    #[test]
+    fn splits_aim_at_busy_workgroups_within_their_limits() {
+        // MNIST's conv2 weight gradient at batch 256: 5 tiles
+        assert_eq!(
+            split_k(5, 147_456, 64 * 288),
+            SPLIT_K_WORKGROUPS.div_ceil(5)
+        );
+        // conv1's: a single tile, at most SPLIT_K_MAX_SPLITS partial sums
+        assert_eq!(split_k(1, 173_056, 32 * 9), SPLIT_K_MAX_SPLITS);
+        assert_eq!(split_k(1, 3000, 30), 3000 / SPLIT_K_MIN_DEPTH);
+        assert_eq!(split_k(2, 1 << 30, 1 << 20), SPLIT_K_MAX_PARTIALS >> 20);
+        assert_eq!(split_k(SPLIT_K_WORKGROUPS, 1 << 20, 1 << 10), 1);
     }
 
     #[test]
