@@ -12,7 +12,8 @@
 //     index.d.ts: static methods, methods, readonly and writable properties (getters), by name
 //     and kind. Parameters and types are not compared (wasm-bindgen types most of them `any`);
 //   - the generated block: it must be exactly what --write would write;
-//   - the CPU-only module (dist/kiln_web_cpu.js) exports what the main one does, member for member.
+//   - the CPU-only modules (dist/kiln_web_cpu.js, dist/kiln_web_threads_cpu.js) export what their
+//     WebGPU twins do, member for member.
 //
 // The declarations: build-web.sh runs wasm-bindgen with --no-typescript, so unless
 // npm/dist/kiln_web.d.ts exists this script runs wasm-bindgen again on cargo's kiln_web.wasm, in
@@ -365,8 +366,7 @@ const glue = await import(pathToFileURL(DIST_JS).href);
 const entry = await import(pathToFileURL(join(NPM, "index.js")).href);
 // index.js binds its exports to the module init() loads: the main one here.
 await entry.init(undefined, { webgpu: true });
-// The CPU-only build has the main module's API, name for name and member for member.
-const cpuGlue = await import(pathToFileURL(join(NPM, "dist", "kiln_web_cpu.js")).href);
+// The CPU-only builds have their WebGPU twins' APIs, name for name and member for member.
 const apiOf = (g) =>
   Object.keys(g)
     .sort()
@@ -376,9 +376,15 @@ const apiOf = (g) =>
       const members = [...Object.getOwnPropertyNames(v), ...Object.getOwnPropertyNames(v.prototype).map((m) => `#${m}`)];
       return `${k}(${members.sort().join(" ")})`;
     });
-const [mainApi, cpuApi] = [apiOf(glue), apiOf(cpuGlue)];
-for (const x of mainApi.filter((k) => !cpuApi.includes(k))) problems.push(`dist/kiln_web_cpu.js lacks the main module's ${x}`);
-for (const x of cpuApi.filter((k) => !mainApi.includes(k))) problems.push(`dist/kiln_web_cpu.js has ${x}, which the main module lacks`);
+for (const [name, of] of [["kiln_web_cpu", "kiln_web"], ["kiln_web_threads_cpu", "kiln_web_threads"]]) {
+  const file = join(NPM, "dist", `${name}.js`);
+  // The threaded builds are missing from a package built with KILN_WEB_THREADS=0.
+  if (name.includes("threads") && !existsSync(file)) continue;
+  const load = (n) => (n === "kiln_web" ? glue : import(pathToFileURL(join(NPM, "dist", `${n}.js`)).href));
+  const [withGpu, cpuOnly] = [apiOf(await load(of)), apiOf(await load(name))];
+  for (const x of withGpu.filter((k) => !cpuOnly.includes(k))) problems.push(`dist/${name}.js lacks ${of}'s ${x}`);
+  for (const x of cpuOnly.filter((k) => !withGpu.includes(k))) problems.push(`dist/${name}.js has ${x}, which ${of} lacks`);
+}
 const wasmNameOf = new Map(); // an index.js export -> the wasm export it re-exports
 for (const name of Object.keys(entry)) {
   const same = Object.keys(glue).find((g) => glue[g] === entry[name]);

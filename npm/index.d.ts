@@ -82,9 +82,10 @@ export interface InitOptions {
    */
   threads?: number;
   /**
-   * Single-threaded: `false` loads the CPU-only build (`kiln_web_cpu_bg.wasm`, about a quarter
-   * smaller: no WebGPU, so `Device.webgpu()` rejects and `Device.auto()` is the CPU), `true` the
-   * main module. Default: whether the page has `navigator.gpu` (false in Node).
+   * `false` loads a CPU-only build (`kiln_web_cpu_bg.wasm`, or `kiln_web_threads_cpu_bg.wasm`
+   * with threads; about a fifth smaller: no WebGPU, so `Device.webgpu()` rejects and
+   * `Device.auto()` is the CPU), `true` a module with WebGPU. Default: whether the page has
+   * `navigator.gpu` (false in Node).
    */
   webgpu?: boolean;
 }
@@ -93,10 +94,10 @@ export interface InitOptions {
  * Loads and instantiates kiln's WebAssembly module; call (and await) once before anything else.
  * On a cross-origin isolated page (COOP `same-origin`, COEP `require-corp`) it loads the threaded
  * build and starts its Web Workers; `Device.cpu().threads` says how many threads run. Elsewhere it
- * loads the main module, or the CPU-only one where `options.webgpu` is false or there is no
- * WebGPU. With a `source`, that is the main module (`kiln_web_bg.wasm`) unless `options.threads`
- * > 1 asks for the threaded one (`kiln_web_threads_bg.wasm`) or `options.webgpu` is false (the
- * CPU-only one, `kiln_web_cpu_bg.wasm`).
+ * loads the main module. Either comes as a CPU-only build, loaded where `options.webgpu` is false
+ * or there is no WebGPU. With a `source`, that is the main module (`kiln_web_bg.wasm`) unless
+ * `options.threads` > 1 asks for the threaded one (`kiln_web_threads_bg.wasm`), each the CPU-only
+ * build (`kiln_web_cpu_bg.wasm`, `kiln_web_threads_cpu_bg.wasm`) when `options.webgpu` is false.
  *
  * ```js
  * await init();                              // threads where the page allows them

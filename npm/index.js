@@ -1,13 +1,13 @@
 // kiln-ml: the entry point. The API itself lives in the WebAssembly module (dist/, built by
 // cargo and wasm-bindgen from kiln's web/ crate); this file only loads it the same way in browsers,
-// bundlers (Vite, webpack) and Node. It comes in three builds of web/, of which init() loads one:
+// bundlers (Vite, webpack) and Node. It comes in four builds of web/, of which init() loads one:
 //   - dist/kiln_web*: the main module, WebGPU and the CPU backend;
-//   - dist/kiln_web_cpu*: the CPU backend alone (no WebGPU, no fusion, about a quarter smaller),
-//     for pages that ask for it (`webgpu: false`) and where there is no WebGPU (Node, browsers
-//     without navigator.gpu);
-//   - dist/kiln_web_threads*: on a cross-origin isolated page, the main module built with wasm
-//     atomics, whose CPU kernels run on a pool of Web Workers (thread.js) sharing its memory.
-// ONNX files are converted to kiln model files by a fourth module (dist/kiln_web_onnx*, from
+//   - dist/kiln_web_threads*: the same built with wasm atomics, for cross-origin isolated pages:
+//     its CPU kernels run on a pool of Web Workers (thread.js) sharing its memory;
+//   - dist/kiln_web_cpu*, dist/kiln_web_threads_cpu*: each of those without WebGPU and fusion
+//     (about a fifth smaller), for pages that ask for it (`webgpu: false`) and where there is no
+//     WebGPU (Node, browsers without navigator.gpu).
+// ONNX files are converted to kiln model files by a fifth module (dist/kiln_web_onnx*, from
 // web-onnx/), imported only when the first ONNX file is met. Every module is a dynamic import of
 // a literal path, so bundlers split each into its own chunk and a page fetches only what it loads.
 
@@ -34,12 +34,12 @@ let onnxReady;
  * On a cross-origin isolated page (served with `Cross-Origin-Opener-Policy: same-origin` and
  * `Cross-Origin-Embedder-Policy: require-corp`), the threaded build is loaded and the CPU
  * kernels spread over `options.threads` threads (default: the cores, at most 4); `threads: 1`
- * keeps a single-threaded module. Single-threaded, `options.webgpu: false` loads the CPU-only
- * build (`kiln_web_cpu_bg.wasm`), which is also the default where there is no
- * `navigator.gpu` (Node, browsers without WebGPU); `webgpu: true` loads the main module
- * everywhere. With a `source`, the main module is assumed unless `options.threads` > 1 (then
- * `source` must be the threaded one, `kiln_web_threads_bg.wasm`) or `options.webgpu` is false
- * (the CPU-only one). `Device.cpu().threads` says how many threads run.
+ * keeps a single-threaded module. `options.webgpu: false` loads the CPU-only build of either
+ * (`kiln_web_cpu_bg.wasm`, `kiln_web_threads_cpu_bg.wasm`), which is also the default where
+ * there is no `navigator.gpu` (Node, browsers without WebGPU); `webgpu: true` loads a module
+ * with WebGPU everywhere. With a `source`, the main module is assumed unless `options.threads`
+ * > 1 (then `source` must be the threaded one, `kiln_web_threads_bg.wasm`) or `options.webgpu`
+ * is false (then the CPU-only one of the two). `Device.cpu().threads` says how many threads run.
  */
 export function init(source, options) {
   ready ??= instantiate(source, options).catch((e) => {
@@ -85,12 +85,13 @@ async function instantiate(source, options) {
   const threads = threadsWanted(source, options);
   const webgpu = webgpuWanted(source, options);
   if (threads > 1) {
-    // A literal path: bundlers split the threaded build into its own chunk, fetched only here.
-    const glue = await import("./dist/kiln_web_threads.js").catch(() => undefined);
+    // Literal paths: bundlers split each threaded build into its own chunk, fetched only here.
+    const glue = await (webgpu ? import("./dist/kiln_web_threads.js") : import("./dist/kiln_web_threads_cpu.js"))
+      .catch(() => undefined);
     try {
       if (glue) {
         await glue.default(source === undefined ? undefined : { module_or_path: source });
-        await startThreads(glue, threads);
+        await startThreads(glue, threads, webgpu);
         bind(glue);
         return;
       }
@@ -110,7 +111,7 @@ async function instantiate(source, options) {
  * Starts the threaded module's pool: `threads - 1` workers instantiate it on its memory and wait,
  * then the pool is built with this thread as its first (web/src/threads.rs).
  */
-async function startThreads(glue, threads) {
+async function startThreads(glue, threads, webgpu) {
   glue.threadQueue();
   const [module, memory] = glue.threadShared();
   const workers = [];
@@ -119,7 +120,7 @@ async function startThreads(glue, threads) {
     workers.push(worker);
     worker.onmessage = ({ data }) => (data?.error ? reject(new Error(data.error)) : resolve());
     worker.onerror = (e) => reject(new Error(`a worker failed to start: ${e.message ?? "its script did not load"}`));
-    worker.postMessage({ module, memory });
+    worker.postMessage({ module, memory, webgpu });
   }));
   try {
     await Promise.all(started);

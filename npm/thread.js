@@ -1,15 +1,16 @@
 // One thread of kiln's threaded build, started by index.js on a cross-origin isolated page:
 // instantiates the module on the page's shared memory, says so, then runs the thread pool's
 // loop for the CPU kernels (web/src/threads.rs), which never returns.
-import init, { threadWorker } from "./dist/kiln_web_threads.js";
-
-self.onmessage = async ({ data: { module, memory } }) => {
+// `webgpu` says which of the two threaded builds the page loaded (the glue must match the module).
+self.onmessage = async ({ data: { module, memory, webgpu } }) => {
+  let glue;
   try {
-    await init({ module_or_path: module, memory });
+    glue = webgpu ? await import("./dist/kiln_web_threads.js") : await import("./dist/kiln_web_threads_cpu.js");
+    await glue.default({ module_or_path: module, memory });
   } catch (e) {
     postMessage({ error: `a thread failed to start: ${e?.message ?? e}` });
     return;
   }
   postMessage({ ready: true });
-  threadWorker();
+  glue.threadWorker();
 };

@@ -81,7 +81,7 @@ for name in kiln_web kiln_web_onnx; do
 done
 
 if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
-  step "wasm, threaded: kiln-web with +atomics on $KILN_NIGHTLY -> npm/dist/kiln_web_threads*"
+  step "wasm, threaded: kiln-web with +atomics on $KILN_NIGHTLY -> npm/dist/kiln_web_threads{_cpu,}*"
   # npm/index.js loads this module instead of the main one on cross-origin isolated pages: the
   # CPU kernels then run on a pool of Web Workers sharing its memory (web/src/threads.rs).
   # Atomics need a standard library built with them (-Z build-std, nightly only); std's
@@ -97,12 +97,18 @@ if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
     --export=__tls_size --export=__tls_align --export=__tls_base; do
     threads_rustflags+=" -C link-arg=$arg"
   done
-  RUSTFLAGS="$threads_rustflags" \
-    nightly_cargo build -p kiln-web --lib --features threads --target wasm32-unknown-unknown \
-    -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \
-    --target-dir "$threads_target" "${cargo_args[@]}"
-  wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_threads \
-    "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
+  # Two builds, as for the main module: CPU only (kiln_web_threads_cpu, for `webgpu: false`),
+  # then with WebGPU.
+  for name in kiln_web_threads_cpu kiln_web_threads; do
+    features=(--features threads)
+    [ "$name" = kiln_web_threads ] || features+=(--no-default-features)
+    RUSTFLAGS="$threads_rustflags" \
+      nightly_cargo build -p kiln-web --lib "${features[@]}" --target wasm32-unknown-unknown \
+      -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \
+      --target-dir "$threads_target" "${cargo_args[@]}"
+    wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$name" \
+      "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
+  done
 fi
 
 if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
@@ -140,11 +146,13 @@ if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
     # 73 s instead of 86.
     optimise npm/dist/kiln_web_threads_bg.wasm -O2 --enable-threads &
     threads_opt=$!
+    optimise npm/dist/kiln_web_threads_cpu_bg.wasm -O2 --enable-threads &
+    threads_cpu_opt=$!
   fi
   optimise npm/dist/kiln_web_onnx_bg.wasm -Oz
   wait "$main_opt"
   wait "$cpu_opt"
-  [ -z "${threads_opt:-}" ] || wait "$threads_opt"
+  [ -z "${threads_opt:-}" ] || wait "$threads_opt" "$threads_cpu_opt"
   node npm/check-size.mjs
 fi
 

@@ -6,8 +6,9 @@
 //   - the page without the headers, and the isolated page with `threads: 1`, load the main
 //     module and report 1 thread; so does an isolated page whose policy forbids workers (init
 //     falls back to the main module and warns);
-//   - `webgpu: false` loads the CPU-only module (kiln_web_cpu_bg.wasm) and nothing else, whose
-//     WebGPU device is refused with a message naming the module;
+//   - `webgpu: false` loads a CPU-only module and nothing else (kiln_web_cpu_bg.wasm, or
+//     kiln_web_threads_cpu_bg.wasm with threads), whose WebGPU device is refused with a message
+//     naming the module;
 //   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path) and two
 //     matmuls large enough to be split across threads (by columns, wider than tall, and by rows)
 //     match float64 loops here, on random inputs;
@@ -28,7 +29,7 @@ const fatal = (msg) => fatalIn("threads", msg);
 const check = checker();
 const SEED = Number(process.env.KILN_SEED ?? Math.floor(Math.random() * 1e6));
 console.log(`threads: seed ${SEED} (KILN_SEED=${SEED} repeats this run)`);
-for (const f of ["npm/dist/kiln_web_bg.wasm", "npm/dist/kiln_web_cpu_bg.wasm", "npm/dist/kiln_web_threads_bg.wasm"]) {
+for (const f of ["kiln_web", "kiln_web_cpu", "kiln_web_threads", "kiln_web_threads_cpu"].map((m) => `npm/dist/${m}_bg.wasm`)) {
   if (!existsSync(join(ROOT, f))) fatal(`missing ${f}: run scripts/build-web.sh`);
 }
 
@@ -172,6 +173,7 @@ try {
     ["isolated, workers forbidden", "/iso-noworkers/page.html", (t) => t === 1, ["kiln_web_threads_bg.wasm", "kiln_web_bg.wasm"]],
     ["not isolated, webgpu: false", "/plain/page.html?webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
     ["isolated, threads: 1, webgpu: false", "/iso/page.html?threads=1&webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
+    ["isolated, webgpu: false", "/iso/page.html?webgpu=false", (t) => t > 1, ["kiln_web_threads_cpu_bg.wasm"]],
   ]) {
     const p = await openPage(browser, base + path);
     const r = await p.page.evaluate(() => window.result);
@@ -196,7 +198,7 @@ try {
     check(p.errors.length === 0, `${name}: no console errors${p.errors.length ? `: ${p.errors.join(" | ")}` : ""}`);
   }
   const single = results["not isolated"];
-  for (const name of ["isolated", "isolated, threads: 3"]) {
+  for (const name of ["isolated", "isolated, threads: 3", "isolated, webgpu: false"]) {
     for (const k of ["mnist1", "mnist64"]) {
       const e = relErr(results[name]?.[k], single?.[k] ?? []);
       check(e <= 1e-5, `${name}: ${k} logits against the single-threaded build: ${e.toExponential(2)}`);

@@ -15,8 +15,8 @@ export async function adapterInfo() {
 /**
  * The kiln package `k`, initialised with `threads` CPU threads (more than 1: the threaded build,
  * the page being cross-origin isolated), and its device for `backend`: WebGPU with `options`,
- * else the CPU. A 1-thread CPU page loads the CPU-only module (`webgpu: false`), as a page that
- * uses only the CPU would: tfjs's wasm page likewise loads its wasm backend alone.
+ * else the CPU. A CPU page loads a CPU-only module (`webgpu: false`), as a page that uses only
+ * the CPU would: tfjs's wasm page likewise loads its wasm backend alone.
  */
 export async function kilnOn(backend, options, threads = 1) {
   const k = await import("/kiln/index.js");
