@@ -98,6 +98,30 @@ struct Plan {
     workspace: usize,
 }
 
+impl Plan {
+    /// Destroys the descriptors that were made (null ones are skipped).
+    ///
+    /// # Safety
+    /// Nothing uses them any more.
+    unsafe fn destroy(&self) {
+        // SAFETY: per the caller.
+        unsafe {
+            if !self.x.is_null() {
+                let _ = dnn::destroy_tensor_descriptor(self.x);
+            }
+            if !self.w.is_null() {
+                let _ = dnn::destroy_filter_descriptor(self.w);
+            }
+            if !self.y.is_null() {
+                let _ = dnn::destroy_tensor_descriptor(self.y);
+            }
+            if !self.conv.is_null() {
+                let _ = dnn::destroy_convolution_descriptor(self.conv);
+            }
+        }
+    }
+}
+
 /// The cuDNN handle and the plans made so far.
 pub(super) struct Dnn {
     handle: sys::cudnnHandle_t,
@@ -140,7 +164,11 @@ impl Dnn {
         }
         let handle = dnn::create_handle().map_err(dnn_err("handle"))?;
         // SAFETY: a fresh handle; the stream outlives it (both live as long as the backend).
-        unsafe { dnn::set_stream(handle, stream) }.map_err(dnn_err("stream"))?;
+        if let Err(e) = unsafe { dnn::set_stream(handle, stream) } {
+            // SAFETY: nothing else has the handle.
+            let _ = unsafe { dnn::destroy_handle(handle) };
+            return Err(dnn_err("stream")(e));
+        }
         Ok(Some(Dnn {
             handle,
             plans: HashMap::new(),
@@ -152,10 +180,7 @@ impl Dnn {
         // SAFETY: nothing uses them any more.
         unsafe {
             for (_, p) in self.plans.drain() {
-                let _ = dnn::destroy_tensor_descriptor(p.x);
-                let _ = dnn::destroy_filter_descriptor(p.w);
-                let _ = dnn::destroy_tensor_descriptor(p.y);
-                let _ = dnn::destroy_convolution_descriptor(p.conv);
+                p.destroy();
             }
             let _ = dnn::destroy_handle(self.handle);
         }
@@ -173,13 +198,25 @@ impl Dnn {
         let f32_ = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         let mut p = Plan {
-            x: dnn::create_tensor_descriptor().map_err(dnn_err("descriptor"))?,
-            w: dnn::create_filter_descriptor().map_err(dnn_err("descriptor"))?,
-            y: dnn::create_tensor_descriptor().map_err(dnn_err("descriptor"))?,
-            conv: dnn::create_convolution_descriptor().map_err(dnn_err("descriptor"))?,
+            x: std::ptr::null_mut(),
+            w: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
             algo: None,
             workspace: 0,
         };
+        let created = (|| {
+            p.x = dnn::create_tensor_descriptor()?;
+            p.w = dnn::create_filter_descriptor()?;
+            p.y = dnn::create_tensor_descriptor()?;
+            p.conv = dnn::create_convolution_descriptor()?;
+            Ok(())
+        })();
+        if let Err(e) = created {
+            // SAFETY: the descriptors made before the failure are this plan's alone.
+            unsafe { p.destroy() };
+            return Err(dnn_err("descriptor")(e));
+        }
         let math = if strict {
             sys::cudnnMathType_t::CUDNN_FMA_MATH
         } else {
