@@ -1,9 +1,12 @@
 //! WGSL generation for a fused expression, and the custom op that runs it.
 //!
 //! An elementwise kernel computes one output element per invocation. Its params header is
-//! `numel, rank, tail`, the tail holding the constants (as 4-byte words), the expression's
-//! shape and, per input, its strides against the shape's axes (0 where it broadcasts). A
-//! reduction kernel ([`Reduction`]) has five more words before the tail (`outer`, `len`, `chunk`,
+//! `numel, rank`, the constants (as 4-byte words `k0`..), each inner, outer or middle leaf's
+//! `m` (and a middle one's `d`), then the tail: the expression's shape and, per input, its
+//! strides against the shape's axes (0 where it broadcasts). Constants and `m`, `d` are named
+//! fields, not tail words: SwiftShader (the page's WebGPU) bounds-checks each read of the
+//! runtime-sized tail per lane, which made the composed GELU 1.3x slower than with literals. A
+//! reduction kernel ([`Reduction`]) has five more fields after `rank` (`outer`, `len`, `chunk`,
 //! `chunks`, and a mean's `1 / len` as f32 bits).
 
 use super::expr::{Expr, Node, ReadKind, vectorized};
@@ -88,8 +91,8 @@ impl FusedOp {
             reduce.is_some(),
         )?;
         match reduce {
-            Some(r) => reduction_main(&mut wgsl, r, &kinds, nodes, nconsts)?,
-            None => elementwise_main(&mut wgsl, &kinds, nconsts, vec4),
+            Some(r) => reduction_main(&mut wgsl, r, &kinds, nodes)?,
+            None => elementwise_main(&mut wgsl, &kinds, vec4),
         }
         let wgsl =
             crate::preprocess::preprocess(&wgsl, &Default::default(), &crate::kernels::source)
@@ -249,21 +252,20 @@ impl CustomOp for FusedOp {
             };
         }
         params.extend(self.consts(attrs)?);
-        params.extend(out.dims().iter().map(|&d| d as u32));
+        // the fields of the inner, outer and middle leaves, in the order of `index_fields`
         for ((_, shape), kind) in inputs.iter().zip(&self.kinds) {
-            let mut words = broadcast_strides(shape, out);
-            // an inner, outer or middle leaf reads its `m` (and a middle one its `d`) from the
-            // first words of its block
-            let (m, d) = match kind {
-                ReadKind::Inner => (shape.numel(), 0),
-                ReadKind::Outer => (out.numel() / shape.numel().max(1), 0),
-                ReadKind::Middle => (shape.numel(), trailing_broadcast(shape, out)),
-                _ => (0, 0),
-            };
-            for (w, v) in words.iter_mut().zip([m, d]).filter(|(_, v)| *v > 0) {
-                *w = v as u32;
+            match kind {
+                ReadKind::Inner => params.push(shape.numel() as u32),
+                ReadKind::Outer => params.push((out.numel() / shape.numel().max(1)) as u32),
+                ReadKind::Middle => {
+                    params.extend([shape.numel(), trailing_broadcast(shape, out)].map(|v| v as u32))
+                }
+                _ => {}
             }
-            params.extend(words);
+        }
+        params.extend(out.dims().iter().map(|&d| d as u32));
+        for (_, shape) in inputs {
+            params.extend(broadcast_strides(shape, out));
         }
         // the tail is never empty (a zero-length runtime array binds badly on some drivers)
         params.push(0);
@@ -286,22 +288,25 @@ pub fn word_value(w: u32, dtype: DType) -> f64 {
     }
 }
 
-/// The WGSL of word `w` of input `j`'s strides block (an inner, outer or middle leaf's `m`,
-/// a middle leaf's `d`).
-fn word_of(nconsts: usize, j: usize, w: usize) -> String {
-    format!("params.tail[{nconsts}u + params.rank * {}u + {w}u]", j + 1)
+/// The params fields of input `j` of `kind`: an inner, outer or middle leaf's `m`, a middle
+/// one's `d`.
+fn index_fields(kind: ReadKind, j: usize) -> Vec<String> {
+    match kind {
+        ReadKind::Inner | ReadKind::Outer => vec![format!("m{j}")],
+        ReadKind::Middle => vec![format!("m{j}"), format!("d{j}")],
+        _ => vec![],
+    }
 }
 
 /// The WGSL reading input `j`, of `kind`, for output element `e` (a scalar load).
-fn read(kind: ReadKind, j: usize, e: &str, nconsts: usize) -> String {
-    let m = || word_of(nconsts, j, 0);
+fn read(kind: ReadKind, j: usize, e: &str) -> String {
     match kind {
         ReadKind::Whole => format!("in{j}[{e}]"),
         ReadKind::One => format!("in{j}[0]"),
         ReadKind::Broadcast => format!("in{j}[at_of({e}, {j}u)]"),
-        ReadKind::Inner => format!("in{j}[{e} % {}]", m()),
-        ReadKind::Outer => format!("in{j}[{e} / {}]", m()),
-        ReadKind::Middle => format!("in{j}[({e} / {}) % {}]", word_of(nconsts, j, 1), m()),
+        ReadKind::Inner => format!("in{j}[{e} % params.m{j}]"),
+        ReadKind::Outer => format!("in{j}[{e} / params.m{j}]"),
+        ReadKind::Middle => format!("in{j}[({e} / params.d{j}) % params.m{j}]"),
     }
 }
 
@@ -382,6 +387,14 @@ fn preamble(
             let _ = writeln!(s, "    {field}: u32,");
         }
     }
+    for k in 0..nconsts {
+        let _ = writeln!(s, "    k{k}: u32,");
+    }
+    for (j, &kind) in kinds.iter().enumerate() {
+        for field in index_fields(kind, j) {
+            let _ = writeln!(s, "    {field}: u32,");
+        }
+    }
     s.push_str("    tail: array<u32>,\n}\n");
     s.push_str("@group(0) @binding(0) var<storage, read> params: FusedParams;\n");
     for (j, &d) in leaves.iter().enumerate() {
@@ -413,9 +426,9 @@ fn preamble(
         let _ = write!(
             s,
             "fn at_of(i: u32, j: u32) -> u32 {{\n    let rank = params.rank;\n    \
-             let shape = {nconsts}u;\n    let strides = shape + rank * (1u + j);\n    \
+             let strides = rank * (1u + j);\n    \
              var rem = i;\n    var at = 0u;\n    for (var d = rank; d > 0u; d = d - 1u) {{\n        \
-             let n = params.tail[shape + d - 1u];\n        \
+             let n = params.tail[d - 1u];\n        \
              at = at + (rem % n) * params.tail[strides + d - 1u];\n        \
              rem = rem / n;\n    }}\n    return at;\n}}\n\n"
         );
@@ -431,7 +444,7 @@ fn preamble(
         let v = |a: usize| format!("n{a}");
         let expr = match *node {
             Node::Leaf(j) => format!("l{j}"),
-            Node::Const(k) => format!("bitcast<{t}>(params.tail[{k}])"),
+            Node::Const(k) => format!("bitcast<{t}>(params.k{k})"),
             Node::Unary(u, a) => {
                 let [c0, c1] = u.consts().map(|c| lit(c, *dtype));
                 substitute(
@@ -457,9 +470,9 @@ fn preamble(
 }
 
 /// The value of element `e` (a WGSL expression) through `value`, each input read by its kind.
-fn value_at(kinds: &[ReadKind], e: &str, nconsts: usize) -> String {
+fn value_at(kinds: &[ReadKind], e: &str) -> String {
     let a: Vec<String> = (kinds.iter().enumerate())
-        .map(|(j, &k)| read(k, j, e, nconsts))
+        .map(|(j, &k)| read(k, j, e))
         .collect();
     format!("value({})", a.join(", "))
 }
@@ -480,14 +493,14 @@ fn vector_loads(kinds: &[ReadKind], i: &str, suffix: &str) -> String {
 
 /// `value` of each of the 4 lanes of a vec4 step whose first element is `e`: the whole inputs
 /// from [`vector_loads`], the others read one lane at a time.
-fn lanes(kinds: &[ReadKind], e: &str, nconsts: usize, suffix: &str) -> [String; 4] {
+fn lanes(kinds: &[ReadKind], e: &str, suffix: &str) -> [String; 4] {
     ["x", "y", "z", "w"].map(|c| {
         let lane = "xyzw".find(c).unwrap_or(0);
         let a: Vec<String> = (kinds.iter().enumerate())
             .map(|(j, &k)| match k {
                 ReadKind::Whole => format!("w{j}{suffix}.{c}"),
                 ReadKind::One => format!("w{j}{suffix}"),
-                _ => read(k, j, &format!("({e} + {lane}u)"), nconsts),
+                _ => read(k, j, &format!("({e} + {lane}u)")),
             })
             .collect();
         format!("value({})", a.join(", "))
@@ -496,7 +509,7 @@ fn lanes(kinds: &[ReadKind], e: &str, nconsts: usize, suffix: &str) -> [String; 
 
 /// The entry point of an elementwise kernel: reads its inputs (one element, or a vec4 of each
 /// whole input) and stores.
-fn elementwise_main(s: &mut String, kinds: &[ReadKind], nconsts: usize, vec4: bool) {
+fn elementwise_main(s: &mut String, kinds: &[ReadKind], vec4: bool) {
     let count = if vec4 {
         "params.numel / 4u"
     } else {
@@ -512,9 +525,9 @@ fn elementwise_main(s: &mut String, kinds: &[ReadKind], nconsts: usize, vec4: bo
     );
     let store = if vec4 {
         s.push_str(&vector_loads(kinds, "i", ""));
-        format!("vec4({})", lanes(kinds, "4u * i", nconsts, "").join(", "))
+        format!("vec4({})", lanes(kinds, "4u * i", "").join(", "))
     } else {
-        value_at(kinds, "i", nconsts)
+        value_at(kinds, "i")
     };
     let _ = writeln!(s, "    out[i] = {store};\n}}");
 }
@@ -528,7 +541,6 @@ fn reduction_main(
     r: Reduction,
     kinds: &[ReadKind],
     nodes: &[(Node, DType)],
-    nconsts: usize,
 ) -> Result<()> {
     let dtype = nodes.last().map_or(DType::F32, |n| n.1);
     let t = wgsl_type(dtype, "fusion")?;
@@ -552,11 +564,11 @@ fn reduction_main(
         // parenthesized: a read appends `% m` or `/ m` to it
         let (suffix, e) = (format!("_{k}"), format!("({e})"));
         if !r.vec4 {
-            return (String::new(), value_at(kinds, &e, nconsts));
+            return (String::new(), value_at(kinds, &e));
         }
         let loads =
             vector_loads(kinds, &format!("{e} / 4u"), &suffix).replace("    let", "        let");
-        let [a, b, c, d] = lanes(kinds, &e, nconsts, &suffix);
+        let [a, b, c, d] = lanes(kinds, &e, &suffix);
         (
             loads,
             format!("combine(combine({a}, {b}), combine({c}, {d}))"),

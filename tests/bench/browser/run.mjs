@@ -6,7 +6,7 @@
 //   node run.mjs [--runs 200] [--warmup 10] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
 //                [--gpu-b64-warmup 1] [--cold 3] [--batches 1,64] [--only kiln-cpu,kiln-cpu-2t,ort-wasm-2t,...] [--no-webgpu]
 //                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
-//   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--only ...]
+//   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--gelu-rounds 1] [--only ...]
 //                GELU on 2^p random inputs: kiln fused/unfused vs onnxruntime-web's Gelu (issue 19)
 //   node run.mjs --dispatches [--batches 1,64] [--gpu-runs 3]
 //                kiln WebGPU's calls per MNIST forward and each dispatch's own time (issue 18)
@@ -30,7 +30,7 @@ const DEFAULTS = {
   kiln: join(ROOT, "npm"), model: join(ROOT, "demos/mnist/models/mnist.safetensors"),
   chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
   data: process.env.KILN_MNIST_DATA || "/work/shared/data/mnist", help: false,
-  gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30,
+  gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30, "gelu-rounds": 1,
   dispatches: false,
 };
 const opt = { ...DEFAULTS };
@@ -50,7 +50,7 @@ if (opt.help) {
   process.exit(0);
 }
 for (const k of ["runs", "warmup", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds",
-  "gelu-runs", "gelu-warmup", "gelu-seconds"]) opt[k] = Number(opt[k]);
+  "gelu-runs", "gelu-warmup", "gelu-seconds", "gelu-rounds"]) opt[k] = Number(opt[k]);
 opt["gpu-runs"] = opt["gpu-runs"] == null ? opt.runs : Number(opt["gpu-runs"]);
 const BATCHES = String(opt.batches).split(",").map(Number);
 const JSON_OUT = opt.json || join(tmpdir(), `kiln-browser-bench-${Date.now()}.json`);
@@ -202,6 +202,8 @@ const argmaxRows = (a) => { const r = []; for (let i = 0; i < a.length / 10; i++
 const agree = (a, b) => a.filter((v, i) => v === b[i]).length / a.length;
 
 // ---- --gelu: GELU on 2^p random inputs, each row in its own page (fresh context) ----------------
+// With --gelu-rounds N every row's page stays open and the rows take turns, N rounds of each cell,
+// so that a change in the machine's load (SwiftShader runs on its cores) falls on every row alike.
 async function runGelu() {
   const MODES = [["e2e", "upload -> GELU -> read back"], ["compute", "input on the device, GELU, wait for the result"]];
   const rows = [];
@@ -209,8 +211,8 @@ async function runGelu() {
   for (const c of configs) {
     const r = { ...c, times: {}, warnings: [] };
     rows.push(r);
-    const context = await browser.newContext();
-    const page = await context.newPage();
+    r.context = await browser.newContext();
+    const page = (r.page = await r.context.newPage());
     // onnxruntime warns when nodes fall back from the preferred EP to the CPU: kept for the report.
     page.on("console", (m) => { if (["warning", "error"].includes(m.type())) r.warnings.push(m.text().slice(0, 300)); });
     page.on("pageerror", (e) => r.warnings.push(String(e)));
@@ -220,21 +222,34 @@ async function runGelu() {
       const st = await page.evaluate(() => ({ ...window.__gelu }));
       if (st.error) throw new Error(st.error.message);
       Object.assign(r, { version: st.version, actualBackend: st.actualBackend, adapter: st.adapter });
-      for (const p of SIZES) {
-        await page.evaluate(([p, id]) => window.__gelu.check(p, id), [p, c.id]);
-        for (const [mode] of MODES) {
-          const times = await page.evaluate(([p, m, w, n, ms]) => window.__gelu.time(p, m, w, n, ms),
-            [p, mode, opt["gelu-warmup"], opt["gelu-runs"], opt["gelu-seconds"] * 1000]);
-          r.times[`${mode}_${p}`] = { median: median(times), p90: pct(times, 90), min: Math.min(...times), runs: times.length, times };
-          console.log(`[${c.id}] 2^${p} ${mode}: median ${median(times).toFixed(3)} ms, p90 ${pct(times, 90).toFixed(3)} ms, n ${times.length}`);
-        }
-      }
+      for (const p of SIZES) await page.evaluate(([p, id]) => window.__gelu.check(p, id), [p, c.id]);
       r.kernels = await page.evaluate(() => window.__gelu.kernels());
     } catch (e) {
       r.skipped = String(e.message || e).slice(0, 400);
       console.log(`[${c.id}] skipped: ${r.skipped}`);
     }
-    await context.close();
+  }
+  const rounds = Math.max(1, opt["gelu-rounds"]);
+  for (let k = 0; k < rounds; k++) {
+    for (const p of SIZES) {
+      for (const [mode] of MODES) {
+        for (const r of rows.filter((r) => !r.skipped)) {
+          const times = await r.page.evaluate(([p, m, w, n, ms]) => window.__gelu.time(p, m, w, n, ms),
+            [p, mode, opt["gelu-warmup"], opt["gelu-runs"], opt["gelu-seconds"] * 1000]);
+          const t = (r.times[`${mode}_${p}`] ||= { times: [], rounds: [] });
+          t.times.push(...times);
+          t.rounds.push(median(times));
+          Object.assign(t, { median: median(t.times), p90: pct(t.times, 90), min: Math.min(...t.times), runs: t.times.length });
+          console.log(`[${r.id}] ${rounds > 1 ? `round ${k + 1}: ` : ""}2^${p} ${mode}: median ${median(times).toFixed(3)} ms, ` +
+            `p90 ${pct(times, 90).toFixed(3)} ms, n ${times.length}`);
+        }
+      }
+    }
+  }
+  for (const r of rows) {
+    await r.context.close();
+    delete r.context;
+    delete r.page;
   }
   await browser.close();
   server.close();
@@ -246,7 +261,7 @@ async function runGelu() {
   console.log(`\nChromium ${browserVersion} (headless), ${cpus().length} cores; onnxruntime-web ${pkgVersion("onnxruntime-web")}, ` +
     `kiln ${ok.find((r) => r.lib === "kiln")?.version ?? "?"}; WebGPU adapter: ${[...new Set(ok.map((r) => r.adapter).filter(Boolean))].join("; ") || "-"}`);
   console.log(`GELU x * (erf(x / sqrt 2) + 1) / 2 on f32 standard-normal inputs; ${opt["gelu-warmup"]} warm-up + up to ` +
-    `${opt["gelu-runs"]} runs per cell (stopped after ${opt["gelu-seconds"]} s); times in ms; ratio = kiln fused / row (< 1: kiln fused is faster)`);
+    `${opt["gelu-runs"]} runs per cell (stopped after ${opt["gelu-seconds"]} s)${opt["gelu-rounds"] > 1 ? `, ${opt["gelu-rounds"]} rounds, the rows taking turns` : ""}; times in ms; ratio = kiln fused / row (< 1: kiln fused is faster)`);
   for (const p of SIZES) {
     for (const [mode, what] of MODES) {
       console.log(`\n2^${p} elements, ${mode} (${what}):`);
@@ -255,7 +270,8 @@ async function runGelu() {
         const t = r.times[`${mode}_${p}`];
         const b = base?.times[`${mode}_${p}`];
         console.log(`  ${pad(r.label, 36, true)} ${pad(fmt(t?.median), 9)} ${pad(fmt(t?.p90), 9)} ${pad(t ? (t.p90 / t.median).toFixed(2) : "-", 8)} ` +
-          `${pad(t?.runs ?? "-", 4)} ${pad(t && b && r !== base ? `${(b.median / t.median).toFixed(2)}x` : "", 10)}`);
+          `${pad(t?.runs ?? "-", 4)} ${pad(t && b && r !== base ? `${(b.median / t.median).toFixed(2)}x` : "", 10)}` +
+          (t && b && r !== base && t.rounds.length > 1 ? `  by round: ${t.rounds.map((m, i) => (b.rounds[i] / m).toFixed(2)).join(" ")}` : ""));
       }
     }
     // Agreement: each row's output against float64 GELU (rounded to f32) and against kiln fused.
