@@ -1,6 +1,6 @@
 // Fails (exit 1) when a gzipped release .wasm of the package is larger than size-budget.json
-// allows: the main module (kiln_web_bg.wasm) and the ONNX converter that npm/index.js loads
-// lazily (kiln_web_onnx_bg.wasm) each have their own entry.
+// allows: each module (the main one, its CPU-only and threaded builds, the ONNX converter that
+// npm/index.js loads lazily) has its own entry.
 // Usage: node npm/check-size.mjs   (after scripts/build-web.sh built npm/dist)
 import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the npm package kiln-ml (npm/) from web/ (the main module, its CPU-only build and its
-# threaded build) and web-onnx/ (the ONNX converter, a module that npm/index.js loads only when a
-# page first meets an ONNX file)
+# Builds the npm package kiln-ml (npm/) from web/ (the main module and the threaded one, each
+# also without WebGPU) and web-onnx/ (the ONNX converter, a module that npm/index.js loads only
+# when a page first meets an ONNX file)
 # and assembles the draw-a-digit page in www/ and the text demo in www/text/,
 # installing what the build needs when it is missing (scripts/lib/ensure.sh): the wasm32 target,
 # wasm-bindgen-cli at the version web's wasm-bindgen is pinned to, and tests/web's npm tools
@@ -114,8 +114,9 @@ fi
 if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
   # wasm-opt is npm's binaryen, a JavaScript build: -Oz takes minutes on 2 cores. Its output is
   # cached by the hash of its input, so an unchanged module is not optimised twice. It runs on
-  # one core, so the two modules are optimised side by side: 177 s for both, against 132 + 128 s
-  # one after the other (measured on 2 cores shared with other builds).
+  # one core, so the modules are optimised side by side (two of them: 177 s for both, against
+  # 132 + 128 s one after the other, on 2 cores shared with other builds; all five: 86-95 s each
+  # side by side on 2 quiet cores).
   cache="${CARGO_TARGET_DIR:-$ROOT/target}/wasm-opt-cache"
   # optimise WASM LEVEL [FLAG...]: wasm-opt at LEVEL, with the features every module uses and FLAG...
   optimise() {

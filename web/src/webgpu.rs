@@ -68,7 +68,7 @@ pub async fn adapter() -> Result<Adapter, String> {
 
 const NO_BACKEND: &str = "this is kiln's CPU-only module (loaded by init() with `webgpu: false`, \
      or where the page has no navigator.gpu), which has no WebGPU backend; \
-     `init(undefined, { webgpu: true })` loads the main module";
+     `init(undefined, { webgpu: true })` loads one with it";
 
 /// A new WebGPU device, or why there is none.
 #[cfg(feature = "webgpu")]
