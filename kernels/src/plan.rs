@@ -1509,14 +1509,11 @@ impl Planner {
         let pieces = Layout::from_parts(Shape::new(dims), strides, x.offset());
         let axes: Vec<usize> = (kd.len() + 1..kd.len() + 1 + rd.len()).collect();
         let outputs: usize = kd.iter().product();
-        let partial = self.scratch(outputs * chunks);
-        self.reduce(op, &axes, &pieces, [bufs[0], partial], ty, ty)?;
         let (partials, axis) = match at {
             Chunks::Outer => ([chunks, outputs], 0),
             Chunks::Inner => ([outputs, chunks], 1),
         };
-        let partials = Layout::contiguous(Shape::from(partials));
-        self.reduce(op, &[axis], &partials, [partial, bufs[1]], ty, ty)
+        self.reduce_twice(op, (&pieces, &axes), &partials, &[axis], bufs, ty)
     }
 
     /// Reduces the innermost (contiguous) reduced axis of `x` into scratch as rows, then the
@@ -1534,19 +1531,27 @@ impl Planner {
         let dims: Vec<usize> = kd.iter().chain(rd).copied().collect();
         let strides: Vec<isize> = ks.iter().chain(rs).map(|&s| s as isize).collect();
         let runs = Layout::from_parts(Shape::new(dims), strides, x.offset());
-        let partial_dims: Vec<usize> = kd.iter().chain(outer).copied().collect();
-        let partial = self.scratch(partial_dims.iter().product());
-        self.reduce(
-            op,
-            &[kd.len() + outer.len()],
-            &runs,
-            [bufs[0], partial],
-            ty,
-            ty,
-        )?;
-        let partials = Layout::contiguous(Shape::new(partial_dims));
+        let partials: Vec<usize> = kd.iter().chain(outer).copied().collect();
         let axes: Vec<usize> = (kd.len()..kd.len() + outer.len()).collect();
-        self.reduce(op, &axes, &partials, [partial, bufs[1]], ty, ty)
+        let first = [kd.len() + outer.len()];
+        self.reduce_twice(op, (&runs, &first), &partials, &axes, bufs, ty)
+    }
+
+    /// The two passes of [`Self::reduce_in_chunks`] and [`Self::reduce_runs_first`]: `x` over
+    /// `axes` into a contiguous scratch of `partials` dims, then that over `partial_axes`.
+    fn reduce_twice(
+        &mut self,
+        op: ReduceOp,
+        (x, axes): (&Layout, &[usize]),
+        partials: &[usize],
+        partial_axes: &[usize],
+        bufs: [Buffer; 2],
+        ty: &'static str,
+    ) -> Result<()> {
+        let partial = self.scratch(partials.iter().product());
+        self.reduce(op, axes, x, [bufs[0], partial], ty, ty)?;
+        let partials = Layout::contiguous(Shape::from(partials));
+        self.reduce(op, partial_axes, &partials, [partial, bufs[1]], ty, ty)
     }
 
     fn rows(
