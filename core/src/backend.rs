@@ -33,6 +33,10 @@ impl Storage {
     pub fn get_mut<T: Any>(&mut self) -> Option<&mut T> {
         Arc::get_mut(&mut self.0)?.downcast_mut::<T>()
     }
+    /// How many handles share this buffer (this one included).
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
     /// `true` when no other handle shares this buffer (so writing it changes no other tensor).
     pub fn is_unique(&mut self) -> bool {
         Arc::get_mut(&mut self.0).is_some()

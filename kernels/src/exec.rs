@@ -17,7 +17,7 @@
 
 use crate::plan::{self, Buffer, ELEM_BYTES, KernelKey, Plan, ViewMeta};
 use kiln_core::{
-    Backend, DType, Error, Meta, Op, ReadFuture, Result, Shape, Storage, TensorData, View,
+    Backend, DType, Error, Layout, Meta, Op, ReadFuture, Result, Shape, Storage, TensorData, View,
 };
 use std::future::Future;
 
@@ -231,6 +231,28 @@ impl<R: Runtime> Backend for GpuBackend<R> {
             .execute_without_plan(op, inputs, &buffers, outputs)?
         {
             return Ok(vec![Storage::new(out)]);
+        }
+        // a fused epilogue whose product the runtime's library computes (cuBLAS, cuDNN): the
+        // product is stored, then the chain runs as its own kernel
+        if let Op::Custom(call) = op
+            && let Some(ep) = crate::fusion::epilogue::lookup(&call.name)
+            && inputs.len() >= 2
+        {
+            let metas: Vec<Meta> = (inputs.iter())
+                .map(|v| (v.dtype, v.layout.shape().clone()))
+                .collect();
+            let product = ep.product_meta(&metas)?;
+            if let Some(p) = self.runtime.execute_without_plan(
+                ep.product(),
+                &inputs[..2],
+                &buffers[..2],
+                std::slice::from_ref(&product),
+            )? {
+                let p = Storage::new(p);
+                let layout = Layout::contiguous(outputs[0].1.clone());
+                let views = ep.chain_inputs(&p, &layout, &inputs[2..]);
+                return self.execute(&Op::Custom(ep.chain_call(call)), &views, outputs);
+            }
         }
         let metas: Vec<ViewMeta> = inputs.iter().map(|v| ViewMeta::from(*v)).collect();
         let plan = plan::plan(op, &metas, outputs)?;

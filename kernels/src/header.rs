@@ -7,8 +7,8 @@
 //!
 //! ```
 //! use kiln_kernels::header::{Header, Gemm};
-//! let g = Gemm { m: 2, n: 3, k: 4, tiles_m: 1, batches: 1, k_chunk: 4, splits: 1 };
-//! assert_eq!(g.to_words(), [2, 3, 4, 1, 1, 4, 1]);
+//! let g = Gemm { m: 2, n: 3, k: 4, tiles_m: 1, batches: 1, k_chunk: 4, splits: 1, epilogue: 0 };
+//! assert_eq!(g.to_words(), [2, 3, 4, 1, 1, 4, 1, 0]);
 //! assert_eq!(Gemm::field_names()[6], "splits");
 //! ```
 
@@ -93,8 +93,13 @@ macro_rules! headers {
 
 headers! {
     /// The shape of a gemm.wgsl launch, shared by every mode: C is `batches` of M x N, K long,
-    /// computed in `tiles_m` row tiles and `splits` chunks of K of `k_chunk` each.
-    Gemm { m: u32, n: u32, k: u32, tiles_m: u32, batches: u32, k_chunk: u32, splits: u32 }
+    /// computed in `tiles_m` row tiles and `splits` chunks of K of `k_chunk` each. `epilogue`
+    /// is where a fused epilogue's words start in the tail (0 without one: see
+    /// `fusion::epilogue`).
+    Gemm {
+        m: u32, n: u32, k: u32, tiles_m: u32, batches: u32, k_chunk: u32, splits: u32,
+        epilogue: u32,
+    }
 
     /// gemm.wgsl in mode `matmul`: A `[.., M, K]` and B `[.., K, N]` as strided views. The tail
     /// is the coalesced batch shape (`batch_rank` words), then A's batch view and B's batch view

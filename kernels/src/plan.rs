@@ -71,7 +71,13 @@ impl KernelKey {
         }
         let src = crate::kernels::source(self.file)
             .ok_or_else(|| Error::invalid("wgsl", format!("no kernel file named {}", self.file)))?;
-        preprocess(src, &self.defines, &crate::kernels::source).map_err(|e| e.context(self.label()))
+        let mut wgsl = preprocess(src, &self.defines, &crate::kernels::source)
+            .map_err(|e| e.context(self.label()))?;
+        // a GEMM's fused epilogue, which its `put_c` calls
+        if let Some(name) = self.defines.get("EPILOGUE") {
+            wgsl.push_str(&crate::fusion::epilogue::source(name)?);
+        }
+        Ok(wgsl)
     }
     /// A short readable name (`"map.wgsl OP=exp T=f32"`) for labels and messages.
     pub fn label(&self) -> String {
@@ -134,6 +140,33 @@ impl ViewMeta {
             layout: layout.clone(),
             dtype,
         }
+    }
+}
+
+impl ViewMeta {
+    /// Its dtype and shape.
+    pub fn meta(&self) -> Meta {
+        (self.dtype, self.layout.shape().clone())
+    }
+}
+
+/// The word of gemm.wgsl's params that says where a fused epilogue's words start in the tail
+/// ([`Gemm`]'s `epilogue`).
+const EPILOGUE_WORD: usize = 7;
+
+/// The words of a gemm.wgsl launch's params before its tail (the mode's header).
+fn gemm_header_words(key: &KernelKey) -> usize {
+    use std::sync::OnceLock;
+    static WORDS: OnceLock<[usize; 2]> = OnceLock::new();
+    let [matmul, conv] = *WORDS.get_or_init(|| {
+        [
+            MatmulParams::field_names().len(),
+            ConvParams::field_names().len(),
+        ]
+    });
+    match key.defines.get("MODE").map(String::as_str) {
+        Some("matmul") => matmul,
+        _ => conv,
     }
 }
 
@@ -456,7 +489,10 @@ pub fn plan(op: &Op, inputs: &[ViewMeta], outputs: &[Meta]) -> Result<Plan> {
             }
             Ok(())
         }
-        Op::Custom(c) => p.custom(c, inputs, &outputs[0]),
+        Op::Custom(c) => match crate::fusion::epilogue::lookup(&c.name) {
+            Some(ep) => p.epilogue(&ep, c, inputs, &outputs[0]),
+            None => p.custom(c, inputs, &outputs[0]),
+        },
         Op::AdamStep(a) => {
             if ty != "f32" {
                 return Err(Error::unsupported(
@@ -1075,7 +1111,6 @@ impl Planner {
         inputs: &[ViewMeta],
         output: &Meta,
     ) -> Result<()> {
-        use kiln_core::op::custom::Grid;
         let r = call.resolve()?;
         if r.op.wgsl().is_none() {
             return Err(Error::unsupported(
@@ -1083,30 +1118,39 @@ impl Planner {
                 "has no WGSL kernel; it runs on the CPU only",
             ));
         }
-        let metas: Vec<Meta> = inputs
-            .iter()
-            .map(|v| (v.dtype, v.layout.shape().clone()))
-            .collect();
-        let launch = r.op.launch(&call.attrs, &metas, output)?;
-        let mut buffers = Vec::with_capacity(inputs.len() + 1);
-        for (i, input) in inputs.iter().enumerate() {
-            let packed = input.layout.is_contiguous() && input.layout.offset() == 0;
-            buffers.push(if packed {
-                Buffer::Input(i)
-            } else {
-                let shape = input.layout.shape().clone();
-                let buf = self.scratch(shape.numel());
-                let ty = wgsl_type(input.dtype, self.name)?;
-                self.copy_to(
-                    ty,
-                    &Layout::contiguous(shape),
-                    buf,
-                    Buffer::Input(i),
-                    &input.layout,
-                )?;
-                buf
-            });
+        let metas: Vec<Meta> = inputs.iter().map(ViewMeta::meta).collect();
+        let buffers = (inputs.iter().enumerate())
+            .map(|(i, input)| self.packed(i, input))
+            .collect::<Result<Vec<_>>>()?;
+        self.custom_launch(&r, &call.attrs, &metas, buffers, output)
+    }
+
+    /// Input `i` contiguous from element 0, as custom kernels read their inputs: the input
+    /// itself, or a scratch copy.
+    fn packed(&mut self, i: usize, input: &ViewMeta) -> Result<Buffer> {
+        if input.layout.is_contiguous() && input.layout.offset() == 0 {
+            return Ok(Buffer::Input(i));
         }
+        let shape = input.layout.shape().clone();
+        let buf = self.scratch(shape.numel());
+        let ty = wgsl_type(input.dtype, self.name)?;
+        let dst = Layout::contiguous(shape);
+        self.copy_to(ty, &dst, buf, Buffer::Input(i), &input.layout)?;
+        Ok(buf)
+    }
+
+    /// The launch of registered custom op `r` on packed `inputs` (of `metas`) into `output`.
+    fn custom_launch(
+        &mut self,
+        r: &kiln_core::op::custom::Registered,
+        attrs: &kiln_core::op::custom::Attrs,
+        metas: &[Meta],
+        inputs: Vec<Buffer>,
+        output: &Meta,
+    ) -> Result<()> {
+        use kiln_core::op::custom::Grid;
+        let launch = r.op.launch(attrs, metas, output)?;
+        let mut buffers = inputs;
         buffers.push(Buffer::Output(0));
         let workgroups = match launch.grid {
             Grid::Invocations {
@@ -1121,8 +1165,80 @@ impl Planner {
                 ));
             }
         };
-        self.push(KernelKey::custom(&r), launch.params, buffers, workgroups);
+        self.push(KernelKey::custom(r), launch.params, buffers, workgroups);
         Ok(())
+    }
+
+    /// A product (matmul, conv2d) with a fused chain on its output (see
+    /// [`crate::fusion::epilogue`]): inputs 0 and 1 are the product's, the rest the chain's
+    /// others. The chain goes into the product's last launch when that is the GEMM writing the
+    /// output; else the product goes to scratch and the chain's own kernel runs after it.
+    fn epilogue(
+        &mut self,
+        ep: &crate::fusion::epilogue::EpilogueOp,
+        call: &kiln_core::op::custom::CustomCall,
+        inputs: &[ViewMeta],
+        output: &Meta,
+    ) -> Result<()> {
+        let (ab, others) = inputs.split_at(2.min(inputs.len()));
+        let metas: Vec<Meta> = inputs.iter().map(ViewMeta::meta).collect();
+        let product = (ep.product_meta(&metas)?.0, output.1.clone());
+        let alone = plan(ep.product(), ab, std::slice::from_ref(&product))?;
+        let mut bufs = (others.iter().enumerate())
+            .map(|(j, v)| self.packed(2 + j, v))
+            .collect::<Result<Vec<_>>>()?;
+        let last = alone.dispatches.len().saturating_sub(1);
+        let writes_out = |d: &Dispatch| d.buffers.contains(&Buffer::Output(0));
+        let in_store = alone.dispatches.iter().position(writes_out) == Some(last)
+            && alone.dispatches[last].kernel.file == "gemm.wgsl";
+        if in_store {
+            let mut d = self.append(alone, Buffer::Output(0));
+            let words = ep.words(&call.attrs, &metas[2..], output)?;
+            // the epilogue's words follow the mode's header and tail
+            d.params[EPILOGUE_WORD] = (d.params.len() - gemm_header_words(&d.kernel)) as u32;
+            d.params.extend(words);
+            d.kernel
+                .defines
+                .insert("EPILOGUE".into(), call.name.clone());
+            d.buffers.extend(bufs);
+            self.plan.dispatches.push(d);
+            return Ok(());
+        }
+        let stored = self.scratch(output.1.numel());
+        let d = self.append(alone, stored);
+        self.plan.dispatches.push(d);
+        let chain = ep.chain_call(call);
+        let mut chain_metas = metas[2..].to_vec();
+        chain_metas.insert(ep.at(), product);
+        bufs.insert(ep.at(), stored);
+        self.custom_launch(&chain.resolve()?, &chain.attrs, &chain_metas, bufs, output)
+    }
+
+    /// Appends the launches of a plan of its own, but its last (returned), with its output in
+    /// `out` and its scratch buffers after this plan's.
+    fn append(&mut self, sub: Plan, out: Buffer) -> Dispatch {
+        let base = self.plan.scratch_bytes.len();
+        self.plan.scratch_bytes.extend(&sub.scratch_bytes);
+        let mut launches: Vec<Dispatch> = (sub.dispatches.into_iter())
+            .map(|mut d| {
+                for b in &mut d.buffers {
+                    *b = match *b {
+                        Buffer::Output(_) => out,
+                        Buffer::Scratch(k) => Buffer::Scratch(base + k),
+                        input => input,
+                    };
+                }
+                d
+            })
+            .collect();
+        let last = launches.pop();
+        self.plan.dispatches.extend(launches);
+        last.unwrap_or_else(|| Dispatch {
+            kernel: KernelKey::new("fill.wgsl", &[]),
+            params: vec![],
+            buffers: vec![],
+            workgroups: [0; 3],
+        })
     }
 
     /// fill.wgsl in `mode` over `n` elements; `params` is the mode's header.
@@ -1712,6 +1828,7 @@ impl Planner {
         let batch_rank = batch.len() as u32;
         self.gemm(
             GemmMode::Matmul,
+            false,
             [m, nn, k, batches],
             [Buffer::Input(0), Buffer::Input(1)],
             ty,
@@ -1742,6 +1859,7 @@ impl Planner {
         let groups = geo.groups as usize;
         self.gemm(
             mode,
+            geo.n == 1,
             [mnk[0], mnk[1], mnk[2], groups],
             [abuf, bbuf],
             ty,
@@ -1759,9 +1877,11 @@ impl Planner {
 
     /// Launches gemm.wgsl: picks the tile shape and, for outputs of few tiles, the split of K,
     /// and hands the resulting [`Gemm`] to `params`, which writes the mode's whole header.
+    /// `single_image`: a convolution of one image (its output is a plain matrix).
     fn gemm(
         &mut self,
         mode: GemmMode,
+        single_image: bool,
         mnkb: [usize; 4],
         ab: [Buffer; 2],
         ty: &'static str,
@@ -1773,11 +1893,16 @@ impl Planner {
         let tiles_m = m.div_ceil(bm);
         let tiles_n = n.div_ceil(bn);
         let outputs = batches * m * n;
-        let splits = match mode {
-            GemmMode::Matmul | GemmMode::ConvWeightGrad => {
-                split_k(tiles_m * tiles_n * batches, k, outputs)
-            }
-            _ => 1,
+        // split-K's scratch is [splits, batches, M, N]: for modes that store C so (matmul, the
+        // weight gradient), and the other convolutions of a single image, whose
+        // [1, groups * M, N] output is laid out the same way (a batch-1 inference's convs)
+        let plain = match mode {
+            GemmMode::Matmul | GemmMode::ConvWeightGrad => true,
+            GemmMode::Conv | GemmMode::ConvTranspose => single_image,
+        };
+        let splits = match plain {
+            true => split_k(tiles_m * tiles_n * batches, k, outputs),
+            false => 1,
         };
         let k_chunk = k.div_ceil(splits).next_multiple_of(bk);
         let splits = if k_chunk == 0 { 1 } else { k.div_ceil(k_chunk) };
@@ -1785,6 +1910,7 @@ impl Planner {
         let params = params(Gemm {
             m: m as u32, n: n as u32, k: k as u32, tiles_m: tiles_m as u32,
             batches: batches as u32, k_chunk: k_chunk as u32, splits: splits as u32,
+            epilogue: 0,
         });
         let rows = (tiles_m * batches) as u64 * splits as u64;
         let (y, z) = if rows <= MAX_GRID as u64 {
@@ -2734,6 +2860,27 @@ mod tests {
         assert_eq!(split_k(1, 3000, 30), 3000 / SPLIT_K_MIN_DEPTH);
         assert_eq!(split_k(2, 1 << 30, 1 << 20), SPLIT_K_MAX_PARTIALS >> 20);
         assert_eq!(split_k(SPLIT_K_WORKGROUPS, 1 << 20, 1 << 10), 1);
+    }
+
+    #[test]
+    fn a_single_images_convolution_splits_k_and_a_batch_does_not() {
+        // resnet50's 3x3 convolution of 256 channels at 14 x 14: 16 tiles over K = 2304
+        let conv = |n: usize| {
+            let x = Layout::contiguous(Shape::from([n, 256, 14, 14]));
+            let w = Layout::contiguous(Shape::from([256, 256, 3, 3]));
+            let metas = [ViewMeta::new(&x, DType::F32), ViewMeta::new(&w, DType::F32)];
+            let p = Conv2dParams {
+                padding: [1, 1],
+                ..Default::default()
+            };
+            let out = (DType::F32, Shape::from([n, 256, 14, 14]));
+            plan(&Op::Conv2d(p), &metas, &[out]).unwrap()
+        };
+        let one = conv(1);
+        assert_eq!(one.dispatches[0].params[6], 2304 / SPLIT_K_MIN_DEPTH as u32);
+        assert_eq!(one.dispatches.len(), 2, "the splits, then their sum");
+        let two = conv(2);
+        assert_eq!((two.dispatches.len(), two.dispatches[0].params[6]), (1, 1));
     }
 
     #[test]

@@ -449,7 +449,8 @@ fn check(p: &Pair, inexact: bool, what: &str) -> Result<()> {
 
 /// Random chains of table ops (unary incl. clamp/powf, binary, compare, where, cast,
 /// constants), on f32, i32, u32 and bool, with broadcast inputs, odd shapes, reshapes,
-/// expanded and strided views, reads in the middle, run fused on wgpu and on the CPU.
+/// expanded and strided views, reads in the middle, some starting from a matmul's output (a
+/// GEMM epilogue), run fused on wgpu and on the CPU.
 #[test]
 fn fuzz_random_chains_match_the_cpu() -> Result<()> {
     let Some((dev, stats)) = fused() else {
@@ -482,6 +483,7 @@ fn fuzz_random_chains_match_the_cpu() -> Result<()> {
                 .collect()
         };
         let mut pool: Vec<Pair> = Vec::new();
+        let mut log = Vec::new();
         for k in 0..1 + r.below(3) {
             let shape = if k == 0 {
                 out.clone()
@@ -496,13 +498,33 @@ fn fuzz_random_chains_match_the_cpu() -> Result<()> {
                     TensorData::new(v.iter().map(|x| (x * 7.0) as i32).collect(), shape.clone())?
                 }
             };
-            pool.push(Pair {
+            let mut pair = Pair {
                 g: Tensor::from_data(&data, &dev)?,
                 c: Tensor::from_data(&data, &cpu)?,
-            });
+            };
+            if k == 0 && base == DType::F32 && rank >= 2 && r.chance(0.3) {
+                // the output of a matmul: chains on it may run in its GEMM's store
+                let kk = 1 + r.below(9);
+                let rhs = TensorData::new(
+                    values(kk * out[rank - 1], seed * 7 + 5),
+                    [kk, out[rank - 1]],
+                )?;
+                let mut lhs_shape = out.clone();
+                lhs_shape[rank - 1] = kk;
+                let n = lhs_shape.iter().product();
+                let lhs = TensorData::new(values(n, seed * 7 + 6), lhs_shape)?;
+                let mm = |d: &Device| -> Result<Tensor> {
+                    Tensor::from_data(&lhs, d)?.matmul(&Tensor::from_data(&rhs, d)?)
+                };
+                log.push(format!("matmul K={kk}"));
+                pair = Pair {
+                    g: mm(&dev)?,
+                    c: mm(&cpu)?,
+                };
+            }
+            pool.push(pair);
         }
         let mut inexact = false;
-        let mut log = Vec::new();
         for _ in 0..2 + r.below(10) {
             let a = r.pick(&pool).clone();
             let dt = a.c.dtype();
@@ -658,11 +680,140 @@ fn fuzz_random_chains_match_the_cpu() -> Result<()> {
         kernels += 1;
     }
     eprintln!(
-        "fusion fuzz: {chains} chains, {} fused kernels run, {kernels} distinct kernels \
-         (naga-checked, translated to CUDA C and HIP), {} ops recorded, {:.1} s",
+        "fusion fuzz: {chains} chains, {} fused kernels run ({} in a GEMM), {kernels} distinct \
+         kernels (naga-checked, translated to CUDA C and HIP), {} ops recorded, {:.1} s",
         stats.fused(),
+        stats.epilogues(),
         stats.recorded(),
         start.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+#[test]
+fn chains_on_a_gemm_output_run_in_its_store() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    // a conv layer: bias and ReLU, odd sizes, stride and padding
+    let p = kiln_core::Conv2dParams {
+        stride: [2, 1],
+        padding: [1, 0],
+        ..Default::default()
+    };
+    let conv = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+        x.conv2d(w, Some(b), p)?.relu()?.mul_scalar(1.5)
+    };
+    let x = tensor(&[3, 5, 11, 9], 20, &cpu)?;
+    let (w, b) = (tensor(&[7, 5, 3, 3], 21, &cpu)?, tensor(&[7], 22, &cpu)?);
+    let (e0, k0) = (stats.epilogues(), stats.kernels());
+    let y = conv(&on(&x, &dev)?, &on(&w, &dev)?, &on(&b, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &conv(&x, &w, &b)?, 1e-4)?;
+    assert_eq!(stats.epilogues() - e0, 1);
+    assert_eq!(stats.kernels() - k0, 1, "conv, bias and ReLU as one kernel");
+
+    // a linear layer on a transposed weight view, a composed GELU and a residual
+    let linear = |x: &Tensor, w: &Tensor, b: &Tensor, r: &Tensor| -> Result<Tensor> {
+        gelu(&x.matmul(&w.t()?)?.add(b)?)?.add(r)
+    };
+    let x = tensor(&[13, 19], 23, &cpu)?;
+    let (w, b, r) = (
+        tensor(&[10, 19], 24, &cpu)?,
+        tensor(&[10], 25, &cpu)?,
+        tensor(&[13, 10], 26, &cpu)?,
+    );
+    let args = [&x, &w, &b, &r].map(|t| on(t, &dev));
+    let [gx, gw, gb, gr] = args;
+    let (e0, k0) = (stats.epilogues(), stats.kernels());
+    let y = linear(&gx?, &gw?, &gb?, &gr?)?;
+    assert_close(&on(&y, &cpu)?, &linear(&x, &w, &b, &r)?, 1e-5)?;
+    assert_eq!((stats.epilogues() - e0, stats.kernels() - k0), (1, 1));
+
+    // attention's scores: a batched matmul, scaled and masked by a broadcast row index
+    let scores = |q: &Tensor, k: &Tensor, m: &Tensor| -> Result<Tensor> {
+        let s = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(0.25)?;
+        m.where_cond(&s, &s.scalar_like(-1e9)?)
+    };
+    let (q, k) = (
+        tensor(&[2, 3, 6, 5], 27, &cpu)?,
+        tensor(&[2, 3, 6, 5], 28, &cpu)?,
+    );
+    let m = tensor(&[6, 6], 29, &cpu)?.gt(&Tensor::scalar(0.0, DType::F32, &cpu)?)?;
+    let e0 = stats.epilogues();
+    let y = scores(&on(&q, &dev)?, &on(&k, &dev)?, &on(&m, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &scores(&q, &k, &m)?, 1e-5)?;
+    assert_eq!(stats.epilogues() - e0, 1);
+
+    // few outputs over a long K: split-K's reduction writes the product, then the chain runs
+    let (a, c) = (tensor(&[2, 3001], 30, &cpu)?, tensor(&[3001, 3], 31, &cpu)?);
+    let f = |a: &Tensor, c: &Tensor| -> Result<Tensor> { a.matmul(c)?.tanh()?.add_scalar(1.0) };
+    let y = f(&on(&a, &dev)?, &on(&c, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &f(&a, &c)?, 1e-4)?;
+
+    // a single image's conv over a long K: split-K, then the chain after the reduction
+    let (x1, w1) = (
+        tensor(&[1, 64, 9, 8], 32, &cpu)?,
+        tensor(&[5, 64, 3, 3], 33, &cpu)?,
+    );
+    let b1 = tensor(&[5], 34, &cpu)?;
+    let y = conv(&on(&x1, &dev)?, &on(&w1, &dev)?, &on(&b1, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &conv(&x1, &w1, &b1)?, 1e-4)?;
+
+    // a product still held elsewhere is stored once: the chain reads it
+    let (ga, gc) = (on(&a, &dev)?, on(&c, &dev)?);
+    let (e0, k0) = (stats.epilogues(), stats.kernels());
+    let h = ga.matmul(&gc)?;
+    let y = h.sin()?;
+    assert_close(&on(&y, &cpu)?, &a.matmul(&c)?.sin()?, 1e-4)?;
+    assert_close(&on(&h, &cpu)?, &a.matmul(&c)?, 1e-4)?;
+    assert_eq!((stats.epilogues() - e0, stats.kernels() - k0), (0, 2));
+
+    // a product read through a view other than whole runs alone first
+    let g = |x: &Tensor, w: &Tensor| -> Result<Tensor> { x.matmul(&w.t()?)?.t()?.relu() };
+    let y = g(&on(&x, &dev)?, &on(&w, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &g(&x, &w)?, 1e-5)
+}
+
+#[test]
+fn epilogue_kernels_pass_naga_and_translate() -> Result<()> {
+    let Some((dev, _)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let (x, w, b) = (
+        tensor(&[2, 4, 7, 7], 40, &cpu)?,
+        tensor(&[6, 4, 3, 3], 41, &cpu)?,
+        tensor(&[6], 42, &cpu)?,
+    );
+    let y = on(&x, &dev)?
+        .conv2d(&on(&w, &dev)?, Some(&on(&b, &dev)?), Default::default())?
+        .sigmoid()?;
+    assert_close(
+        &on(&y, &cpu)?,
+        &x.conv2d(&w, Some(&b), Default::default())?.sigmoid()?,
+        1e-5,
+    )?;
+    // every f32 GEMM variant the planner makes, with each epilogue of this process, through
+    // naga and the CUDA C and HIP translator
+    let names = fusion::epilogue::names();
+    assert!(!names.is_empty());
+    let gemms = (kiln_kernels::plan::variants().into_iter())
+        .filter(|k| k.file == "gemm.wgsl" && k.defines.get("T").is_some_and(|t| t == "f32"));
+    let mut checked = 0;
+    for (mut key, name) in gemms.flat_map(|k| names.iter().map(move |n| (k.clone(), n))) {
+        key.defines.insert("EPILOGUE".into(), name.clone());
+        let (label, wgsl) = (key.label(), key.wgsl()?);
+        let module = naga::front::wgsl::parse_str(&wgsl)
+            .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(&wgsl)));
+        naga::valid::Validator::new(Default::default(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{label}: {e:?}"));
+        for dialect in [Dialect::Cuda, Dialect::Hip] {
+            translate(&wgsl, &label, dialect).unwrap_or_else(|e| panic!("{label}: {e}"));
+        }
+        checked += 1;
+    }
+    assert!(checked >= names.len());
     Ok(())
 }

@@ -19,11 +19,12 @@
 // `splits` chunks of k_chunk (a multiple of BK); split s computes its chunk's partial product
 // and stores it as batch s * batches + g of a [splits, batches, M, N] scratch, which a
 // reduction then sums (only for modes that store C as plain [batches, M, N]: matmul,
-// conv_wgrad).
+// conv_wgrad, and conv and conv_t of a single image).
 //
 // params: MatmulParams (mode matmul) or ConvParams (the convolutions), kernels/src/header.rs.
 //   Both start with the launch's Gemm: M N K, tiles_m, batches (groups for the convolutions),
-//   k_chunk, splits. matmul's tail: the batch shape, then A's and B's batch views. The
+//   k_chunk, splits, and where a fused epilogue's words start in the tail. matmul's tail: the
+//   batch shape, then A's and B's batch views. The
 //   convolutions' tail: 4 words per k of group 0 (conv, conv_t) or per output position
 //   (conv_wgrad): A's step, B's step, tap row and column offsets (the planner's division of k
 //   into channel and tap, or of the position into oy and ox, done once).
@@ -32,11 +33,16 @@
 // defines: MODE, T, BM BN BK TM TN (tile sizes; BM, BN, TM, TN multiples of 4; BK * BM / 4 and
 // BK * BN / 4 multiples of WG), WG = (BM / TM) * (BN / TN), STAGE_ONE (1 where each invocation
 // stages exactly one vec4 of A and one of B per slice, else 0), SKINNY (1: the matrix-vector
-// kernel at the end, for matmuls of at most 4 rows, BM = 4, BN = WG; else 0).
+// kernel at the end, for matmuls of at most 4 rows, BM = 4, BN = WG; else 0), EPILOGUE (the name
+// of a fused epilogue appended to the source, see `put_c`; absent without one).
 #include "common.wgsl"
+#if EPILOGUE
+#include "math.wgsl"
+#endif
 
 struct Gemm {
     m: u32, n: u32, k: u32, tiles_m: u32, batches: u32, k_chunk: u32, splits: u32,
+    epilogue: u32,
 }
 #if MODE == matmul
 struct MatmulParams {
@@ -135,7 +141,7 @@ fn load_b(l: Line, s: Step) -> {{T}} {
     return b[l.at + s.at];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    c[(g * params.gemm.m + row) * params.gemm.n + col] = v;
+    put_c((g * params.gemm.m + row) * params.gemm.n + col, v);
 }
 #else
 // The conv input x at the tap (l.y + s.y, l.x + s.x) of the plane at l.at + s.at; 0 in the
@@ -191,7 +197,7 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     let p = params.conv;
     let plane = p.oh * p.ow;
     let n = col / plane;
-    c[(n * p.co + g * params.gemm.m + row) * plane + col % plane] = v;
+    put_c((n * p.co + g * params.gemm.m + row) * plane + col % plane, v);
 }
 #elif MODE == conv_t
 // dx[n, c, iy, ix] = sum over (o, ky, kx) of weight[o, c, ky, kx] * dy[n, o, oy, ox]
@@ -238,7 +244,7 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     let p = params.conv;
     let plane = p.h * p.w;
     let n = col / plane;
-    c[(n * p.ci + g * params.gemm.m + row) * plane + col % plane] = v;
+    put_c((n * p.ci + g * params.gemm.m + row) * plane + col % plane, v);
 }
 #elif MODE == conv_wgrad
 // dw[o, c, ky, kx] = sum over (n, oy, ox) of dy[n, o, oy, ox] * x[n, c, oy*sh - ph + ky*dh, ..].
@@ -275,9 +281,20 @@ fn load_b(l: Line, s: Step) -> {{T}} {
     return x_tap(l, s);
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    c[(g * params.gemm.m + row) * params.gemm.n + col] = v;
+    put_c((g * params.gemm.m + row) * params.gemm.n + col, v);
 }
 #endif
+
+// Element i of C (the op's output, or split-K's scratch) gets v, through the fused epilogue
+// where there is one: an elementwise chain on the output, generated and appended to this file
+// by kiln's fusion (kernels/src/fusion/epilogue.rs), whose inputs are bound from 4 on.
+fn put_c(i: u32, v: {{T}}) {
+#if EPILOGUE
+    c[i] = epilogue(i, v);
+#else
+    c[i] = v;
+#endif
+}
 
 // Four lines: the rows of A (or columns of B) of one staged vec4.
 struct Quad {

@@ -253,15 +253,8 @@ impl CustomOp for FusedOp {
         }
         params.extend(self.consts(attrs)?);
         // the fields of the inner, outer and middle leaves, in the order of `index_fields`
-        for ((_, shape), kind) in inputs.iter().zip(&self.kinds) {
-            match kind {
-                ReadKind::Inner => params.push(shape.numel() as u32),
-                ReadKind::Outer => params.push((out.numel() / shape.numel().max(1)) as u32),
-                ReadKind::Middle => {
-                    params.extend([shape.numel(), trailing_broadcast(shape, out)].map(|v| v as u32))
-                }
-                _ => {}
-            }
+        for ((_, shape), &kind) in inputs.iter().zip(&self.kinds) {
+            params.extend(index_words(kind, shape, out));
         }
         params.extend(out.dims().iter().map(|&d| d as u32));
         for (_, shape) in inputs {
@@ -298,16 +291,35 @@ fn index_fields(kind: ReadKind, j: usize) -> Vec<String> {
     }
 }
 
-/// The WGSL reading input `j`, of `kind`, for output element `e` (a scalar load).
-fn read(kind: ReadKind, j: usize, e: &str) -> String {
+/// The WGSL reading input `j`, of `kind`, for output element `e` (a scalar load); `field`
+/// gives the WGSL of a params field (`"m0"`).
+fn read_with(kind: ReadKind, j: usize, e: &str, field: &dyn Fn(&str) -> String) -> String {
+    let [m, d] = [format!("m{j}"), format!("d{j}")].map(|f| field(&f));
     match kind {
         ReadKind::Whole => format!("in{j}[{e}]"),
         ReadKind::One => format!("in{j}[0]"),
         ReadKind::Broadcast => format!("in{j}[at_of({e}, {j}u)]"),
-        ReadKind::Inner => format!("in{j}[{e} % params.m{j}]"),
-        ReadKind::Outer => format!("in{j}[{e} / params.m{j}]"),
-        ReadKind::Middle => format!("in{j}[({e} / params.d{j}) % params.m{j}]"),
+        ReadKind::Inner => format!("in{j}[{e} % {m}]"),
+        ReadKind::Outer => format!("in{j}[{e} / {m}]"),
+        ReadKind::Middle => format!("in{j}[({e} / {d}) % {m}]"),
     }
+}
+
+/// [`read_with`] the fields of a fused kernel's own params.
+fn read(kind: ReadKind, j: usize, e: &str) -> String {
+    read_with(kind, j, e, &|f| format!("params.{f}"))
+}
+
+/// The words of input `j`'s [`index_fields`] for an output of `out`: an inner or outer leaf's
+/// `m`, a middle one's `m` and `d`.
+fn index_words(kind: ReadKind, shape: &Shape, out: &Shape) -> Vec<u32> {
+    let words = match kind {
+        ReadKind::Inner => vec![shape.numel()],
+        ReadKind::Outer => vec![out.numel() / shape.numel().max(1)],
+        ReadKind::Middle => vec![shape.numel(), trailing_broadcast(shape, out)],
+        _ => vec![],
+    };
+    words.into_iter().map(|v| v as u32).collect()
 }
 
 /// The output's elements per step of a middle leaf of `shape`: the product of the output's
@@ -433,6 +445,20 @@ fn preamble(
              rem = rem / n;\n    }}\n    return at;\n}}\n\n"
         );
     }
+    value_fn(&mut s, nodes, leaves, &|f| format!("params.{f}"))?;
+    Ok(s)
+}
+
+/// `fn value(l0, l1, ..)`: one element of the expression from its inputs' values; `field`
+/// gives the WGSL of a constant's params field (`"k0"`).
+fn value_fn(
+    s: &mut String,
+    nodes: &[(Node, DType)],
+    leaves: &[DType],
+    field: &dyn Fn(&str) -> String,
+) -> Result<()> {
+    let ty = |d: DType| wgsl_type(d, "fusion");
+    let out_ty = ty(nodes.last().map_or(DType::F32, |n| n.1))?;
     let args: Vec<String> = leaves
         .iter()
         .enumerate()
@@ -444,7 +470,7 @@ fn preamble(
         let v = |a: usize| format!("n{a}");
         let expr = match *node {
             Node::Leaf(j) => format!("l{j}"),
-            Node::Const(k) => format!("bitcast<{t}>(params.k{k})"),
+            Node::Const(k) => format!("bitcast<{t}>({})", field(&format!("k{k}"))),
             Node::Unary(u, a) => {
                 let [c0, c1] = u.consts().map(|c| lit(c, *dtype));
                 substitute(
@@ -466,6 +492,77 @@ fn preamble(
         let _ = writeln!(s, "    let n{n}: {t} = {expr};");
     }
     let _ = writeln!(s, "    return n{};\n}}\n", nodes.len().saturating_sub(1));
+    Ok(())
+}
+
+/// The names of an epilogue's words, in order: the constants, then the index fields of each
+/// input but the product (input `at`).
+fn epilogue_fields(kinds: &[ReadKind], nconsts: usize, at: usize) -> Vec<String> {
+    let consts = (0..nconsts).map(|k| format!("k{k}"));
+    let fields = (kinds.iter().enumerate())
+        .filter(|&(j, _)| j != at)
+        .flat_map(|(j, &kind)| index_fields(kind, j));
+    consts.chain(fields).collect()
+}
+
+/// The words of an epilogue ([`epilogue_fields`]) for an output of `out`, inputs of `shapes`.
+pub fn epilogue_words(
+    consts: &[u32],
+    kinds: &[ReadKind],
+    shapes: &[Shape],
+    out: &Shape,
+    at: usize,
+) -> Vec<u32> {
+    let mut words = consts.to_vec();
+    for (j, (&kind, shape)) in kinds.iter().zip(shapes).enumerate() {
+        if j != at {
+            words.extend(index_words(kind, shape, out));
+        }
+    }
+    words
+}
+
+/// The WGSL a GEMM with a fused epilogue appends to gemm.wgsl: `epilogue(i, v)`, the
+/// expression at output element `i` where input `at` (the product, read whole) is the GEMM's
+/// value `v`. The other inputs are bound from 4 on, in order (after the GEMM's params, A, B and
+/// C); the constants and index fields are words of the GEMM's params tail from
+/// `params.gemm.epilogue` on. No input may be read by [`ReadKind::Broadcast`].
+pub fn epilogue_source(
+    name: &str,
+    nodes: &[(Node, DType)],
+    leaves: &[DType],
+    kinds: &[ReadKind],
+    nconsts: usize,
+    at: usize,
+) -> Result<String> {
+    let mut s = format!("\n// the fused epilogue {name}\n");
+    let others = (0..leaves.len()).filter(|&j| j != at);
+    for (q, j) in others.enumerate() {
+        let t = wgsl_type(leaves[j], "fusion")?;
+        let _ = writeln!(
+            s,
+            "@group(0) @binding({}) var<storage, read> in{j}: array<{t}>;",
+            4 + q
+        );
+    }
+    let names = epilogue_fields(kinds, nconsts, at);
+    let field = |f: &str| {
+        let w = names.iter().position(|n| n == f).unwrap_or(names.len());
+        format!("params.tail[params.gemm.epilogue + {w}u]")
+    };
+    value_fn(&mut s, nodes, leaves, &field)?;
+    let args: Vec<String> = (kinds.iter().enumerate())
+        .map(|(j, &k)| match j == at {
+            true => "v".to_string(),
+            false => read_with(k, j, "i", &field),
+        })
+        .collect();
+    let t = wgsl_type(nodes.last().map_or(DType::F32, |n| n.1), "fusion")?;
+    let _ = writeln!(
+        s,
+        "fn epilogue(i: u32, v: {t}) -> {t} {{\n    return value({});\n}}",
+        args.join(", ")
+    );
     Ok(s)
 }
 

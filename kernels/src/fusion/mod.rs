@@ -10,9 +10,12 @@
 //! WGSL, registered once per structure as a custom op (`kiln.fused.<hash>`, naga-checked), and run
 //! through the inner device's custom-op path, so it is planned, cached and translated (CUDA,
 //! HIP) like any other kernel. A sum, mean, max or min over the trailing axes of a lazy input
-//! is generated the same way with the reduction inside: the chain is never stored. Everything
-//! else goes to the inner device unchanged, and real storages pass through unwrapped: only
-//! elementwise outputs are ever lazy.
+//! is generated the same way with the reduction inside: the chain is never stored. A matmul or
+//! conv2d is deferred too: a chain that reads its output whole, when nothing else holds that
+//! output, runs inside the GEMM's store as its [`epilogue`] (a layer's bias and activation, a
+//! residual add), so the product is never stored either. Everything else goes to the inner
+//! device unchanged, and real storages pass through unwrapped: only elementwise outputs and
+//! deferred products are ever lazy.
 //!
 //! `KILN_FUSION_LOG=1` prints each new fused kernel (name, op chain, inputs, key) to stderr.
 //!
@@ -30,6 +33,7 @@
 //! ```
 
 mod codegen;
+pub mod epilogue;
 mod expr;
 
 pub use expr::{MAX_LEAVES, MAX_NODES};
@@ -82,6 +86,7 @@ pub struct Stats {
     recorded: AtomicU64,
     fused: AtomicU64,
     reductions: AtomicU64,
+    epilogues: AtomicU64,
     forwarded: AtomicU64,
 }
 
@@ -98,6 +103,11 @@ impl Stats {
     pub fn reductions(&self) -> u64 {
         self.reductions.load(Ordering::Relaxed)
     }
+    /// Generated kernels run that were a chain fused into the GEMM computing its input (a
+    /// matmul's or conv2d's output, never stored: see [`epilogue`]).
+    pub fn epilogues(&self) -> u64 {
+        self.epilogues.load(Ordering::Relaxed)
+    }
     /// Every op sent to the inner device: generated kernels, constant fills and the ops that
     /// do not fuse.
     pub fn kernels(&self) -> u64 {
@@ -113,7 +123,17 @@ struct Cell(Mutex<State>);
 
 enum State {
     Pending(Expr),
+    /// A matmul or conv2d not run yet: a chain on its output may run inside its GEMM.
+    Product(Product),
     Done(Storage),
+}
+
+/// A deferred matmul or conv2d on real inputs.
+#[derive(Clone)]
+struct Product {
+    op: Op,
+    inputs: Vec<Leaf>,
+    out: Meta,
 }
 
 impl Cell {
@@ -154,8 +174,8 @@ struct Operand {
 }
 
 impl Fusion {
-    fn lazy(&self, expr: Expr) -> Storage {
-        let cell = Arc::new(Cell(Mutex::new(State::Pending(expr))));
+    fn lazy(&self, state: State) -> Storage {
+        let cell = Arc::new(Cell(Mutex::new(state)));
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         p.cells.push(Arc::downgrade(&cell));
         // prune dropped lazies now and then (amortized O(1) per op)
@@ -176,14 +196,50 @@ impl Fusion {
 
     fn force(&self, cell: &Cell) -> Result<Storage> {
         let mut state = cell.lock();
-        match &*state {
-            State::Done(s) => Ok(s.clone()),
-            State::Pending(e) => {
-                let s = self.run(e)?;
-                *state = State::Done(s.clone());
-                Ok(s)
+        let s = match &*state {
+            State::Done(s) => return Ok(s.clone()),
+            State::Pending(e) => self.run(e)?,
+            State::Product(p) => {
+                let views: Vec<View<'_>> = p.inputs.iter().map(Leaf::view).collect();
+                self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+                one(self
+                    .inner
+                    .backend()
+                    .execute(&p.op, &views, std::slice::from_ref(&p.out))?)?
             }
+        };
+        *state = State::Done(s.clone());
+        Ok(s)
+    }
+
+    /// `e` with real leaves, but for a deferred product that can take the rest of `e` as its
+    /// epilogue (returned with its leaf's index): one nothing else holds, so that it need
+    /// never be stored.
+    fn settle(&self, e: &Expr, epilogue: bool) -> Result<(Expr, Option<(usize, Product)>)> {
+        let mut e = e.clone();
+        let mut product = None;
+        for j in 0..e.leaves.len() {
+            let Some(lazy) = e.leaves[j].storage.downcast::<Lazy>() else {
+                continue;
+            };
+            let cell = lazy.0.clone();
+            {
+                let state = cell.lock();
+                // `e` and the expression being run hold it, nothing else
+                let alone = e.leaves[j].storage.handles() <= 2;
+                if let State::Product(p) = &*state
+                    && epilogue
+                    && product.is_none()
+                    && alone
+                    && epilogue::fits(&e, j)
+                {
+                    product = Some((j, p.clone()));
+                    continue;
+                }
+            }
+            e.leaves[j].storage = self.force(&cell)?;
         }
+        Ok((e, product))
     }
 
     /// Runs an expression: one generated kernel (or a fill for a lone constant).
@@ -202,10 +258,22 @@ impl Fusion {
             };
             return one(inner.execute(&op, &[], &out)?);
         }
-        let name = register(e, None)?;
-        let call = CustomCall::new(name, codegen::attrs(e, &e.shape, None));
-        let views: Vec<View<'_>> = e.leaves.iter().map(Leaf::view).collect();
+        let (e, product) = self.settle(e, true)?;
         self.stats.fused.fetch_add(1, Ordering::Relaxed);
+        let Some((at, product)) = product else {
+            let name = register(&e, None)?;
+            let call = CustomCall::new(name, codegen::attrs(&e, &e.shape, None));
+            let views: Vec<View<'_>> = e.leaves.iter().map(Leaf::view).collect();
+            return one(inner.execute(&Op::Custom(call), &views, &out)?);
+        };
+        // the product's inputs, then the chain's others
+        let call = epilogue::call(&e, at, &product.op)?;
+        let others = (e.leaves.iter().enumerate()).filter(|&(j, _)| j != at);
+        let views: Vec<View<'_>> = (product.inputs.iter())
+            .chain(others.map(|(_, l)| l))
+            .map(Leaf::view)
+            .collect();
+        self.stats.epilogues.fetch_add(1, Ordering::Relaxed);
         one(inner.execute(&Op::Custom(call), &views, &out)?)
     }
 
@@ -222,6 +290,22 @@ impl Fusion {
         let state = lazy.0.lock();
         let storage = match &*state {
             State::Done(s) => s.clone(),
+            // a product seen whole is a leaf the chain may run in (see `settle`)
+            State::Product(p)
+                if v.layout.offset() == 0
+                    && v.layout.is_contiguous()
+                    && shape.numel() == p.out.1.numel() =>
+            {
+                let leaf = Leaf::new(v.storage.clone(), v.layout, v.dtype);
+                return Ok(Operand {
+                    expr: Expr::leaf(leaf, shape.clone()),
+                    cell: None,
+                });
+            }
+            State::Product(_) => {
+                drop(state);
+                self.force(&lazy.0)?
+            }
             State::Pending(e) => {
                 let whole = v.layout.offset() == 0
                     && v.layout.is_contiguous()
@@ -282,7 +366,7 @@ impl Fusion {
             e.nodes.push((node, out.0));
             if e.fits() {
                 self.stats.recorded.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.lazy(e));
+                return Ok(self.lazy(State::Pending(e)));
             }
             // too big for one kernel: the largest inlined input runs on its own first
             let (i, cell) = operands
@@ -333,6 +417,7 @@ impl Fusion {
         if expr.ops() == 0 {
             return Ok(None);
         }
+        let (expr, _) = self.settle(&expr, false)?;
         let mut axes: Vec<usize> = if axes.is_empty() {
             (0..rank).collect()
         } else {
@@ -399,7 +484,16 @@ impl Fusion {
     fn flush(&self) -> Result<()> {
         let cells =
             std::mem::take(&mut self.pending.lock().unwrap_or_else(|e| e.into_inner()).cells);
+        // chains first: a product only they read then runs inside one of them
+        let mut products = Vec::new();
         for cell in cells.iter().filter_map(Weak::upgrade) {
+            if matches!(*cell.lock(), State::Product(_)) {
+                products.push(Arc::downgrade(&cell));
+            } else {
+                self.force(&cell)?;
+            }
+        }
+        for cell in products.iter().filter_map(Weak::upgrade) {
             self.force(&cell)?;
         }
         Ok(())
@@ -513,7 +607,7 @@ impl Backend for Fusion {
             } if fusable => {
                 let e = Expr::constant(*value, *dtype, shape.clone());
                 self.stats.recorded.fetch_add(1, Ordering::Relaxed);
-                return Ok(vec![self.lazy(e)]);
+                return Ok(vec![self.lazy(State::Pending(e))]);
             }
             _ if elementwise && fusable => {
                 return Ok(vec![self.record(op, inputs, &outputs[0])?]);
@@ -522,6 +616,28 @@ impl Backend for Fusion {
                 if let Some(s) = self.reduce(*op, axes, &inputs[0], &outputs[0])? {
                     return Ok(vec![s]);
                 }
+            }
+            // deferred: a chain on the output may run in its GEMM
+            Op::Matmul | Op::Conv2d(_) if fusable && outputs[0].0 == DType::F32 => {
+                let inputs = inputs
+                    .iter()
+                    .map(|v| {
+                        // the view as it is (`Leaf::new` would undo an expanded batch axis)
+                        let storage = self.real(v.storage)?;
+                        let (layout, dtype) = (v.layout.clone(), v.dtype);
+                        Ok(Leaf {
+                            storage,
+                            layout,
+                            dtype,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let out = outputs[0].clone();
+                return Ok(vec![self.lazy(State::Product(Product {
+                    op: op.clone(),
+                    inputs,
+                    out,
+                }))]);
             }
             _ => {}
         }

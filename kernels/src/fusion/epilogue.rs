@@ -1,0 +1,225 @@
+//! GEMM epilogues: an elementwise chain on a matmul's or conv2d's output runs inside the
+//! gemm.wgsl launch that computes it (its `put_c`), so the product is never stored nor read
+//! back: a layer's bias and activation, a residual add.
+//!
+//! The decorator defers matmul and conv2d (a lazy holding the op). A chain that reads the
+//! deferred output whole, when nothing else holds that output, runs as a call of an
+//! [`EpilogueOp`]: the product's two inputs, then the chain's other inputs. The planner
+//! ([`crate::plan`]) plans the product and appends the chain to its last launch when that is
+//! the GEMM writing the output. Otherwise (split-K's reduction writes it) the product goes to
+//! scratch and the chain runs after it as its own fused kernel, as it also does after a
+//! product that a runtime's library computes (cuBLAS, cuDNN: `exec.rs`).
+
+use super::codegen::{self, epilogue_source};
+use super::expr::{Expr, ReadKind};
+use kiln_core::op::custom::{Attrs, CustomCall, CustomOp, KILN_PREFIX};
+use kiln_core::{
+    DType, Device, Error, Layout, Meta, Op, Result, Storage, Tensor, TensorData, View,
+};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// A chain fused into the GEMM of its product. Registered once per structure (the chain's, where
+/// the product enters it, and the product op); sizes and constants come with each call, in the
+/// attributes of the chain's own kernel.
+pub struct EpilogueOp {
+    name: String,
+    /// `Op::Matmul` or `Op::Conv2d`
+    product: Op,
+    /// the chain's own kernel (a [`codegen::FusedOp`]), whose input `at` is the product
+    chain: String,
+    at: usize,
+    kinds: Vec<ReadKind>,
+    nconsts: usize,
+    dtype: DType,
+    /// what gemm.wgsl appends for it
+    wgsl: String,
+}
+
+/// The epilogues of this process: by name (the planner and the executors look them up), and
+/// their names by structural key.
+static EPILOGUES: Mutex<Registry> = Mutex::new(Registry {
+    by_name: BTreeMap::new(),
+    by_key: BTreeMap::new(),
+});
+
+struct Registry {
+    by_name: BTreeMap<String, Arc<EpilogueOp>>,
+    by_key: BTreeMap<String, String>,
+}
+
+/// Where epilogues' names start: other custom calls skip the lookup.
+fn prefix() -> String {
+    format!("{KILN_PREFIX}epilogue.")
+}
+
+/// The epilogue named `name`, if it is one.
+pub fn lookup(name: &str) -> Option<Arc<EpilogueOp>> {
+    if !name.starts_with(&prefix()) {
+        return None;
+    }
+    let known = EPILOGUES.lock().unwrap_or_else(|e| e.into_inner());
+    known.by_name.get(name).cloned()
+}
+
+/// The names of the epilogues this process has registered.
+pub fn names() -> Vec<String> {
+    let known = EPILOGUES.lock().unwrap_or_else(|e| e.into_inner());
+    known.by_name.keys().cloned().collect()
+}
+
+/// The appended WGSL of the epilogue named `name` (a gemm.wgsl `EPILOGUE` define).
+pub fn source(name: &str) -> Result<String> {
+    lookup(name)
+        .map(|ep| ep.wgsl.clone())
+        .ok_or_else(|| Error::invalid("gemm.wgsl", format!("no fused epilogue named {name}")))
+}
+
+/// Whether `e`'s input `at` (a product) can take the rest of `e` as its epilogue: the chain
+/// computes something in f32 from it read whole, and every other input fits the bindings left
+/// after the GEMM's four and is read without a per-axis broadcast.
+pub fn fits(e: &Expr, at: usize) -> bool {
+    let kinds = e.kinds(&e.shape);
+    e.ops() > 0
+        && e.dtype() == DType::F32
+        && kinds[at] == ReadKind::Whole
+        && e.leaves.len() <= 1 + MAX_INPUTS
+        && !kinds.contains(&ReadKind::Broadcast)
+}
+
+/// The chain's inputs besides the product: WebGPU guarantees 8 storage buffers per stage, and
+/// the GEMM's params, A, B and C take four.
+const MAX_INPUTS: usize = 4;
+
+/// The call running `e` as the epilogue of `product` (its input `at`), registered on first use
+/// of its structure. Its inputs: the product's two, then `e`'s leaves but `at`.
+pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
+    let chain = super::register(e, None)?;
+    let key = format!("{chain} at in{at} of {product:?}");
+    let attrs = codegen::attrs(e, &e.shape, None);
+    let mut known = EPILOGUES.lock().unwrap_or_else(|x| x.into_inner());
+    if let Some(name) = known.by_key.get(&key) {
+        return Ok(CustomCall::new(name.clone(), attrs));
+    }
+    let name = format!("{}{:016x}", prefix(), super::hash(&key));
+    let kinds = e.kinds(&e.shape);
+    let dtypes: Vec<DType> = e.leaves.iter().map(|l| l.dtype).collect();
+    let nconsts = e.consts.len();
+    let wgsl = epilogue_source(&name, &e.nodes, &dtypes, &kinds, nconsts, at)?;
+    let ep = Arc::new(EpilogueOp {
+        name: name.clone(),
+        product: product.clone(),
+        chain,
+        at,
+        kinds,
+        nconsts,
+        dtype: e.dtype(),
+        wgsl,
+    });
+    if std::env::var("KILN_FUSION_LOG").is_ok_and(|v| v.trim() == "1") {
+        eprintln!("kiln fusion: {name}: {} after {}", ep.chain, product.name());
+    }
+    kiln_core::op::custom::register_op(ep.clone())?;
+    known.by_name.insert(name.clone(), ep);
+    known.by_key.insert(key, name.clone());
+    Ok(CustomCall::new(name, attrs))
+}
+
+impl EpilogueOp {
+    /// The product op.
+    pub fn product(&self) -> &Op {
+        &self.product
+    }
+
+    /// The product's dtype and shape for its two inputs.
+    pub fn product_meta(&self, inputs: &[Meta]) -> Result<Meta> {
+        let mut out = self.product.infer(inputs.get(..2).unwrap_or(inputs))?;
+        out.pop()
+            .ok_or_else(|| Error::invalid(self.name.clone(), "the product has no output"))
+    }
+
+    /// The chain's own kernel's call (the same attributes).
+    pub fn chain_call(&self, call: &CustomCall) -> CustomCall {
+        CustomCall::new(self.chain.clone(), call.attrs.clone())
+    }
+
+    /// Where the product enters the chain's inputs.
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    /// The words gemm.wgsl reads from `params.gemm.epilogue` on, for an output of `out`
+    /// and the chain's other inputs of `others` (in order).
+    pub fn words(&self, attrs: &Attrs, others: &[Meta], out: &Meta) -> Result<Vec<u32>> {
+        let consts = (0..self.nconsts)
+            .map(|k| kiln_core::op::custom::attr(&self.name, attrs, &format!("k{k}")))
+            .map(|k| k.map(|k| k as u32))
+            .collect::<Result<Vec<_>>>()?;
+        let mut shapes: Vec<_> = others.iter().map(|m| m.1.clone()).collect();
+        shapes.insert(self.at, out.1.clone());
+        Ok(codegen::epilogue_words(
+            &consts,
+            &self.kinds,
+            &shapes,
+            &out.1,
+            self.at,
+        ))
+    }
+
+    /// The chain's inputs: `others` with the product (seen as the output's shape) at its place.
+    pub fn chain_inputs<'a>(
+        &self,
+        product: &'a Storage,
+        layout: &'a Layout,
+        others: &[View<'a>],
+    ) -> Vec<View<'a>> {
+        let mut views = others.to_vec();
+        let view = View {
+            storage: product,
+            layout,
+            dtype: self.dtype,
+        };
+        views.insert(self.at.min(views.len()), view);
+        views
+    }
+}
+
+impl CustomOp for EpilogueOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn infer(&self, attrs: &Attrs, inputs: &[Meta]) -> Result<Meta> {
+        let want = 1 + self.kinds.len();
+        if inputs.len() != want {
+            return Err(Error::invalid(
+                self.name.clone(),
+                format!("takes {want} inputs, got {}", inputs.len()),
+            ));
+        }
+        let mut chain = inputs[2..].to_vec();
+        chain.insert(self.at, self.product_meta(inputs)?);
+        kiln_core::op::custom::lookup(&self.chain)?
+            .op
+            .infer(attrs, &chain)
+    }
+
+    /// The product on the CPU, then the chain's own reference.
+    fn cpu(&self, attrs: &Attrs, inputs: &[TensorData], output: &Meta) -> Result<TensorData> {
+        let cpu = Device::cpu();
+        let [a, b] = [0, 1].map(|i| inputs.get(i).map(|d| Tensor::from_data(d, &cpu)));
+        let (Some(a), Some(b)) = (a, b) else {
+            return Err(Error::invalid(
+                self.name.clone(),
+                "takes the product's two inputs first",
+            ));
+        };
+        let product = Tensor::apply(self.product.clone(), &[&a?, &b?])?;
+        let product = product.reshape(output.1.clone())?.to_data()?;
+        let mut chain = inputs[2..].to_vec();
+        chain.insert(self.at, product);
+        kiln_core::op::custom::lookup(&self.chain)?
+            .op
+            .cpu(attrs, &chain, output)
+    }
+}
