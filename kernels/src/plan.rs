@@ -156,17 +156,9 @@ const EPILOGUE_WORD: usize = 7;
 
 /// The words of a gemm.wgsl launch's params before its tail (the mode's header).
 fn gemm_header_words(key: &KernelKey) -> usize {
-    use std::sync::OnceLock;
-    static WORDS: OnceLock<[usize; 2]> = OnceLock::new();
-    let [matmul, conv] = *WORDS.get_or_init(|| {
-        [
-            MatmulParams::field_names().len(),
-            ConvParams::field_names().len(),
-        ]
-    });
     match key.defines.get("MODE").map(String::as_str) {
-        Some("matmul") => matmul,
-        _ => conv,
+        Some("matmul") => MatmulParams::default().to_words().len(),
+        _ => ConvParams::default().to_words().len(),
     }
 }
 
@@ -1182,7 +1174,8 @@ impl Planner {
     ) -> Result<()> {
         let (ab, others) = inputs.split_at(2.min(inputs.len()));
         let metas: Vec<Meta> = inputs.iter().map(ViewMeta::meta).collect();
-        let product = (ep.product_meta(&metas)?.0, output.1.clone());
+        // planned in its own shape; the chain may see it reshaped (same elements)
+        let product = ep.product_meta(&metas)?;
         let alone = plan(ep.product(), ab, std::slice::from_ref(&product))?;
         let mut bufs = (others.iter().enumerate())
             .map(|(j, v)| self.packed(2 + j, v))
@@ -1209,7 +1202,7 @@ impl Planner {
         self.plan.dispatches.push(d);
         let chain = ep.chain_call(call);
         let mut chain_metas = metas[2..].to_vec();
-        chain_metas.insert(ep.at(), product);
+        chain_metas.insert(ep.at(), (product.0, output.1.clone()));
         bufs.insert(ep.at(), stored);
         self.custom_launch(&chain.resolve()?, &chain.attrs, &chain_metas, bufs, output)
     }

@@ -760,6 +760,20 @@ fn chains_on_a_gemm_output_run_in_its_store() -> Result<()> {
     let y = conv(&on(&x1, &dev)?, &on(&w1, &dev)?, &on(&b1, &dev)?)?;
     assert_close(&on(&y, &cpu)?, &conv(&x1, &w1, &b1)?, 1e-4)?;
 
+    // a conv's output flattened before its chain (planned in its own shape)
+    let flat = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+        x.conv2d(w, None, p)?.reshape([3, 7 * 6 * 7])?.sub(b)?.abs()
+    };
+    let (xc, wc) = (
+        tensor(&[3, 5, 11, 9], 36, &cpu)?,
+        tensor(&[7, 5, 3, 3], 37, &cpu)?,
+    );
+    let b2 = tensor(&[7 * 6 * 7], 35, &cpu)?;
+    let e0 = stats.epilogues();
+    let y = flat(&on(&xc, &dev)?, &on(&wc, &dev)?, &on(&b2, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &flat(&xc, &wc, &b2)?, 1e-4)?;
+    assert_eq!(stats.epilogues() - e0, 1);
+
     // a product still held elsewhere is stored once: the chain reads it
     let (ga, gc) = (on(&a, &dev)?, on(&c, &dev)?);
     let (e0, k0) = (stats.epilogues(), stats.kernels());

@@ -95,7 +95,7 @@ const MAX_INPUTS: usize = 4;
 /// of its structure. Its inputs: the product's two, then `e`'s leaves but `at`.
 pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
     let chain = super::register(e, None)?;
-    let key = format!("{chain} at in{at} of {product:?}");
+    let key = format!("{chain} at in{at} of {}", product_key(product));
     let attrs = codegen::attrs(e, &e.shape, None);
     let mut known = EPILOGUES.lock().unwrap_or_else(|x| x.into_inner());
     if let Some(name) = known.by_key.get(&key) {
@@ -123,6 +123,18 @@ pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
     known.by_name.insert(name.clone(), ep);
     known.by_key.insert(key, name.clone());
     Ok(CustomCall::new(name, attrs))
+}
+
+/// What a product adds to an epilogue's key: its op and a convolution's parameters (not the
+/// `Debug` of `Op`, whose code for every variant would cost the page's module 15 KiB gzipped).
+fn product_key(op: &Op) -> String {
+    match op {
+        Op::Conv2d(c) => format!(
+            "conv2d {:?} {:?} {:?} {}",
+            c.stride, c.padding, c.dilation, c.groups
+        ),
+        other => other.name().to_string(),
+    }
 }
 
 impl EpilogueOp {
