@@ -355,26 +355,29 @@ fn fused_epilogues_match_the_cpu_on_every_gemm_path() -> Result<()> {
     let Some(_) = gpu() else { return Ok(()) };
     let cpu = Device::cpu();
     // conv + bias + ReLU, linear + bias + tanh-GELU-like chain
-    let conv = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+    fn conv(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
         let p = Conv2dParams {
             padding: [1, 1],
             ..Default::default()
         };
         x.conv2d(w, Some(b), p)?.relu()?.mul_scalar(0.5)
-    };
-    let linear = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+    }
+    fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
         let h = x.matmul(&w.t()?)?.add(b)?;
         h.mul(&h.mul_scalar(0.7)?.tanh()?.add_scalar(1.0)?)
-    };
-    // (x, weight) shapes: a small conv (gemm.wgsl), one large enough for cuDNN; a linear layer,
-    // and a long product over few outputs (split-K)...
-    // and a single image's conv over a long K (split-K)
-    let convs = [
-        ([3, 5, 13, 11], [7, 5, 3, 3]),
-        ([64, 32, 40, 40], [64, 32, 3, 3]),
-        ([1, 256, 14, 14], [96, 256, 3, 3]),
+    }
+    type Layer = fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>;
+    type Case<'a> = (&'a str, Layer, &'a [usize], &'a [usize], f32);
+    // (layer, x, weight, tolerance): a small conv (gemm.wgsl), one large enough for cuDNN, a
+    // single image's conv over a long K (split-K); a linear layer, and a long product over few
+    // outputs (split-K)
+    let cases: [Case; 5] = [
+        ("conv", conv, &[3, 5, 13, 11], &[7, 5, 3, 3], 1e-4),
+        ("conv", conv, &[64, 32, 40, 40], &[64, 32, 3, 3], 1e-4),
+        ("conv", conv, &[1, 256, 14, 14], &[96, 256, 3, 3], 1e-4),
+        ("linear", linear, &[37, 50], &[29, 50], 1e-3),
+        ("linear", linear, &[3, 4100], &[5, 4100], 1e-3),
     ];
-    let linears = [([37, 50], [29, 50]), ([3, 4100], [5, 4100])];
     for cublas_and_cudnn in [true, false] {
         let options = super::CudaOptions {
             cublas: cublas_and_cudnn,
@@ -382,27 +385,17 @@ fn fused_epilogues_match_the_cpu_on_every_gemm_path() -> Result<()> {
             ..super::CudaOptions::default()
         };
         let (dev, stats) = kiln_kernels::fusion::wrap_with_stats(&super::device_with(0, options)?);
-        for (i, (xs, ws)) in convs.iter().enumerate() {
-            let x = random(xs, 90 + i as u64, &cpu)?;
+        for (i, &(name, layer, xs, ws, tol)) in cases.iter().enumerate() {
+            let seed = 90 + 3 * i as u64;
+            let x = random(xs, seed, &cpu)?;
             let (w, b) = (
-                random(ws, 92 + i as u64, &cpu)?,
-                random(&[ws[0]], 94, &cpu)?,
+                random(ws, seed + 1, &cpu)?,
+                random(&[ws[0]], seed + 2, &cpu)?,
             );
             let e0 = stats.epilogues();
-            let got = conv(&on(&x, &dev)?, &on(&w, &dev)?, &on(&b, &dev)?)?;
-            assert_close("conv epilogue", &got, &conv(&x, &w, &b)?, 1e-4)?;
-            assert_eq!(stats.epilogues() - e0, 1);
-        }
-        for (i, (xs, ws)) in linears.iter().enumerate() {
-            let x = random(xs, 96 + i as u64, &cpu)?;
-            let (w, b) = (
-                random(ws, 98 + i as u64, &cpu)?,
-                random(&[ws[0]], 99, &cpu)?,
-            );
-            let e0 = stats.epilogues();
-            let got = linear(&on(&x, &dev)?, &on(&w, &dev)?, &on(&b, &dev)?)?;
-            assert_close("linear epilogue", &got, &linear(&x, &w, &b)?, 1e-3)?;
-            assert_eq!(stats.epilogues() - e0, 1);
+            let got = layer(&on(&x, &dev)?, &on(&w, &dev)?, &on(&b, &dev)?)?;
+            assert_close(name, &got, &layer(&x, &w, &b)?, tol)?;
+            assert_eq!(stats.epilogues() - e0, 1, "{name} {xs:?}");
         }
     }
     Ok(())
