@@ -1184,8 +1184,17 @@ impl Planner {
         let writes_out = |d: &Dispatch| d.buffers.contains(&Buffer::Output(0));
         let in_store = alone.dispatches.iter().position(writes_out) == Some(last)
             && alone.dispatches[last].kernel.file == "gemm.wgsl";
+        let product_at = match in_store {
+            true => Buffer::Output(0),
+            false => self.scratch(output.1.numel()),
+        };
+        let mut d = self.append(alone, product_at).ok_or_else(|| {
+            Error::invalid(
+                ep.product().name(),
+                "planned no launch for a fused epilogue",
+            )
+        })?;
         if in_store {
-            let mut d = self.append(alone, Buffer::Output(0));
             let words = ep.words(&call.attrs, &metas[2..], output)?;
             // the epilogue's words follow the mode's header and tail
             d.params[EPILOGUE_WORD] = (d.params.len() - gemm_header_words(&d.kernel)) as u32;
@@ -1197,19 +1206,17 @@ impl Planner {
             self.plan.dispatches.push(d);
             return Ok(());
         }
-        let stored = self.scratch(output.1.numel());
-        let d = self.append(alone, stored);
         self.plan.dispatches.push(d);
         let chain = ep.chain_call(call);
         let mut chain_metas = metas[2..].to_vec();
         chain_metas.insert(ep.at(), (product.0, output.1.clone()));
-        bufs.insert(ep.at(), stored);
+        bufs.insert(ep.at(), product_at);
         self.custom_launch(&chain.resolve()?, &chain.attrs, &chain_metas, bufs, output)
     }
 
-    /// Appends the launches of a plan of its own, but its last (returned), with its output in
-    /// `out` and its scratch buffers after this plan's.
-    fn append(&mut self, sub: Plan, out: Buffer) -> Dispatch {
+    /// Appends the launches of a plan of its own but its last, which it returns (`None` for no
+    /// launch), with the plan's output in `out` and its scratch buffers after this plan's.
+    fn append(&mut self, sub: Plan, out: Buffer) -> Option<Dispatch> {
         let base = self.plan.scratch_bytes.len();
         self.plan.scratch_bytes.extend(&sub.scratch_bytes);
         let mut launches: Vec<Dispatch> = (sub.dispatches.into_iter())
@@ -1226,12 +1233,7 @@ impl Planner {
             .collect();
         let last = launches.pop();
         self.plan.dispatches.extend(launches);
-        last.unwrap_or_else(|| Dispatch {
-            kernel: KernelKey::new("fill.wgsl", &[]),
-            params: vec![],
-            buffers: vec![],
-            workgroups: [0; 3],
-        })
+        last
     }
 
     /// fill.wgsl in `mode` over `n` elements; `params` is the mode's header.
