@@ -422,7 +422,11 @@ export function unregisterOp(name: string): boolean;
 
 /** The names of the registered custom ops, sorted. */
 export function registeredOps(): string[];
-/** The kernels fusion generated so far in this page (name `kiln.fused.<hash>` and WGSL), by name. */
+/**
+ * The kernels fusion generated so far in this page (name `kiln.fused.<hash>` and WGSL), by name;
+ * then the GEMM epilogues (`kiln.epilogue.<hash>`: the part appended to a matmul's or
+ * convolution's kernel).
+ */
 export function fusedKernels(): { name: string; wgsl: string }[];
 
 /** Runs the registered custom op `name` on `inputs` (at least one) with `attrs`. */

@@ -236,7 +236,9 @@ fn fused(d: &KDevice) -> KDevice {
 }
 
 /// The names and WGSL of the kernels fusion generated so far in this page,
-/// ordered by name: `[{ name: "kiln.fused.<hash>", wgsl }]`.
+/// ordered by name: `[{ name: "kiln.fused.<hash>", wgsl }]`, then the GEMM epilogues
+/// (`kiln.epilogue.<hash>`: a chain run in a matmul's or convolution's store; the WGSL is the
+/// part appended to the GEMM kernel).
 ///
 /// ```js
 /// const x = Tensor.randNormal([1000], { device: await Device.webgpu() });

@@ -514,7 +514,8 @@ const FUSED_ROW_PER_THREAD: usize = 16;
 static KNOWN: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
 
 /// The kernels fusion has generated in this process: each one's name (`kiln.fused.<hash>`, as
-/// profiles and errors show it) and WGSL, in the order of their names.
+/// profiles and errors show it) and WGSL, in the order of their names; then each GEMM
+/// epilogue's (`kiln.epilogue.<hash>`: the part appended to gemm.wgsl).
 pub fn kernels() -> Vec<(String, String)> {
     let names: Vec<String> = (KNOWN.lock().unwrap_or_else(|x| x.into_inner()).values())
         .cloned()
@@ -527,6 +528,11 @@ pub fn kernels() -> Vec<(String, String)> {
             .ok()
             .and_then(|r| Some(r.op.wgsl()?.to_string()))
         {
+            by_name.insert(n, wgsl);
+        }
+    }
+    for n in epilogue::names() {
+        if let Ok(wgsl) = epilogue::source(&n) {
             by_name.insert(n, wgsl);
         }
     }
