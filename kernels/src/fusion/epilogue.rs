@@ -12,7 +12,7 @@
 
 use super::codegen::{self, epilogue_source};
 use super::expr::{Expr, ReadKind};
-use kiln_core::op::custom::{Attrs, CustomCall, CustomOp, KILN_PREFIX};
+use kiln_core::op::custom::{Attrs, CustomCall, CustomOp};
 use kiln_core::{
     DType, Device, Error, Layout, Meta, Op, Result, Storage, Tensor, TensorData, View,
 };
@@ -48,14 +48,13 @@ struct Registry {
     by_key: BTreeMap<String, String>,
 }
 
-/// Where epilogues' names start: other custom calls skip the lookup.
-fn prefix() -> String {
-    format!("{KILN_PREFIX}epilogue.")
-}
+/// Where epilogues' names start (kiln's reserved [`kiln_core::op::custom::KILN_PREFIX`], then
+/// `epilogue.`): other custom calls, planned once per launch, skip the lookup.
+const PREFIX: &str = "kiln.epilogue.";
 
 /// The epilogue named `name`, if it is one.
 pub fn lookup(name: &str) -> Option<Arc<EpilogueOp>> {
-    if !name.starts_with(&prefix()) {
+    if !name.starts_with(PREFIX) {
         return None;
     }
     let known = EPILOGUES.lock().unwrap_or_else(|e| e.into_inner());
@@ -101,7 +100,7 @@ pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
     if let Some(name) = known.by_key.get(&key) {
         return Ok(CustomCall::new(name.clone(), attrs));
     }
-    let name = format!("{}{:016x}", prefix(), super::hash(&key));
+    let name = format!("{PREFIX}{:016x}", super::hash(&key));
     let kinds = e.kinds(&e.shape);
     let dtypes: Vec<DType> = e.leaves.iter().map(|l| l.dtype).collect();
     let nconsts = e.consts.len();
@@ -233,5 +232,13 @@ impl CustomOp for EpilogueOp {
         kiln_core::op::custom::lookup(&self.chain)?
             .op
             .cpu(attrs, &chain, output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_in_kilns_reserved_prefix() {
+        assert!(super::PREFIX.starts_with(kiln_core::op::custom::KILN_PREFIX));
     }
 }
