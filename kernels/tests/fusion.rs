@@ -765,6 +765,20 @@ fn chains_on_a_gemm_output_run_in_its_store() -> Result<()> {
     let y = conv(&on(&x1, &dev)?, &on(&w1, &dev)?, &on(&b1, &dev)?)?;
     assert_close(&on(&y, &cpu)?, &conv(&x1, &w1, &b1)?, 1e-4)?;
 
+    // a transposed conv (a decoder's upsampling) with its bias and a sigmoid
+    let up = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
+        x.conv_transpose2d(w, Some(b), p, [1, 0])?.sigmoid()
+    };
+    let (xt, wt) = (
+        tensor(&[2, 6, 5, 4], 38, &cpu)?,
+        tensor(&[6, 3, 3, 3], 39, &cpu)?,
+    );
+    let bt = tensor(&[3], 40, &cpu)?;
+    let e0 = stats.epilogues();
+    let y = up(&on(&xt, &dev)?, &on(&wt, &dev)?, &on(&bt, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &up(&xt, &wt, &bt)?, 1e-5)?;
+    assert_eq!(stats.epilogues() - e0, 1);
+
     // a conv's output flattened before its chain (planned in its own shape)
     let flat = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> {
         x.conv2d(w, None, p)?.reshape([3, 7 * 6 * 7])?.sub(b)?.abs()

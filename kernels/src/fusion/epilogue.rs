@@ -1,10 +1,10 @@
-//! GEMM epilogues: an elementwise chain on a matmul's or conv2d's output runs inside the
+//! GEMM epilogues: an elementwise chain on a matmul's or convolution's output runs inside the
 //! gemm.wgsl launch that computes it (its `put_c`), so the product is never stored nor read
 //! back: a layer's bias and activation, a residual add.
 //!
-//! The decorator defers matmul and conv2d (a lazy holding the op). A chain that reads the
-//! deferred output whole, when nothing else holds that output, runs as a call of an
-//! [`EpilogueOp`]: the product's two inputs, then the chain's other inputs. The planner
+//! The decorator defers matmul, conv2d and conv_transpose2d (a lazy holding the op). A chain
+//! that reads the deferred output whole, when nothing else holds that output, runs as a call of
+//! an [`EpilogueOp`]: the product's two inputs, then the chain's other inputs. The planner
 //! ([`crate::plan`]) plans the product and appends the chain to its last launch when that is
 //! the GEMM writing the output. Otherwise (split-K's reduction writes it) the product goes to
 //! scratch and the chain runs after it as its own fused kernel, as it also does after a
@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 /// attributes of the chain's own kernel.
 pub struct EpilogueOp {
     name: String,
-    /// `Op::Matmul` or `Op::Conv2d`
+    /// `Op::Matmul`, `Op::Conv2d` or `Op::ConvTranspose2d`
     product: Op,
     /// the chain's own kernel (a [`codegen::FusedOp`]), whose input `at` is the product
     chain: String,
@@ -127,13 +127,16 @@ pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
 /// What a product adds to an epilogue's key: its op and a convolution's parameters (not the
 /// `Debug` of `Op`, whose code for every variant cost the page's module 3.8 KiB gzipped).
 fn product_key(op: &Op) -> String {
-    match op {
-        Op::Conv2d(c) => format!(
-            "conv2d {:?} {:?} {:?} {}",
-            c.stride, c.padding, c.dilation, c.groups
-        ),
-        other => other.name().to_string(),
-    }
+    let (c, output_padding) = match op {
+        Op::Conv2d(c) => (c, [0, 0]),
+        Op::ConvTranspose2d {
+            params,
+            output_padding,
+        } => (params, *output_padding),
+        other => return other.name().to_string(),
+    };
+    let (name, [s, p, d]) = (op.name(), [c.stride, c.padding, c.dilation]);
+    format!("{name} {s:?} {p:?} {d:?} {} {output_padding:?}", c.groups)
 }
 
 impl EpilogueOp {

@@ -11,7 +11,7 @@
 //! through the inner device's custom-op path, so it is planned, cached and translated (CUDA,
 //! HIP) like any other kernel. A sum, mean, max or min over the trailing axes of a lazy input
 //! is generated the same way with the reduction inside: the chain is never stored. A matmul or
-//! conv2d is deferred too: a chain that reads its output whole, when nothing else holds that
+//! convolution (conv2d, conv_transpose2d) is deferred too: a chain that reads its output whole, when nothing else holds that
 //! output, runs inside the GEMM's store as its [`epilogue`] (a layer's bias and activation, a
 //! residual add), so the product is never stored either. Everything else goes to the inner
 //! device unchanged, and real storages pass through unwrapped: only elementwise outputs and
@@ -123,12 +123,12 @@ struct Cell(Mutex<State>);
 
 enum State {
     Pending(Expr),
-    /// A matmul or conv2d not run yet: a chain on its output may run inside its GEMM.
+    /// A matmul or convolution not run yet: a chain on its output may run inside its GEMM.
     Product(Product),
     Done(Storage),
 }
 
-/// A deferred matmul or conv2d on real inputs.
+/// A deferred matmul, conv2d or conv_transpose2d on real inputs.
 #[derive(Clone)]
 struct Product {
     op: Op,
@@ -624,7 +624,9 @@ impl Backend for Fusion {
                 }
             }
             // deferred: a chain on the output may run in its GEMM
-            Op::Matmul | Op::Conv2d(_) if fusable && outputs[0].0 == DType::F32 => {
+            Op::Matmul | Op::Conv2d(_) | Op::ConvTranspose2d { .. }
+                if fusable && outputs[0].0 == DType::F32 =>
+            {
                 let inputs = inputs
                     .iter()
                     .map(|v| {

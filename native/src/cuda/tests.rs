@@ -362,6 +362,14 @@ fn fused_epilogues_match_the_cpu_on_every_gemm_path() -> Result<()> {
         };
         x.conv2d(w, Some(b), p)?.relu()?.mul_scalar(0.5)
     }
+    fn up(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let p = Conv2dParams {
+            stride: [2, 2],
+            padding: [1, 1],
+            ..Default::default()
+        };
+        x.conv_transpose2d(w, Some(b), p, [1, 1])?.sigmoid()
+    }
     fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
         let h = x.matmul(&w.t()?)?.add(b)?;
         h.mul(&h.mul_scalar(0.7)?.tanh()?.add_scalar(1.0)?)
@@ -369,12 +377,20 @@ fn fused_epilogues_match_the_cpu_on_every_gemm_path() -> Result<()> {
     type Layer = fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>;
     type Case<'a> = (&'a str, Layer, &'a [usize], &'a [usize], f32);
     // (layer, x, weight, tolerance): a small conv (gemm.wgsl), one large enough for cuDNN, a
-    // single image's conv over a long K (split-K); a linear layer, and a long product over few
-    // outputs (split-K)
-    let cases: [Case; 5] = [
+    // single image's conv over a long K (split-K); a small and a large transposed conv (2x
+    // upsampling); a linear layer, and a long product over few outputs (split-K)
+    let cases: [Case; 7] = [
         ("conv", conv, &[3, 5, 13, 11], &[7, 5, 3, 3], 1e-4),
         ("conv", conv, &[64, 32, 40, 40], &[64, 32, 3, 3], 1e-4),
         ("conv", conv, &[1, 256, 14, 14], &[96, 256, 3, 3], 1e-4),
+        ("conv_transpose", up, &[2, 6, 9, 7], &[6, 4, 3, 3], 1e-4),
+        (
+            "conv_transpose",
+            up,
+            &[64, 64, 32, 32],
+            &[64, 32, 3, 3],
+            1e-4,
+        ),
         ("linear", linear, &[37, 50], &[29, 50], 1e-3),
         ("linear", linear, &[3, 4100], &[5, 4100], 1e-3),
     ];
@@ -388,9 +404,15 @@ fn fused_epilogues_match_the_cpu_on_every_gemm_path() -> Result<()> {
         for (i, &(name, layer, xs, ws, tol)) in cases.iter().enumerate() {
             let seed = 90 + 3 * i as u64;
             let x = random(xs, seed, &cpu)?;
+            // a transposed conv's weight is (in, out, kh, kw)
+            let outs = if name == "conv_transpose" {
+                ws[1]
+            } else {
+                ws[0]
+            };
             let (w, b) = (
                 random(ws, seed + 1, &cpu)?,
-                random(&[ws[0]], seed + 2, &cpu)?,
+                random(&[outs], seed + 2, &cpu)?,
             );
             let e0 = stats.epilogues();
             let got = layer(&on(&x, &dev)?, &on(&w, &dev)?, &on(&b, &dev)?)?;
