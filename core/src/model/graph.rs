@@ -251,17 +251,10 @@ impl Graph {
     /// The names of the custom ops the graph calls, sorted and unique: what a process must
     /// register before running it.
     pub fn custom_ops(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self
-            .nodes
-            .iter()
-            .filter_map(|n| match &n.op {
-                Op::Custom(c) => Some(c.name.as_str()),
-                _ => None,
-            })
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names
+        crate::sorted_unique(self.nodes.iter().filter_map(|n| match &n.op {
+            Op::Custom(c) => Some(c.name.as_str()),
+            _ => None,
+        }))
     }
 
     /// Checks that every reference points at an input, a tensor in `names` or an earlier node,
