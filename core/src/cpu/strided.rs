@@ -168,8 +168,8 @@ pub(crate) fn map1<T: CpuElem, O: CpuElem>(x: &Src<'_, T>, f: impl Fn(T) -> O + 
 
 /// Whether elementwise functions on `T` get a loop each, their function inlined (f32 in the
 /// page, every dtype natively). In the page the other dtypes are cold: each of their functions
-/// calls through one `dyn` loop per dtype, [`map1`]'s and [`map2`]'s, instead of owning a
-/// copy of it (about 40 copies, and the web package has a size budget).
+/// calls through one `dyn` loop per dtype, [`map1`]'s, [`map2`]'s or [`map3`]'s, instead of
+/// owning a copy of it (about 40 copies, and the web package has a size budget).
 #[inline(always)]
 fn inlined<T: CpuElem>() -> bool {
     T::DTYPE == crate::DType::F32 || !cfg!(target_family = "wasm")
@@ -354,6 +354,19 @@ fn written<O: CpuElem>(n: usize, init: impl FnOnce(&mut [MaybeUninit<O>])) -> Ve
 
 /// `f(a, b, c)` of every element of `shape`, with the inputs broadcast to it.
 pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
+    a: &Src<'_, A>,
+    b: &Src<'_, B>,
+    c: &Src<'_, C>,
+    shape: &Shape,
+    f: impl Fn(A, B, C) -> O + Sync,
+) -> Vec<O> {
+    if !inlined::<B>() {
+        return map3_loop(a, b, c, shape, &f as &(dyn Fn(A, B, C) -> O + Sync));
+    }
+    map3_loop(a, b, c, shape, f)
+}
+
+fn map3_loop<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     c: &Src<'_, C>,
