@@ -3,7 +3,8 @@
 //! piece of model-loading code in the web package (about 13 KiB of its gzipped wasm). It reads
 //! exactly what the derived `Serialize` writes: `"matmul"` for a unit variant, `{"unary": ..}`
 //! for a newtype, `{"pad": {"pads": .., "value": ..}}` for a struct variant; the variants'
-//! payloads and fields go through their own serde impls (`serde_json::from_value`).
+//! payloads and fields go through their own serde impls (`serde_json::from_value`). The model
+//! file's graph (`model/graph.rs`) is read the same way, with [`Fields`].
 
 use super::{Op, any_f64};
 use alloc::format;
@@ -17,19 +18,28 @@ impl<'de> Deserialize<'de> for Op {
     }
 }
 
-/// A struct variant's fields, taken by name. Not inlined: each field is then a call, not a
-/// copy of its type's decoder (kiln-core is built at opt-level 3 for its kernels).
-struct Fields(Map<String, Value>);
+/// A struct's (or struct variant's) fields, taken by name. Not inlined: each field is then a
+/// call, not a copy of its type's decoder (kiln-core is built at opt-level 3 for its kernels).
+pub(crate) struct Fields(Map<String, Value>);
 
 impl Fields {
+    /// The fields of `v`, which must be an object (`what` names it in the error).
+    pub(crate) fn of(v: Value, what: &str) -> Result<Fields, Error> {
+        match v {
+            Value::Object(m) => Ok(Fields(m)),
+            other => Err(Error::custom(format!(
+                "{what} expects an object of fields, found {other}"
+            ))),
+        }
+    }
     #[inline(never)]
-    fn value(&mut self, name: &str) -> Result<Value, Error> {
+    pub(crate) fn value(&mut self, name: &str) -> Result<Value, Error> {
         self.0
             .remove(name)
             .ok_or_else(|| Error::custom(format!("missing field `{name}`")))
     }
     #[inline(never)]
-    fn get<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, Error> {
+    pub(crate) fn get<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, Error> {
         serde_json::from_value(self.value(name)?)
     }
     /// An f64 field: a number, or `"inf"`, `"-inf"`, `"nan"` (see [`any_f64`]).
@@ -39,15 +49,31 @@ impl Fields {
     }
     /// A field that may be left out (`#[serde(default)]`).
     #[inline(never)]
-    fn flag(&mut self, name: &str) -> Result<bool, Error> {
+    pub(crate) fn or_default<T: DeserializeOwned + Default>(
+        &mut self,
+        name: &str,
+    ) -> Result<T, Error> {
         self.0
             .remove(name)
-            .map_or(Ok(false), serde_json::from_value)
+            .map_or(Ok(T::default()), serde_json::from_value)
+    }
+    /// An array field, each element decoded by `item`.
+    pub(crate) fn list<T>(
+        &mut self,
+        name: &str,
+        item: fn(Value) -> Result<T, Error>,
+    ) -> Result<alloc::vec::Vec<T>, Error> {
+        match self.value(name)? {
+            Value::Array(items) => items.into_iter().map(item).collect(),
+            other => Err(Error::custom(format!(
+                "{name} expects an array, found {other}"
+            ))),
+        }
     }
 }
 
 /// Decodes one op of a model file's graph.
-fn op_from_value(v: Value) -> Result<Op, Error> {
+pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
     let (name, payload) = match v {
         Value::String(name) => (name, Value::Null),
         Value::Object(m) if m.len() == 1 => m.into_iter().next().unwrap_or_default(),
@@ -84,14 +110,7 @@ fn op_from_value(v: Value) -> Result<Op, Error> {
         "custom" => return from(payload).map(Op::Custom),
         _ => {}
     }
-    let mut f = match payload {
-        Value::Object(m) => Fields(m),
-        other => {
-            return Err(Error::custom(format!(
-                "{name} expects an object of fields, found {other}"
-            )));
-        }
-    };
+    let mut f = Fields::of(payload, &name)?;
     Ok(match name.as_str() {
         "full" => Op::Full {
             shape: f.get("shape")?,
@@ -137,7 +156,7 @@ fn op_from_value(v: Value) -> Result<Op, Error> {
         },
         "softmax" => Op::Softmax {
             axis: f.get("axis")?,
-            causal: f.flag("causal")?,
+            causal: f.or_default("causal")?,
         },
         "log_softmax" => Op::LogSoftmax {
             axis: f.get("axis")?,

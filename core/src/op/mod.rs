@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod custom;
 mod elementwise;
-mod json;
+pub(crate) mod json;
 
 /// serde for op fields of type f64 that may be infinite or NaN (a max pool's `-inf` padding, an
 /// attention mask's fill), which JSON numbers cannot hold: those are written as the strings
