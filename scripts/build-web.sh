@@ -92,7 +92,8 @@ if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
   # The memory is shared, so the linker is told to import it (wasm-bindgen's loader creates it)
   # with a maximum (4 GiB, the main module's reach) and to export what sets up each thread's
   # thread-local storage.
-  threads_rustflags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
+  # RUSTFLAGS replaces .cargo/config.toml's wasm32 flags, so its unrolling rule is repeated.
+  threads_rustflags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 -C llvm-args=-unroll-runtime=false"
   for arg in --shared-memory --max-memory=4294967296 --import-memory --export=__wasm_init_tls \
     --export=__tls_size --export=__tls_align --export=__tls_base; do
     threads_rustflags+=" -C link-arg=$arg"

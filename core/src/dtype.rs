@@ -2,7 +2,8 @@
 
 use core::fmt;
 use half::f16;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde::de::{Deserialize, Deserializer, Error as _};
 
 /// The element type of a tensor.
 ///
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(DType::F16.size_in_bytes(), 2);
 /// assert!(DType::F32.is_float() && !DType::I32.is_float());
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     /// 64-bit IEEE float (CPU backend; the precision gradient checks run in).
@@ -26,6 +27,16 @@ pub enum DType {
     U32,
     /// Boolean, one byte per element (0 or 1).
     Bool,
+}
+
+/// Read as a name through [`DType::parse`]: smaller in the web package than the derived enum
+/// visitor, and it takes what `Serialize` writes (`"f32"`).
+impl<'de> Deserialize<'de> for DType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = alloc::string::String::deserialize(d)?;
+        DType::parse(&name)
+            .ok_or_else(|| D::Error::custom(alloc::format!("unknown dtype {name:?}")))
+    }
 }
 
 impl DType {

@@ -46,3 +46,16 @@ pub use op::{
 };
 pub use shape::{Layout, Shape, SliceRange};
 pub use tensor::{Tensor, TensorId};
+
+/// The distinct values of `items`, in order, each placed by a binary search: a small function
+/// per type, where `sort_unstable` + `dedup` compiled a quicksort of 3 to 10 KiB into the web
+/// package per type. For short lists or few distinct values (axes, characters, op names).
+pub(crate) fn sorted_unique<T: Ord>(items: impl IntoIterator<Item = T>) -> alloc::vec::Vec<T> {
+    let mut out = alloc::vec::Vec::new();
+    for x in items {
+        if let Err(i) = out.binary_search(&x) {
+            out.insert(i, x);
+        }
+    }
+    out
+}

@@ -565,12 +565,12 @@ impl Tensor {
 
     /// Reduces `axes` (negative allowed; empty means all) with `op`.
     pub fn reduce(&self, op: ReduceOp, axes: &[isize], keepdim: bool) -> Result<Tensor> {
-        let mut resolved = axes
+        let given = axes
             .iter()
             .map(|&a| resolve_axis_or_scalar(a, self.rank(), op.name()))
             .collect::<Result<Vec<_>>>()?;
-        resolved.sort_unstable();
-        if resolved.windows(2).any(|w| w[0] == w[1]) {
+        let mut resolved = crate::sorted_unique(given.iter().copied());
+        if resolved.len() != given.len() {
             return Err(Error::invalid(
                 op.name(),
                 alloc::format!("axes {axes:?} repeat an axis"),

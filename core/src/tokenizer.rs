@@ -36,18 +36,10 @@ struct Stored {
     vocab: String,
 }
 
-/// The distinct characters of `chars` in code-point order (a sort of the vector rather than a
-/// `BTreeSet`, whose `collect` would bring another sort's code into the web package).
-fn distinct(mut chars: Vec<char>) -> Vec<char> {
-    chars.sort_unstable();
-    chars.dedup();
-    chars
-}
-
 impl CharTokenizer {
     /// The tokenizer of every distinct character in `text`, in code-point order.
     pub fn from_text(text: &str) -> Self {
-        Self::from_chars(distinct(text.chars().collect()))
+        Self::from_chars(crate::sorted_unique(text.chars()))
     }
 
     fn from_chars(chars: Vec<char>) -> Self {
@@ -122,7 +114,7 @@ impl CharTokenizer {
             )));
         }
         let chars: Vec<char> = s.vocab.chars().collect();
-        if distinct(chars.clone()).len() != chars.len() || chars.is_empty() {
+        if crate::sorted_unique(chars.iter()).len() != chars.len() || chars.is_empty() {
             return Err(bad(
                 "expected a non-empty vocabulary of distinct characters".to_string(),
             ));

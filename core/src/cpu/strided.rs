@@ -160,6 +160,22 @@ fn at<T: Copy>(data: &[T], base: usize, i: usize, stride: isize) -> T {
 /// over its data; every elementwise function costs a third of the code (the web package has a
 /// size budget, and there is a map per unary op, cast and dtype).
 pub(crate) fn map1<T: CpuElem, O: CpuElem>(x: &Src<'_, T>, f: impl Fn(T) -> O + Sync) -> Vec<O> {
+    if !inlined::<T>() {
+        return map1_loop(x, &f as &(dyn Fn(T) -> O + Sync));
+    }
+    map1_loop(x, f)
+}
+
+/// Whether elementwise functions on `T` get a loop each, their function inlined (f32 in the
+/// page, every dtype natively). In the page the other dtypes are cold: each of their functions
+/// calls through one `dyn` loop per dtype, [`map1`]'s, [`map2`]'s or [`map3`]'s, instead of
+/// owning a copy of it (about 40 copies, and the web package has a size budget).
+#[inline(always)]
+fn inlined<T: CpuElem>() -> bool {
+    T::DTYPE == crate::DType::F32 || !cfg!(target_family = "wasm")
+}
+
+fn map1_loop<T: CpuElem, O: CpuElem>(x: &Src<'_, T>, f: impl Fn(T) -> O + Sync) -> Vec<O> {
     let copy;
     let s = match x.contiguous() {
         Some(s) => s,
@@ -231,6 +247,18 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     shape: &Shape,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
+    if !inlined::<A>() {
+        return map2_loop(a, b, shape, &f as &(dyn Fn(A, B) -> O + Sync));
+    }
+    map2_loop(a, b, shape, f)
+}
+
+fn map2_loop<A: CpuElem, B: CpuElem, O: CpuElem>(
+    a: &Src<'_, A>,
+    b: &Src<'_, B>,
+    shape: &Shape,
+    f: impl Fn(A, B) -> O + Sync,
+) -> Vec<O> {
     let n = shape.numel();
     if a.shape() == shape
         && b.shape() == shape
@@ -250,7 +278,7 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     let (_, [ia, ib]) = walk.inner();
     if !matches!(ia, 0 | 1) {
         let (v, l) = row_major(a);
-        return map2(
+        return map2_loop(
             &Src {
                 data: &v,
                 layout: &l,
@@ -262,7 +290,7 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     }
     if !matches!(ib, 0 | 1) {
         let (v, l) = row_major(b);
-        return map2(
+        return map2_loop(
             a,
             &Src {
                 data: &v,
@@ -326,6 +354,19 @@ fn written<O: CpuElem>(n: usize, init: impl FnOnce(&mut [MaybeUninit<O>])) -> Ve
 
 /// `f(a, b, c)` of every element of `shape`, with the inputs broadcast to it.
 pub(crate) fn map3<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
+    a: &Src<'_, A>,
+    b: &Src<'_, B>,
+    c: &Src<'_, C>,
+    shape: &Shape,
+    f: impl Fn(A, B, C) -> O + Sync,
+) -> Vec<O> {
+    if !inlined::<B>() {
+        return map3_loop(a, b, c, shape, &f as &(dyn Fn(A, B, C) -> O + Sync));
+    }
+    map3_loop(a, b, c, shape, f)
+}
+
+fn map3_loop<A: CpuElem, B: CpuElem, C: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     c: &Src<'_, C>,

@@ -10,15 +10,18 @@
 //! that changes in any other way is an error at save time.
 
 use crate::op::Op;
+use crate::op::json::{Fields, op_from_value};
 use crate::{DType, Error, Result, Shape, Tensor, TensorId};
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde::de::{Deserialize, Deserializer, Error as _};
+use serde_json::Value;
 
 /// Where a node input comes from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ref {
     /// the graph input at this position
@@ -30,7 +33,7 @@ pub enum Ref {
 }
 
 /// One op of the graph.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GraphNode {
     /// the op, with the shape integers of the traced batch size
     pub op: Op,
@@ -42,7 +45,7 @@ pub struct GraphNode {
 }
 
 /// The name, dtype and shape of a graph input or output; `None` marks the dynamic batch axis.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ValueInfo {
     /// name (`"input"`, `"output"`)
     pub name: String,
@@ -53,7 +56,7 @@ pub struct ValueInfo {
 }
 
 /// A graph output: its description and where its value comes from.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GraphOutput {
     /// name, dtype and shape
     #[serde(flatten)]
@@ -63,7 +66,7 @@ pub struct GraphOutput {
 }
 
 /// A traced forward pass.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Graph {
     /// graph inputs
     pub inputs: Vec<ValueInfo>,
@@ -71,6 +74,81 @@ pub struct Graph {
     pub nodes: Vec<GraphNode>,
     /// graph outputs
     pub outputs: Vec<GraphOutput>,
+}
+
+// The graph's `Deserialize` impls are written over `serde_json::Value` like `Op`'s
+// (`op/json.rs`): the derived ones, with `GraphOutput`'s flattened fields, were the largest
+// model-loading code left in the web package. They read what the derived `Serialize` writes.
+macro_rules! from_value_impls {
+    ($($t:ty => $f:ident),*) => {$(
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> core::result::Result<Self, D::Error> {
+                $f(Value::deserialize(d)?).map_err(D::Error::custom)
+            }
+        }
+    )*};
+}
+from_value_impls!(Ref => reference, GraphNode => node, ValueInfo => value_info,
+    GraphOutput => output, Graph => graph_from_value);
+
+type Decoded<T> = core::result::Result<T, serde_json::Error>;
+
+/// A model file's graph from its JSON.
+pub(crate) fn graph_from_value(v: Value) -> Decoded<Graph> {
+    let mut f = Fields::of(v, "graph")?;
+    Ok(Graph {
+        inputs: f.list("inputs", value_info)?,
+        nodes: f.list("nodes", node)?,
+        outputs: f.list("outputs", output)?,
+    })
+}
+
+fn reference(v: Value) -> Decoded<Ref> {
+    let (kind, at) = match v {
+        Value::Object(m) if m.len() == 1 => m.into_iter().next().unwrap_or_default(),
+        other => {
+            return Err(serde_json::Error::custom(format!(
+                "expected a reference ({{\"input\": i}}, {{\"tensor\": name}} or {{\"node\": i}}), found {other}"
+            )));
+        }
+    };
+    match kind.as_str() {
+        "input" => serde_json::from_value(at).map(Ref::Input),
+        "tensor" => serde_json::from_value(at).map(Ref::Tensor),
+        "node" => serde_json::from_value(at).map(Ref::Node),
+        _ => Err(serde_json::Error::custom(format!(
+            "unknown reference `{kind}`"
+        ))),
+    }
+}
+
+fn node(v: Value) -> Decoded<GraphNode> {
+    let mut f = Fields::of(v, "a node")?;
+    Ok(GraphNode {
+        op: op_from_value(f.value("op")?)?,
+        inputs: f.list("inputs", reference)?,
+        batch: f.or_default("batch")?,
+    })
+}
+
+fn info(f: &mut Fields) -> Decoded<ValueInfo> {
+    Ok(ValueInfo {
+        name: f.get("name")?,
+        dtype: f.get("dtype")?,
+        shape: f.get("shape")?,
+    })
+}
+
+fn value_info(v: Value) -> Decoded<ValueInfo> {
+    info(&mut Fields::of(v, "an input")?)
+}
+
+fn output(v: Value) -> Decoded<GraphOutput> {
+    let mut f = Fields::of(v, "an output")?;
+    Ok(GraphOutput {
+        info: info(&mut f)?,
+        value: reference(f.value("value")?)?,
+    })
 }
 
 /// Every shape-describing integer of an op, in a fixed order (see the module docs).
@@ -251,17 +329,10 @@ impl Graph {
     /// The names of the custom ops the graph calls, sorted and unique: what a process must
     /// register before running it.
     pub fn custom_ops(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self
-            .nodes
-            .iter()
-            .filter_map(|n| match &n.op {
-                Op::Custom(c) => Some(c.name.as_str()),
-                _ => None,
-            })
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names
+        crate::sorted_unique(self.nodes.iter().filter_map(|n| match &n.op {
+            Op::Custom(c) => Some(c.name.as_str()),
+            _ => None,
+        }))
     }
 
     /// Checks that every reference points at an input, a tensor in `names` or an earlier node,

@@ -94,7 +94,7 @@ impl Model {
         if version == Some(&"1".into()) {
             graph::upgrade_v1(&mut graph_json).map_err(|e| e.context(op))?;
         }
-        let graph: Graph = serde_json::from_value(graph_json).map_err(invalid)?;
+        let graph = graph::graph_from_value(graph_json).map_err(invalid)?;
         graph.validate(&|n| file.tensors.contains_key(n))?;
         let tensors = file.to_device(device).map_err(|e| e.context(op))?;
         Ok(Model {

@@ -216,10 +216,21 @@ pub struct Sampling {
 
 /// Index of `logits` chosen by `sampling` with the uniform draw `u` in [0, 1).
 pub fn choose(logits: &[f32], sampling: &Sampling, u: f32) -> usize {
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    // Largest first; ties by index so the choice is the same everywhere (a total order, so the
-    // unstable sort gives the stable one's result, with less code in the web package).
-    order.sort_unstable_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    // Largest first; ties by index so the choice is the same everywhere: one u64 key per
+    // logit, its `total_cmp` rank (the bits with the magnitude flipped for negatives, then the
+    // sign, as unsigned), inverted, above its index. A sort of plain integers is a third of
+    // the code of one by a comparison closure in the web package.
+    let mut keys: Vec<u64> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let bits = x.to_bits() as i32;
+            let rank = (bits ^ (((bits >> 31) as u32) >> 1) as i32) as u32 ^ 0x8000_0000;
+            u64::from(!rank) << 32 | i as u64
+        })
+        .collect();
+    keys.sort_unstable();
+    let order: Vec<usize> = keys.iter().map(|k| *k as u32 as usize).collect();
     if sampling.temperature <= 0.0 || order.len() <= 1 {
         return order.first().copied().unwrap_or(0);
     }
@@ -321,4 +332,46 @@ pub fn generate(
         out.push(next);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `choose`'s integer keys order the logits as `total_cmp` does, largest first, ties by index.
+    #[test]
+    fn choose_orders_as_total_cmp() {
+        let logits = [
+            0.5f32,
+            -0.0,
+            0.0,
+            f32::NAN,
+            -f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -3.25,
+            0.5,
+            1e-40,
+            -1e-40,
+            7.0,
+        ];
+        let mut want: Vec<usize> = (0..logits.len()).collect();
+        want.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        // With a NaN on top every weight is NaN, so a draw among the top i + 1 falls through to
+        // the last of them: the i-th.
+        for (i, &w) in want.iter().enumerate() {
+            let greedy = Sampling {
+                temperature: 0.0,
+                top_k: None,
+                seed: 0,
+            };
+            assert_eq!(choose(&logits, &greedy, 0.0), want[0]);
+            let top = Sampling {
+                temperature: 1e30,
+                top_k: Some(i + 1),
+                seed: 0,
+            };
+            assert_eq!(choose(&logits, &top, 0.999_999), w, "rank {i}");
+        }
+    }
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod custom;
 mod elementwise;
+pub(crate) mod json;
 
 /// serde for op fields of type f64 that may be infinite or NaN (a max pool's `-inf` padding, an
 /// attention mask's fill), which JSON numbers cannot hold: those are written as the strings
@@ -247,7 +248,7 @@ impl Pool2d {
 /// Inputs are listed in each variant's doc. View ops (`Reshape`, `Permute`, `Slice`, `Expand`)
 /// change only the layout and are applied by [`crate::Tensor`] without calling the backend,
 /// except when a reshape of a non-contiguous tensor needs a `Contiguous` copy first.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[allow(missing_docs)] // fields are described in each variant's doc
 pub enum Op {
