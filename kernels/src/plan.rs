@@ -1088,11 +1088,16 @@ impl Planner {
         if input.layout.is_contiguous() {
             return Ok((Buffer::Input(i), input.layout.offset() as u32));
         }
+        Ok((self.copied(i, input, ty)?, 0))
+    }
+
+    /// Input `i` copied into a scratch buffer, contiguous from element 0.
+    fn copied(&mut self, i: usize, input: &ViewMeta, ty: &'static str) -> Result<Buffer> {
         let shape = input.layout.shape().clone();
         let buf = self.scratch(shape.numel());
         let dst = Layout::contiguous(shape);
         self.copy_to(ty, &dst, buf, Buffer::Input(i), &input.layout)?;
-        Ok((buf, 0))
+        Ok(buf)
     }
 
     /// A custom op's one dispatch: its params header, its inputs packed (contiguous from
@@ -1123,12 +1128,8 @@ impl Planner {
         if input.layout.is_contiguous() && input.layout.offset() == 0 {
             return Ok(Buffer::Input(i));
         }
-        let shape = input.layout.shape().clone();
-        let buf = self.scratch(shape.numel());
         let ty = wgsl_type(input.dtype, self.name)?;
-        let dst = Layout::contiguous(shape);
-        self.copy_to(ty, &dst, buf, Buffer::Input(i), &input.layout)?;
-        Ok(buf)
+        self.copied(i, input, ty)
     }
 
     /// The launch of registered custom op `r` on packed `inputs` (of `metas`) into `output`.

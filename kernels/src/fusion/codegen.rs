@@ -128,6 +128,13 @@ pub fn attrs(expr: &Expr, out: &Shape, sizes: Option<[usize; 4]>) -> Attrs {
     a
 }
 
+/// The words of an expression's `nconsts` constants, from its call's attributes (`k0`..).
+pub fn const_words(attrs: &Attrs, nconsts: usize, op: &str) -> Result<Vec<u32>> {
+    (0..nconsts)
+        .map(|i| attr(attrs, &format!("k{i}"), op).map(|k| k as u32))
+        .collect()
+}
+
 /// The attrs of a reduction's sizes, in the order of its header's words.
 const REDUCTION_SIZES: [&str; 4] = ["outer", "len", "chunk", "chunks"];
 
@@ -154,9 +161,7 @@ impl FusedOp {
     }
 
     fn consts(&self, attrs: &Attrs) -> Result<Vec<u32>> {
-        (0..self.nconsts)
-            .map(|i| attr(attrs, &format!("k{i}"), &self.name).map(|k| k as u32))
-            .collect()
+        const_words(attrs, self.nconsts, &self.name)
     }
 }
 

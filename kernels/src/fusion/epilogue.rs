@@ -165,10 +165,7 @@ impl EpilogueOp {
     /// The words gemm.wgsl reads from `params.gemm.epilogue` on, for an output of `out`
     /// and the chain's other inputs of `others` (in order).
     pub fn words(&self, attrs: &Attrs, others: &[Meta], out: &Meta) -> Result<Vec<u32>> {
-        let consts = (0..self.nconsts)
-            .map(|k| kiln_core::op::custom::attr(&self.name, attrs, &format!("k{k}")))
-            .map(|k| k.map(|k| k as u32))
-            .collect::<Result<Vec<_>>>()?;
+        let consts = codegen::const_words(attrs, self.nconsts, &self.name)?;
         let mut shapes: Vec<_> = others.iter().map(|m| m.1.clone()).collect();
         shapes.insert(self.at, out.1.clone());
         Ok(codegen::epilogue_words(

@@ -46,6 +46,7 @@ use kiln_core::{
     Backend, DType, Device, Error, Layout, Meta, Op, ReadFuture, ReduceOp, Result, Shape, Storage,
     TensorData, View,
 };
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -127,6 +128,9 @@ enum State {
     Product(Product),
     Done(Storage),
 }
+
+/// A deferred product that takes a chain as its epilogue, and where it enters the chain.
+type Epilogue = (usize, Product);
 
 /// A deferred matmul, conv2d or conv_transpose2d on real inputs.
 #[derive(Clone)]
@@ -215,7 +219,15 @@ impl Fusion {
     /// `e` with real leaves, but for a deferred product that can take the rest of `e` as its
     /// epilogue (returned with its leaf's index): one nothing else holds, so that it need
     /// never be stored.
-    fn settle(&self, e: &Expr, epilogue: bool) -> Result<(Expr, Option<(usize, Product)>)> {
+    fn settle<'e>(&self, e: &'e Expr, epilogue: bool) -> Result<(Cow<'e, Expr>, Option<Epilogue>)> {
+        // most chains read real buffers only: no copy of the expression then
+        if !e
+            .leaves
+            .iter()
+            .any(|l| l.storage.downcast::<Lazy>().is_some())
+        {
+            return Ok((Cow::Borrowed(e), None));
+        }
         let mut e = e.clone();
         let mut product = None;
         for j in 0..e.leaves.len() {
@@ -239,7 +251,7 @@ impl Fusion {
             }
             e.leaves[j].storage = self.force(&cell)?;
         }
-        Ok((e, product))
+        Ok((Cow::Owned(e), product))
     }
 
     /// Runs an expression: one generated kernel (or a fill for a lone constant).
