@@ -30,7 +30,9 @@ impl TensorId {
 pub struct Node {
     /// The op that produced the tensor.
     pub op: Op,
-    /// Its inputs, in the op's order.
+    /// Its inputs, in the op's order. An input whose values the op's backward rule does not
+    /// read is kept without its data (same id, shape, dtype and history): the graph then holds
+    /// no activation that backward never reads, and a GPU chain on it can run fused.
     pub inputs: Vec<Tensor>,
 }
 
@@ -42,7 +44,7 @@ impl Drop for Node {
         let mut pending = core::mem::take(&mut self.inputs);
         while let Some(t) = pending.pop() {
             if let Ok(mut inner) = Arc::try_unwrap(t.0)
-                && let Some(node) = inner.node.as_mut()
+                && let Some(node) = inner.node.as_mut().and_then(Arc::get_mut)
             {
                 pending.append(&mut node.inputs);
             }
@@ -58,7 +60,8 @@ struct Inner {
     dtype: DType,
     device: Device,
     requires_grad: bool,
-    node: Option<Node>,
+    /// shared with the data-less copies of this tensor that the graph may hold
+    node: Option<Arc<Node>>,
 }
 
 /// An n-dimensional array on a [`Device`]. Cloning is cheap and shares the data; tensors are
@@ -94,7 +97,24 @@ impl Tensor {
             dtype,
             device,
             requires_grad,
-            node,
+            node: node.map(Arc::new),
+        }))
+    }
+
+    /// This tensor without its data, as a recorded op keeps an input whose values its backward
+    /// rule never reads: the same id, layout, dtype, device and history, over a storage that
+    /// no backend accepts.
+    fn without_data(&self) -> Tensor {
+        /// The storage of a tensor the graph keeps without its data.
+        struct Released;
+        Tensor(Arc::new(Inner {
+            id: self.0.id,
+            storage: Storage::new(Released),
+            layout: self.0.layout.clone(),
+            dtype: self.0.dtype,
+            device: self.0.device.clone(),
+            requires_grad: self.0.requires_grad,
+            node: self.0.node.clone(),
         }))
     }
 
@@ -220,9 +240,18 @@ impl Tensor {
                 (s, Layout::contiguous(shape))
             }
         };
-        let node = record.then(|| Node {
-            op,
-            inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+        let node = record.then(|| {
+            // tracing exports the graph, values included
+            let all = crate::autodiff::is_tracing();
+            let inputs = (inputs.iter().enumerate())
+                .map(
+                    |(i, t)| match all || crate::autodiff::reads_value(&op, i, t) {
+                        true => (*t).clone(),
+                        false => t.without_data(),
+                    },
+                )
+                .collect();
+            Node { op, inputs }
         });
         Ok(alloc::vec![Self::wrap(
             storage, layout, dtype, device, node
@@ -278,7 +307,7 @@ impl Tensor {
     }
     /// How this tensor was made, when autodiff or tracing recorded it.
     pub fn node(&self) -> Option<&Node> {
-        self.0.node.as_ref()
+        self.0.node.as_deref()
     }
     /// `true` when gradients flow to or through this tensor.
     pub fn requires_grad(&self) -> bool {

@@ -1166,3 +1166,43 @@ fn attention_dropout_gradients() {
     attn.set_training(false);
     assert_ne!(train, read(&attn.forward(&xt).unwrap()));
 }
+
+/// The graph keeps a value only where a rule reads it: a layer's product and its biased sum are
+/// freed with the forward's temporaries (a linear layer's activations cost one tensor, not
+/// three), while an output that its own rule reads (exp, ReLU) stays.
+#[test]
+fn the_graph_keeps_only_values_that_rules_read() -> Result<()> {
+    let leaf = |shape: &[usize], seed| Input::new(shape, seed, kinkless).tensor().require_grad();
+    let (x, w, b) = (leaf(&[4, 3], 1), leaf(&[3, 5], 2), leaf(&[5], 3));
+    let h = x.matmul(&w)?;
+    let product = h.storage().clone();
+    let s = h.add(&b)?;
+    let sum = s.storage().clone();
+    let y = s.relu()?;
+    drop((h, s));
+    assert_eq!(product.handles(), 1, "the graph holds the product");
+    assert_eq!(sum.handles(), 1, "the graph holds the biased sum");
+    let e = y.exp()?;
+    let exp = e.storage().clone();
+    let z = e.add_scalar(1.0)?.sum_all()?;
+    drop(e);
+    assert!(
+        exp.handles() > 1,
+        "exp's rule reads its output: the add keeps it"
+    );
+    // and backward gives what the same graph with every value kept gives
+    let grads = z.backward()?;
+    let kept = tracing(|| {
+        x.matmul(&w)?
+            .add(&b)?
+            .relu()?
+            .exp()?
+            .add_scalar(1.0)?
+            .sum_all()
+    })?;
+    let want = kept.backward()?;
+    for t in [&x, &w, &b] {
+        assert_eq!(read(grads.get(t).unwrap()), read(want.get(t).unwrap()));
+    }
+    Ok(())
+}

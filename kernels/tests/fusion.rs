@@ -809,6 +809,46 @@ fn chains_on_a_gemm_output_run_in_its_store() -> Result<()> {
 }
 
 #[test]
+fn training_layers_run_their_bias_and_activation_in_the_gemm() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let p = kiln_core::Conv2dParams {
+        stride: [1, 2],
+        padding: [1, 1],
+        ..Default::default()
+    };
+    // the graph keeps neither the product nor the biased sum (their rules read no values), so
+    // the chain still runs in the GEMM's store while autodiff records
+    let layer =
+        |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> { x.conv2d(w, Some(b), p)?.relu() };
+    let x = tensor(&[2, 3, 9, 10], 50, &cpu)?;
+    let (w, b) = (tensor(&[5, 3, 3, 3], 51, &cpu)?, tensor(&[5], 52, &cpu)?);
+    let [gx, gw, gb] = [&x, &w, &b].map(|t| on(t, &dev).map(|t| t.require_grad()));
+    let (gx, gw, gb) = (gx?, gw?, gb?);
+    let (e0, k0) = (stats.epilogues(), stats.kernels());
+    let y = layer(&gx, &gw, &gb)?;
+    let forward = on(&y, &cpu)?;
+    assert_eq!((stats.epilogues() - e0, stats.kernels() - k0), (1, 1));
+    let (cx, cw, cb) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let want = layer(&cx, &cw, &cb)?;
+    assert_close(&forward, &want, 1e-4)?;
+    // the gradients are the CPU's, through ReLU's rule on its output
+    let grads = y.mul(&y)?.sum_all()?.backward()?;
+    let cpu_grads = want.mul(&want)?.sum_all()?.backward()?;
+    for (g, c) in [(&gx, &cx), (&gw, &cw), (&gb, &cb)] {
+        let got = grads.get(g).expect("a gradient for each parameter");
+        assert_close(
+            &on(got, &cpu)?,
+            cpu_grads.get(c).expect("cpu gradient"),
+            1e-3,
+        )?;
+    }
+    Ok(())
+}
+
+#[test]
 fn epilogue_kernels_pass_naga_and_translate() -> Result<()> {
     let Some((dev, _)) = fused() else {
         return Ok(());

@@ -123,6 +123,12 @@ pub fn is_tracing() -> bool {
     depth(&TRACE_DEPTH) > 0
 }
 
+/// Whether the graph keeps input `i` (`x`) of a recorded `op` with its values: where `op`'s
+/// backward rule reads them, or `x`'s own rule reads its output (see [`rules::reads`]).
+pub(crate) fn reads_value(op: &crate::Op, i: usize, x: &Tensor) -> bool {
+    rules::reads(op, Some(i)) || x.node().is_some_and(|n| rules::reads(&n.op, None))
+}
+
 /// Whether an op on `inputs` must keep its history.
 pub(crate) fn should_record(inputs: &[&Tensor]) -> bool {
     is_tracing() || (is_grad_enabled() && inputs.iter().any(|t| t.requires_grad()))

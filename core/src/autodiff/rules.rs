@@ -244,6 +244,60 @@ pub(super) fn input_grads(
     })
 }
 
+/// Whether `op`'s rule reads the values of its input `i` (`Some(i)`) or of its output
+/// (`None`), rather than only their shapes. Where it does not, the graph keeps them without
+/// their data: a bias add keeps neither the product nor the bias, a ReLU only its output.
+/// Inputs of unlisted ops are read; a rule that reads its output must be listed.
+pub(super) fn reads(op: &Op, input: Option<usize>) -> bool {
+    use UnaryOp as U;
+    let Some(i) = input else {
+        return matches!(
+            op,
+            Op::Unary(
+                U::Exp
+                    | U::Sqrt
+                    | U::Rsqrt
+                    | U::Recip
+                    | U::Tanh
+                    | U::Sigmoid
+                    | U::Relu
+                    | U::Clamp { .. }
+            ) | Op::Binary(BinaryOp::Div | BinaryOp::Pow)
+                | Op::Reduce {
+                    op: ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod,
+                    ..
+                }
+                | Op::Softmax { .. }
+                | Op::LogSoftmax { .. }
+                | Op::Custom(_)
+        );
+    };
+    match op {
+        Op::Unary(
+            U::Neg | U::Exp | U::Sqrt | U::Rsqrt | U::Recip | U::Tanh | U::Sigmoid | U::Relu,
+        )
+        | Op::Binary(BinaryOp::Add | BinaryOp::Sub)
+        | Op::Reduce {
+            op: ReduceOp::Sum | ReduceOp::Mean,
+            ..
+        }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::Cast { .. }
+        | Op::Cumsum { .. }
+        | Op::Reshape { .. }
+        | Op::Contiguous
+        | Op::Permute { .. }
+        | Op::Slice { .. }
+        | Op::Expand { .. }
+        | Op::Concat { .. }
+        | Op::Pad { .. } => false,
+        // the condition picks; the branches give only their shapes
+        Op::Where => i == 0,
+        _ => true,
+    }
+}
+
 /// Runs `f` only when `wanted`.
 fn on(wanted: bool, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tensor>> {
     wanted.then(f).transpose()
@@ -302,7 +356,8 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
             let inner = x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?;
             g.mul(&s.mul(&inner)?)
         }
-        UnaryOp::Relu => x.gt(&zero()?)?.where_cond(g, &zero()?),
+        // y > 0 exactly where x > 0: the graph need not keep x (see `reads`)
+        UnaryOp::Relu => y.gt(&zero()?)?.where_cond(g, &zero()?),
         UnaryOp::Gelu => {
             // d/dx x Φ(x) = Φ(x) + x φ(x)
             let cdf = x
