@@ -244,12 +244,10 @@ impl Tensor {
             // tracing exports the graph, values included
             let all = crate::autodiff::is_tracing();
             let inputs = (inputs.iter().enumerate())
-                .map(
-                    |(i, t)| match all || crate::autodiff::reads_value(&op, i, t) {
-                        true => (*t).clone(),
-                        false => t.without_data(),
-                    },
-                )
+                .map(|(i, t)| {
+                    let kept = all || crate::autodiff::reads_value(&op, i, inputs);
+                    if kept { (*t).clone() } else { t.without_data() }
+                })
                 .collect();
             Node { op, inputs }
         });

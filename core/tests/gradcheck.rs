@@ -1182,6 +1182,18 @@ fn the_graph_keeps_only_values_that_rules_read() -> Result<()> {
     drop((h, s));
     assert_eq!(product.handles(), 1, "the graph holds the product");
     assert_eq!(sum.handles(), 1, "the graph holds the biased sum");
+    // a scaling by a constant (attention's scores) keeps neither side; a product of two
+    // tensors that take gradients keeps both
+    let h = x.matmul(&w)?;
+    let product = h.storage().clone();
+    let scaled = h.mul_scalar(0.5)?.div_scalar(3.0)?;
+    drop(h);
+    assert_eq!(product.handles(), 1, "the graph holds the scaled product");
+    let h = x.matmul(&w)?;
+    let product = h.storage().clone();
+    let both = h.mul(&h)?;
+    drop(h);
+    assert!(product.handles() > 1, "a square's rule reads its factors");
     let e = y.exp()?;
     let exp = e.storage().clone();
     let z = e.add_scalar(1.0)?.sum_all()?;
@@ -1191,14 +1203,15 @@ fn the_graph_keeps_only_values_that_rules_read() -> Result<()> {
         "exp's rule reads its output: the add keeps it"
     );
     // and backward gives what the same graph with every value kept gives
+    let z = z.add(&scaled.sum_all()?)?.add(&both.sum_all()?)?;
     let grads = z.backward()?;
     let kept = tracing(|| {
-        x.matmul(&w)?
-            .add(&b)?
-            .relu()?
-            .exp()?
-            .add_scalar(1.0)?
-            .sum_all()
+        let y = x.matmul(&w)?.add(&b)?.relu()?.exp()?.add_scalar(1.0)?;
+        let scaled = x.matmul(&w)?.mul_scalar(0.5)?.div_scalar(3.0)?;
+        let h = x.matmul(&w)?;
+        y.sum_all()?
+            .add(&scaled.sum_all()?)?
+            .add(&h.mul(&h)?.sum_all()?)
     })?;
     let want = kept.backward()?;
     for t in [&x, &w, &b] {

@@ -845,6 +845,37 @@ fn training_layers_run_their_bias_and_activation_in_the_gemm() -> Result<()> {
             1e-3,
         )?;
     }
+
+    // attention's scores: the graph keeps neither the product, its scaling nor the masked
+    // scores (softmax's rule reads its output), so they run in the GEMM
+    let scores = |q: &Tensor, k: &Tensor, m: &Tensor| -> Result<Tensor> {
+        let s = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(0.25)?;
+        m.where_cond(&s, &s.scalar_like(-1e9)?)
+    };
+    let (q, k) = (
+        tensor(&[2, 3, 7, 5], 53, &cpu)?,
+        tensor(&[2, 3, 7, 5], 54, &cpu)?,
+    );
+    let m = tensor(&[7, 7], 55, &cpu)?.gt(&Tensor::scalar(0.0, DType::F32, &cpu)?)?;
+    let [gq, gk] = [&q, &k].map(|t| on(t, &dev).map(|t| t.require_grad()));
+    let (gq, gk) = (gq?, gk?);
+    let e0 = stats.epilogues();
+    let p = scores(&gq, &gk, &on(&m, &dev)?)?.softmax(-1)?;
+    assert_eq!(stats.epilogues() - e0, 1);
+    let (cq, ck) = (q.require_grad(), k.require_grad());
+    let want = scores(&cq, &ck, &m)?.softmax(-1)?;
+    assert_close(&on(&p, &cpu)?, &want, 1e-5)?;
+    let seed = tensor(&[2, 3, 7, 7], 56, &cpu)?;
+    let grads = p.backward_with(&on(&seed, &dev)?)?;
+    let cpu_grads = want.backward_with(&seed)?;
+    for (g, c) in [(&gq, &cq), (&gk, &ck)] {
+        let got = grads.get(g).expect("a gradient for q and k");
+        assert_close(
+            &on(got, &cpu)?,
+            cpu_grads.get(c).expect("cpu gradient"),
+            1e-4,
+        )?;
+    }
     Ok(())
 }
 

@@ -123,10 +123,17 @@ pub fn is_tracing() -> bool {
     depth(&TRACE_DEPTH) > 0
 }
 
-/// Whether the graph keeps input `i` (`x`) of a recorded `op` with its values: where `op`'s
-/// backward rule reads them, or `x`'s own rule reads its output (see [`rules::reads`]).
-pub(crate) fn reads_value(op: &crate::Op, i: usize, x: &Tensor) -> bool {
-    rules::reads(op, Some(i)) || x.node().is_some_and(|n| rules::reads(&n.op, None))
+/// Whether the graph keeps input `i` of a recorded `op` on `inputs` with its values: where
+/// `op`'s backward rule reads them, or the input's own rule reads its output (see
+/// [`rules::reads`]).
+pub(crate) fn reads_value(op: &crate::Op, i: usize, inputs: &[&Tensor]) -> bool {
+    rules::reads(op, Some(i), |k| {
+        inputs.get(k).is_some_and(|t| t.requires_grad())
+    }) || inputs[i].node().is_some_and(|n| {
+        rules::reads(&n.op, None, |k| {
+            n.inputs.get(k).is_some_and(|t| t.requires_grad())
+        })
+    })
 }
 
 /// Whether an op on `inputs` must keep its history.

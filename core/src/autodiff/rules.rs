@@ -245,32 +245,36 @@ pub(super) fn input_grads(
 }
 
 /// Whether `op`'s rule reads the values of its input `i` (`Some(i)`) or of its output
-/// (`None`), rather than only their shapes. Where it does not, the graph keeps them without
-/// their data: a bias add keeps neither the product nor the bias, a ReLU only its output.
-/// Inputs of unlisted ops are read; a rule that reads its output must be listed.
-pub(super) fn reads(op: &Op, input: Option<usize>) -> bool {
+/// (`None`), rather than only their shapes, when `grad(k)` says whether input `k` takes a
+/// gradient. Where it does not, the graph keeps them without their data: a bias add keeps
+/// neither the product nor the bias, a scaling by a constant not what it scales, a ReLU only
+/// its output. Inputs of unlisted ops are read; a rule that reads its output must be listed.
+pub(super) fn reads(op: &Op, value: Option<usize>, grad: impl Fn(usize) -> bool) -> bool {
     use UnaryOp as U;
-    let Some(i) = input else {
-        return matches!(
-            op,
+    let Some(i) = value else {
+        return match op {
             Op::Unary(
                 U::Exp
-                    | U::Sqrt
-                    | U::Rsqrt
-                    | U::Recip
-                    | U::Tanh
-                    | U::Sigmoid
-                    | U::Relu
-                    | U::Clamp { .. }
-            ) | Op::Binary(BinaryOp::Div | BinaryOp::Pow)
-                | Op::Reduce {
-                    op: ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod,
-                    ..
-                }
-                | Op::Softmax { .. }
-                | Op::LogSoftmax { .. }
-                | Op::Custom(_)
-        );
+                | U::Sqrt
+                | U::Rsqrt
+                | U::Recip
+                | U::Tanh
+                | U::Sigmoid
+                | U::Relu
+                | U::Clamp { .. },
+            )
+            | Op::Binary(BinaryOp::Pow)
+            | Op::Reduce {
+                op: ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod,
+                ..
+            }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::Custom(_) => true,
+            // d/db a/b = -y/b
+            Op::Binary(BinaryOp::Div) => grad(1),
+            _ => false,
+        };
     };
     match op {
         Op::Unary(
@@ -292,6 +296,10 @@ pub(super) fn reads(op: &Op, input: Option<usize>) -> bool {
         | Op::Expand { .. }
         | Op::Concat { .. }
         | Op::Pad { .. } => false,
+        // each factor only for the other's gradient
+        Op::Binary(BinaryOp::Mul) => grad(1 - i),
+        // g / b and -g y / b: never the numerator
+        Op::Binary(BinaryOp::Div) => i == 1,
         // the condition picks; the branches give only their shapes
         Op::Where => i == 0,
         _ => true,
