@@ -52,6 +52,21 @@ impl Drop for Node {
     }
 }
 
+/// The storage of a tensor the graph keeps without its data ([`Node::inputs`]).
+struct Released;
+
+/// An error unless `t` has its data: `op` cannot read a graph's data-less copy.
+fn check_data(t: &Tensor, op: &'static str) -> Result<()> {
+    if t.0.storage.downcast::<Released>().is_some() {
+        return Err(Error::invalid(
+            op,
+            "this tensor is a recorded graph's copy without data (a Node input that no backward \
+             rule reads: autodiff does not keep its values)",
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Debug)]
 struct Inner {
     id: TensorId,
@@ -105,8 +120,6 @@ impl Tensor {
     /// rule never reads: the same id, layout, dtype, device and history, over a storage that
     /// no backend accepts.
     fn without_data(&self) -> Tensor {
-        /// The storage of a tensor the graph keeps without its data.
-        struct Released;
         Tensor(Arc::new(Inner {
             id: self.0.id,
             storage: Storage::new(Released),
@@ -159,6 +172,9 @@ impl Tensor {
                     other.device().name()
                 ),
             ));
+        }
+        for t in inputs {
+            check_data(t, op.name())?;
         }
         Self::run(op, inputs, device, expect)
     }
@@ -509,6 +525,7 @@ impl Tensor {
 
     /// Reads the values back to the host. Never blocks: await it (in browsers too).
     pub async fn data(&self) -> Result<TensorData> {
+        check_data(self, "read")?;
         self.0.device.backend().read(self.view()).await
     }
     /// Reads the values back, waiting for the device. Native only.

@@ -1181,6 +1181,14 @@ fn the_graph_keeps_only_values_that_rules_read() -> Result<()> {
     let y = s.relu()?;
     drop((h, s));
     assert_eq!(product.handles(), 1, "the graph holds the product");
+    // what the graph kept without data says so when read or used
+    let kept = &y.node().unwrap().inputs[0];
+    for e in [kept.to_data().err(), kept.exp().err()] {
+        let e = e
+            .expect("a graph's data-less copy cannot be read")
+            .to_string();
+        assert!(e.contains("without data"), "{e}");
+    }
     assert_eq!(sum.handles(), 1, "the graph holds the biased sum");
     // a scaling by a constant (attention's scores) keeps neither side; a product of two
     // tensors that take gradients keeps both
