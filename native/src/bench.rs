@@ -185,6 +185,9 @@ pub struct Timing {
     /// [`STREAMED`] runs between two waits, per run: the host works while the device does,
     /// so this is nearer the kernels' own time.
     pub streamed: Latency,
+    /// Of [`Timing::streamed`], the host's time per run before the wait (median, ms): the
+    /// launches, or for fused runs the recording, which no kernel overlaps until the wait.
+    pub issue_ms: f64,
 }
 
 impl Timing {
@@ -216,33 +219,44 @@ pub fn fusion(device: &Device, n: usize, runs: usize) -> Result<FusionBench> {
     use crate::core::{DType, Op};
     let fused_device = kiln_kernels::fusion::wrap(device);
     let time = |dev: &Device, f: &dyn Fn() -> Result<Tensor>| -> Result<Timing> {
-        let once = |reps: usize| -> Result<f64> {
+        // ms per run: in all, and before the wait
+        let once = |reps: usize| -> Result<(f64, f64)> {
             dev.backend().synchronize()?;
             let start = Instant::now();
             // the outputs stay alive until the work is done (a dropped lazy never runs)
             let ys = (0..reps).map(|_| f()).collect::<Result<Vec<Tensor>>>()?;
+            let issued = start.elapsed();
             dev.backend().synchronize()?;
-            let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+            let per_run = |d: std::time::Duration| d.as_secs_f64() * 1e3 / reps as f64;
+            let ms = (per_run(start.elapsed()), per_run(issued));
             drop(ys);
             Ok(ms)
         };
-        let latency = |reps: usize| -> Result<Latency> {
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let latency = |reps: usize| -> Result<(Latency, f64)> {
             for _ in 0..3 {
                 once(reps)?;
             }
-            let mut ms = (0..runs.max(1))
+            let (mut ms, mut issue): (Vec<f64>, Vec<f64>) = (0..runs.max(1))
                 .map(|_| once(reps))
-                .collect::<Result<Vec<f64>>>()?;
-            ms.sort_by(f64::total_cmp);
-            Ok(Latency {
-                median_ms: ms[ms.len() / 2],
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .unzip();
+            let latency = Latency {
+                median_ms: median(&mut ms),
                 min_ms: ms[0],
                 max_ms: ms[ms.len() - 1],
-            })
+            };
+            Ok((latency, median(&mut issue)))
         };
+        let (streamed, issue_ms) = latency(STREAMED)?;
         Ok(Timing {
-            alone: latency(1)?,
-            streamed: latency(STREAMED)?,
+            alone: latency(1)?.0,
+            streamed,
+            issue_ms,
         })
     };
     let x = Tensor::rand_uniform([n], -3.0, 3.0, 0, DType::F32, device)?;

@@ -553,6 +553,11 @@ fn run(cli: Cli) -> Result<()> {
                     fused.median_ms / copy.median_ms.max(1e-9),
                 );
             }
+            let [fused, unfused, copy] = rows.map(|(_, t)| t.issue_ms * 1e3);
+            println!(
+                "host time per run before the wait (streamed): fused {fused:.1} us (recording), \
+                 unfused {unfused:.1} us, copy {copy:.1} us (launches)"
+            );
             println!("max |fused - unfused|: {:.2e}", r.max_diff);
             Ok(())
         }
