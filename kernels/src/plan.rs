@@ -1185,7 +1185,7 @@ impl Planner {
         let writes_out = |d: &Dispatch| d.buffers.contains(&Buffer::Output(0));
         let in_store = alone.dispatches.iter().position(writes_out) == Some(last)
             && alone.dispatches[last].kernel.file == "gemm.wgsl"
-            && ep.reads_hold(&metas, output);
+            && ep.reads_hold(&metas, &product, output);
         let product_at = match in_store {
             true => Buffer::Output(0),
             false => self.scratch(output.1.numel()),

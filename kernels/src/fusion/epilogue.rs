@@ -94,21 +94,19 @@ const MAX_INPUTS: usize = 4;
 /// of its structure. Its inputs: the product's two, then `e`'s leaves but `at`.
 pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
     let chain = super::register(e, None)?;
-    // the product seen in its own shape (not reshaped): a bias may be read at its row or column
+    // the product seen in its own shape (the planner checks that it is, `reads_hold`): a bias
+    // may be read at the GEMM's row or column
     let own = e.leaves[at].layout.shape() == &e.shape;
+    let mut key = format!("{chain} at in{at} of {} reads", product_key(product));
     let reads: Vec<EpilogueRead> = (e.leaves.iter().zip(e.kinds(&e.shape)))
-        .map(|(l, kind)| match own {
-            true => {
-                gemm_read(product, l.layout.shape(), &e.shape).unwrap_or(EpilogueRead::Kind(kind))
-            }
-            false => EpilogueRead::Kind(kind),
+        .map(|(l, kind)| {
+            let gemm = own.then(|| gemm_read(product, l.layout.shape(), &e.shape));
+            let read = gemm.flatten().unwrap_or(EpilogueRead::Kind(kind));
+            key.push(' ');
+            key.push_str(read.name());
+            read
         })
         .collect();
-    let names: Vec<&str> = reads.iter().map(|r| r.name()).collect();
-    let key = format!(
-        "{chain} at in{at} of {} reads {names:?}",
-        product_key(product)
-    );
     let attrs = codegen::attrs(e, &e.shape, None);
     let mut known = EPILOGUES.lock().unwrap_or_else(|x| x.into_inner());
     if let Some(name) = known.by_key.get(&key) {
@@ -143,15 +141,15 @@ pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
 /// a matmul's last (the column).
 fn gemm_read(product: &Op, leaf: &Shape, out: &Shape) -> Option<EpilogueRead> {
     let (axis, read) = match product {
-        Op::Conv2d(_) | Op::ConvTranspose2d { .. } if out.rank() == 4 => (1, EpilogueRead::Row),
         Op::Matmul => (out.rank().checked_sub(1)?, EpilogueRead::Col),
+        // a convolution's NCHW
+        _ if out.rank() == 4 => (1, EpilogueRead::Row),
         _ => return None,
     };
-    let pad = out.rank().checked_sub(leaf.rank())?;
-    let size = |d: usize| if d < pad { 1 } else { leaf.dims()[d - pad] };
-    let spans = (0..out.rank()).all(|d| size(d) == if d == axis { out.dims()[d] } else { 1 });
-    // a single element or the whole output: read as the other inputs are
-    (spans && out.dims()[axis] > 1 && leaf.numel() < out.numel()).then_some(read)
+    let (pad, size) = (out.rank().checked_sub(leaf.rank())?, out.dims()[axis]);
+    // right-aligned, 1 on every axis but that one; neither one element nor the whole output
+    let ones = (leaf.dims().iter().enumerate()).all(|(d, &n)| n == 1 || d + pad == axis);
+    (ones && leaf.numel() == size && size > 1 && size < out.numel()).then_some(read)
 }
 
 /// What a product adds to an epilogue's key: its op and a convolution's parameters (not the
@@ -208,29 +206,24 @@ impl EpilogueOp {
     }
 
     /// Whether the inputs read at the GEMM's row or column are so for these inputs (the
-    /// product's two, then the chain's others) and output: the product seen in its own shape
-    /// (the key knows the shape it is seen in, not the product's), a matmul's by a matrix (by a
-    /// vector its last axis is the rows), each such input spanning its axis. Where not, the
-    /// chain runs after the product as its own kernel.
-    pub fn reads_hold(&self, inputs: &[Meta], out: &Meta) -> bool {
-        if self
-            .reads
-            .iter()
-            .all(|r| matches!(r, EpilogueRead::Kind(_)))
-        {
-            return true;
-        }
-        let own = self.product_meta(inputs).is_ok_and(|p| p.1 == out.1);
+    /// product's two, then the chain's others), product and output: the product seen in its
+    /// own shape (the key knows the shape it is seen in, not the product's), a matmul's by a
+    /// matrix (by a vector its last axis is the rows), each such input spanning its axis. Where
+    /// not, the chain runs after the product as its own kernel.
+    pub fn reads_hold(&self, inputs: &[Meta], product: &Meta, out: &Meta) -> bool {
         let by_vector =
             matches!(self.product, Op::Matmul) && inputs.get(1).is_none_or(|b| b.1.rank() < 2);
+        let own = product.1 == out.1 && !by_vector;
         let others = inputs.get(2..).unwrap_or_default();
-        let mut shapes: Vec<&Shape> = others.iter().map(|m| &m.1).collect();
-        shapes.insert(self.at, &out.1);
-        own && !by_vector
-            && (self.reads.iter().zip(shapes)).all(|(&read, shape)| match read {
-                EpilogueRead::Kind(_) => true,
-                _ => gemm_read(&self.product, shape, &out.1) == Some(read),
-            })
+        // (the product, input `at`, is read whole)
+        let other = |j: usize| others.get(j - usize::from(j > self.at));
+        (self.reads.iter().enumerate()).all(|(j, &read)| match read {
+            EpilogueRead::Kind(_) => true,
+            _ => {
+                own && other(j)
+                    .is_some_and(|m| gemm_read(&self.product, &m.1, &out.1) == Some(read))
+            }
+        })
     }
 
     /// The chain's inputs: `others` with the product (seen as the output's shape) at its place.
