@@ -940,10 +940,26 @@ fn epilogue_kernels_pass_naga_and_translate() -> Result<()> {
         &x.conv2d(&w, Some(&b), Default::default())?.sigmoid()?,
         1e-5,
     )?;
+    // a linear layer's bias, read at the column (the conv's at the row)
+    let (a, c, bc) = (
+        tensor(&[5, 6], 43, &cpu)?,
+        tensor(&[6, 3], 44, &cpu)?,
+        tensor(&[3], 45, &cpu)?,
+    );
+    let linear = |a: &Tensor, c: &Tensor, b: &Tensor| a.matmul(c)?.add(b);
+    let y = linear(&on(&a, &dev)?, &on(&c, &dev)?, &on(&bc, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &linear(&a, &c, &bc)?, 1e-5)?;
     // every f32 GEMM variant the planner makes, with each epilogue of this process, through
     // naga and the CUDA C and HIP translator
     let names = fusion::epilogue::names();
-    assert!(!names.is_empty());
+    let sources: Vec<String> = (names.iter())
+        .filter_map(|n| fusion::epilogue::source(n).ok())
+        .collect();
+    assert!(
+        ["[row]", "[col]"]
+            .iter()
+            .all(|r| sources.iter().any(|s| s.contains(r)))
+    );
     let gemms = (kiln_kernels::plan::variants().into_iter())
         .filter(|k| k.file == "gemm.wgsl" && k.defines.get("T").is_some_and(|t| t == "f32"));
     let mut checked = 0;
