@@ -872,7 +872,7 @@ fn epilogue_biases_read_at_the_gemms_row_or_column() -> Result<()> {
     assert_close(&on(&y, &cpu)?, &f(&args)?, 1e-5)?;
     assert_eq!(stats.epilogues() - e0, 1);
 
-    // batched matmuls: the column bias, a bias per row (outer, middle) beside it
+    // matmuls: the column bias, a bias per row (outer, middle) beside it
     let f = |t: &[Tensor]| -> Result<Tensor> { t[0].matmul(&t[1])?.add(&t[2])?.relu()?.mul(&t[3]) };
     for (a, b, col, row) in [
         (
@@ -882,6 +882,8 @@ fn epilogue_biases_read_at_the_gemms_row_or_column() -> Result<()> {
             &[5usize, 1][..],
         ),
         (&[2, 3, 5, 7], &[2, 3, 7, 9], &[1, 1, 1, 9], &[3, 5, 1]),
+        // at most 4 rows: the matrix-vector kernel
+        (&[3, 7], &[7, 9], &[9], &[3, 1]),
     ] {
         let args = [
             tensor(a, 60, &cpu)?,
