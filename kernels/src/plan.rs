@@ -1184,7 +1184,8 @@ impl Planner {
         let last = alone.dispatches.len().saturating_sub(1);
         let writes_out = |d: &Dispatch| d.buffers.contains(&Buffer::Output(0));
         let in_store = alone.dispatches.iter().position(writes_out) == Some(last)
-            && alone.dispatches[last].kernel.file == "gemm.wgsl";
+            && alone.dispatches[last].kernel.file == "gemm.wgsl"
+            && ep.reads_hold(&metas, &product, output);
         let product_at = match in_store {
             true => Buffer::Output(0),
             false => self.scratch(output.1.numel()),

@@ -808,6 +808,121 @@ fn chains_on_a_gemm_output_run_in_its_store() -> Result<()> {
     assert_close(&on(&y, &cpu)?, &g(&x, &w)?, 1e-5)
 }
 
+/// Biases an epilogue reads at the GEMM's row (a convolution's channel) or column (a matmul's),
+/// with no division, beside inputs read by their kind, on odd shapes; and the views where the
+/// output's axes are not the GEMM's (a reshaped product, a matmul by a vector), where the
+/// chain runs after the product.
+#[test]
+fn epilogue_biases_read_at_the_gemms_row_or_column() -> Result<()> {
+    let Some((dev, stats)) = fused() else {
+        return Ok(());
+    };
+    let cpu = Device::cpu();
+    let gpu = |ts: &[&Tensor]| -> Result<Vec<Tensor>> { ts.iter().map(|t| on(t, &dev)).collect() };
+    let sources = || -> Vec<String> {
+        let names = fusion::epilogue::names();
+        names
+            .iter()
+            .filter_map(|n| fusion::epilogue::source(n).ok())
+            .collect()
+    };
+
+    // depthwise conv, 5 channels on 7 x 3 planes: the channel bias, a per-channel scale of
+    // another rank, a residual (whole) and a bias along the rows of the plane (middle)
+    let p = kiln_core::Conv2dParams {
+        groups: 5,
+        ..Default::default()
+    };
+    let f = |t: &[Tensor]| -> Result<Tensor> {
+        let y = t[0].conv2d(&t[1], Some(&t[2]), p)?.relu()?;
+        y.mul(&t[3])?.add(&t[4])?.sub(&t[5])
+    };
+    let args = [
+        tensor(&[2, 5, 9, 5], 50, &cpu)?,
+        tensor(&[5, 1, 3, 3], 51, &cpu)?,
+        tensor(&[5], 52, &cpu)?,
+        tensor(&[1, 5, 1, 1], 53, &cpu)?,
+        tensor(&[2, 5, 7, 3], 54, &cpu)?,
+        tensor(&[7, 1], 55, &cpu)?,
+    ];
+    let e0 = stats.epilogues();
+    let y = f(&gpu(&args.iter().collect::<Vec<_>>())?)?;
+    assert_close(&on(&y, &cpu)?, &f(&args)?, 1e-5)?;
+    assert_eq!(stats.epilogues() - e0, 1);
+
+    // a grouped transposed conv (6 channels of 7 x 5) with its bias, and one along the plane's
+    // columns (inner)
+    let p = kiln_core::Conv2dParams {
+        groups: 2,
+        ..Default::default()
+    };
+    let f = |t: &[Tensor]| -> Result<Tensor> {
+        t[0].conv_transpose2d(&t[1], Some(&t[2]), p, [0, 0])?
+            .add(&t[3])?
+            .tanh()
+    };
+    let args = [
+        tensor(&[2, 4, 5, 3], 56, &cpu)?,
+        tensor(&[4, 3, 3, 3], 57, &cpu)?,
+        tensor(&[6], 58, &cpu)?,
+        tensor(&[5], 59, &cpu)?,
+    ];
+    let e0 = stats.epilogues();
+    let y = f(&gpu(&args.iter().collect::<Vec<_>>())?)?;
+    assert_close(&on(&y, &cpu)?, &f(&args)?, 1e-5)?;
+    assert_eq!(stats.epilogues() - e0, 1);
+
+    // matmuls: the column bias, a bias per row (outer, middle) beside it
+    let f = |t: &[Tensor]| -> Result<Tensor> { t[0].matmul(&t[1])?.add(&t[2])?.relu()?.mul(&t[3]) };
+    for (a, b, col, row) in [
+        (
+            &[3usize, 5, 7][..],
+            &[7usize, 9][..],
+            &[9usize][..],
+            &[5usize, 1][..],
+        ),
+        (&[2, 3, 5, 7], &[2, 3, 7, 9], &[1, 1, 1, 9], &[3, 5, 1]),
+        // at most 4 rows: the matrix-vector kernel
+        (&[3, 7], &[7, 9], &[9], &[3, 1]),
+    ] {
+        let args = [
+            tensor(a, 60, &cpu)?,
+            tensor(b, 61, &cpu)?,
+            tensor(col, 62, &cpu)?,
+            tensor(row, 63, &cpu)?,
+        ];
+        let e0 = stats.epilogues();
+        let y = f(&gpu(&args.iter().collect::<Vec<_>>())?)?;
+        assert_close(&on(&y, &cpu)?, &f(&args)?, 1e-5)?;
+        assert_eq!(stats.epilogues() - e0, 1);
+    }
+    let all = sources().join("");
+    assert!(all.contains("[row]") && all.contains("[col]"), "{all}");
+
+    // a conv's output seen as [4, 3, 3, 3] (not its own [2, 6, 3, 3]): axis 1 is no channel
+    let f = |t: &[Tensor]| -> Result<Tensor> {
+        let y = t[0].conv2d(&t[1], None, Default::default())?;
+        y.reshape([4, 3, 3, 3])?.add(&t[2])
+    };
+    let args = [
+        tensor(&[2, 3, 5, 5], 64, &cpu)?,
+        tensor(&[6, 3, 3, 3], 65, &cpu)?,
+        tensor(&[1, 3, 1, 1], 66, &cpu)?,
+    ];
+    let y = f(&gpu(&args.iter().collect::<Vec<_>>())?)?;
+    assert_close(&on(&y, &cpu)?, &f(&args)?, 1e-5)?;
+
+    // a matmul by a vector: the output's last axis is the rows
+    let f = |t: &[Tensor]| -> Result<Tensor> { t[0].matmul(&t[1])?.add(&t[2])?.relu() };
+    let args = [
+        tensor(&[3, 5, 7], 67, &cpu)?,
+        tensor(&[7], 68, &cpu)?,
+        tensor(&[5], 69, &cpu)?,
+    ];
+    let y = f(&gpu(&args.iter().collect::<Vec<_>>())?)?;
+    assert_close(&on(&y, &cpu)?, &f(&args)?, 1e-5)
+}
+
 #[test]
 fn training_layers_run_their_bias_and_activation_in_the_gemm() -> Result<()> {
     let Some((dev, stats)) = fused() else {
@@ -898,10 +1013,26 @@ fn epilogue_kernels_pass_naga_and_translate() -> Result<()> {
         &x.conv2d(&w, Some(&b), Default::default())?.sigmoid()?,
         1e-5,
     )?;
+    // a linear layer's bias, read at the column (the conv's at the row)
+    let (a, c, bc) = (
+        tensor(&[5, 6], 43, &cpu)?,
+        tensor(&[6, 3], 44, &cpu)?,
+        tensor(&[3], 45, &cpu)?,
+    );
+    let linear = |a: &Tensor, c: &Tensor, b: &Tensor| a.matmul(c)?.add(b);
+    let y = linear(&on(&a, &dev)?, &on(&c, &dev)?, &on(&bc, &dev)?)?;
+    assert_close(&on(&y, &cpu)?, &linear(&a, &c, &bc)?, 1e-5)?;
     // every f32 GEMM variant the planner makes, with each epilogue of this process, through
     // naga and the CUDA C and HIP translator
     let names = fusion::epilogue::names();
-    assert!(!names.is_empty());
+    let sources: Vec<String> = (names.iter())
+        .filter_map(|n| fusion::epilogue::source(n).ok())
+        .collect();
+    assert!(
+        ["[row]", "[col]"]
+            .iter()
+            .all(|r| sources.iter().any(|s| s.contains(r)))
+    );
     let gemms = (kiln_kernels::plan::variants().into_iter())
         .filter(|k| k.file == "gemm.wgsl" && k.defines.get("T").is_some_and(|t| t == "f32"));
     let mut checked = 0;

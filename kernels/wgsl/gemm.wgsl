@@ -141,7 +141,8 @@ fn load_b(l: Line, s: Step) -> {{T}} {
     return b[l.at + s.at];
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    put_c((g * params.gemm.m + row) * params.gemm.n + col, v);
+    let r = g * params.gemm.m + row;
+    put_c(r * params.gemm.n + col, r, col, v);
 }
 #else
 // The conv input x at the tap (l.y + s.y, l.x + s.x) of the plane at l.at + s.at; 0 in the
@@ -197,7 +198,8 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     let p = params.conv;
     let plane = p.oh * p.ow;
     let n = col / plane;
-    put_c((n * p.co + g * params.gemm.m + row) * plane + col % plane, v);
+    let r = g * params.gemm.m + row;
+    put_c((n * p.co + r) * plane + col % plane, r, col, v);
 }
 #elif MODE == conv_t
 // dx[n, c, iy, ix] = sum over (o, ky, kx) of weight[o, c, ky, kx] * dy[n, o, oy, ox]
@@ -244,7 +246,8 @@ fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
     let p = params.conv;
     let plane = p.h * p.w;
     let n = col / plane;
-    put_c((n * p.ci + g * params.gemm.m + row) * plane + col % plane, v);
+    let r = g * params.gemm.m + row;
+    put_c((n * p.ci + r) * plane + col % plane, r, col, v);
 }
 #elif MODE == conv_wgrad
 // dw[o, c, ky, kx] = sum over (n, oy, ox) of dy[n, o, oy, ox] * x[n, c, oy*sh - ph + ky*dh, ..].
@@ -281,16 +284,20 @@ fn load_b(l: Line, s: Step) -> {{T}} {
     return x_tap(l, s);
 }
 fn store_c(g: u32, row: u32, col: u32, v: {{T}}) {
-    put_c((g * params.gemm.m + row) * params.gemm.n + col, v);
+    let r = g * params.gemm.m + row;
+    put_c(r * params.gemm.n + col, r, col, v);
 }
 #endif
 
 // Element i of C (the op's output, or split-K's scratch) gets v, through the fused epilogue
 // where there is one: an elementwise chain on the output, generated and appended to this file
-// by kiln's fusion (kernels/src/fusion/epilogue.rs), whose inputs are bound from 4 on.
-fn put_c(i: u32, v: {{T}}) {
+// by kiln's fusion (kernels/src/fusion/epilogue.rs), whose inputs are bound from 4 on. row
+// and col: the element's row of C counted over the batches or groups before it (a
+// convolution's output channel) and its column, at which the epilogue reads a bias by the
+// channel or the column without dividing i.
+fn put_c(i: u32, row: u32, col: u32, v: {{T}}) {
 #if EPILOGUE
-    c[i] = epilogue(i, v);
+    c[i] = epilogue(i, row, col, v);
 #else
     c[i] = v;
 #endif

@@ -500,43 +500,71 @@ fn value_fn(
     Ok(())
 }
 
+/// How a GEMM epilogue reads one of its inputs: as a fused kernel would (by its [`ReadKind`]), or
+/// at the row or column of the GEMM's C where that is the input's element (a convolution's bias
+/// by the output channel, a linear layer's by the column): no division then, and no words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpilogueRead {
+    Kind(ReadKind),
+    /// element `row`: the row of C counted over the batches or groups before it (a
+    /// convolution's output channel)
+    Row,
+    /// element `col`: the column of C
+    Col,
+}
+
+impl EpilogueRead {
+    /// What the read adds to an epilogue's key.
+    pub fn name(self) -> &'static str {
+        match self {
+            EpilogueRead::Kind(k) => k.name(),
+            EpilogueRead::Row => "row",
+            EpilogueRead::Col => "col",
+        }
+    }
+}
+
 /// The names of an epilogue's words, in order: the constants, then the index fields of each
-/// input but the product (input `at`).
-fn epilogue_fields(kinds: &[ReadKind], nconsts: usize, at: usize) -> Vec<String> {
+/// input but the product (input `at`) read by its kind.
+fn epilogue_fields(reads: &[EpilogueRead], nconsts: usize, at: usize) -> Vec<String> {
     let consts = (0..nconsts).map(|k| format!("k{k}"));
-    let fields = (kinds.iter().enumerate())
+    let fields = (reads.iter().enumerate())
         .filter(|&(j, _)| j != at)
-        .flat_map(|(j, &kind)| index_fields(kind, j));
+        .flat_map(|(j, &read)| match read {
+            EpilogueRead::Kind(kind) => index_fields(kind, j),
+            _ => vec![],
+        });
     consts.chain(fields).collect()
 }
 
 /// The words of an epilogue ([`epilogue_fields`]) for an output of `out`, inputs of `shapes`.
 pub fn epilogue_words(
     consts: &[u32],
-    kinds: &[ReadKind],
+    reads: &[EpilogueRead],
     shapes: &[Shape],
     out: &Shape,
     at: usize,
 ) -> Vec<u32> {
     let mut words = consts.to_vec();
-    for (j, (&kind, shape)) in kinds.iter().zip(shapes).enumerate() {
-        if j != at {
+    for (j, (&read, shape)) in reads.iter().zip(shapes).enumerate() {
+        if let (false, EpilogueRead::Kind(kind)) = (j == at, read) {
             words.extend(index_words(kind, shape, out));
         }
     }
     words
 }
 
-/// The WGSL a GEMM with a fused epilogue appends to gemm.wgsl: `epilogue(i, v)`, the
-/// expression at output element `i` where input `at` (the product, read whole) is the GEMM's
-/// value `v`. The other inputs are bound from 4 on, in order (after the GEMM's params, A, B and
-/// C); the constants and index fields are words of the GEMM's params tail from
-/// `params.gemm.epilogue` on. No input may be read by [`ReadKind::Broadcast`].
+/// The WGSL a GEMM with a fused epilogue appends to gemm.wgsl: `epilogue(i, row, col, v)`,
+/// the expression at output element `i` (at `row` and `col` of C, see [`EpilogueRead`]) where
+/// input `at` (the product, read whole) is the GEMM's value `v`. The other inputs are bound
+/// from 4 on, in order (after the GEMM's params, A, B and C); the constants and index fields
+/// are words of the GEMM's params tail from `params.gemm.epilogue` on. No input may be read by
+/// [`ReadKind::Broadcast`].
 pub fn epilogue_source(
     name: &str,
     nodes: &[(Node, DType)],
     leaves: &[DType],
-    kinds: &[ReadKind],
+    reads: &[EpilogueRead],
     nconsts: usize,
     at: usize,
 ) -> Result<String> {
@@ -550,22 +578,24 @@ pub fn epilogue_source(
             4 + q
         );
     }
-    let names = epilogue_fields(kinds, nconsts, at);
+    let names = epilogue_fields(reads, nconsts, at);
     let field = |f: &str| {
         let w = names.iter().position(|n| n == f).unwrap_or(names.len());
         format!("params.tail[params.gemm.epilogue + {w}u]")
     };
     value_fn(&mut s, nodes, leaves, &field)?;
-    let args: Vec<String> = (kinds.iter().enumerate())
-        .map(|(j, &k)| match j == at {
-            true => "v".to_string(),
-            false => read_with(k, j, "i", &field),
+    let args: Vec<String> = (reads.iter().enumerate())
+        .map(|(j, &read)| match (j == at, read) {
+            (true, _) => "v".to_string(),
+            (_, EpilogueRead::Kind(k)) => read_with(k, j, "i", &field),
+            (_, EpilogueRead::Row) => format!("in{j}[row]"),
+            (_, EpilogueRead::Col) => format!("in{j}[col]"),
         })
         .collect();
     let t = wgsl_type(nodes.last().map_or(DType::F32, |n| n.1), "fusion")?;
     let _ = writeln!(
         s,
-        "fn epilogue(i: u32, v: {t}) -> {t} {{\n    return value({});\n}}",
+        "fn epilogue(i: u32, row: u32, col: u32, v: {t}) -> {t} {{\n    return value({});\n}}",
         args.join(", ")
     );
     Ok(s)

@@ -10,11 +10,11 @@
 //! scratch and the chain runs after it as its own fused kernel, as it also does after a
 //! product that a runtime's library computes (cuBLAS, cuDNN: `exec.rs`).
 
-use super::codegen::{self, epilogue_source};
+use super::codegen::{self, EpilogueRead, epilogue_source};
 use super::expr::{Expr, ReadKind};
 use kiln_core::op::custom::{Attrs, CustomCall, CustomOp};
 use kiln_core::{
-    DType, Device, Error, Layout, Meta, Op, Result, Storage, Tensor, TensorData, View,
+    DType, Device, Error, Layout, Meta, Op, Result, Shape, Storage, Tensor, TensorData, View,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,7 @@ pub struct EpilogueOp {
     /// the chain's own kernel (a [`codegen::FusedOp`]), whose input `at` is the product
     chain: String,
     at: usize,
-    kinds: Vec<ReadKind>,
+    reads: Vec<EpilogueRead>,
     nconsts: usize,
     dtype: DType,
     /// what gemm.wgsl appends for it
@@ -94,23 +94,34 @@ const MAX_INPUTS: usize = 4;
 /// of its structure. Its inputs: the product's two, then `e`'s leaves but `at`.
 pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
     let chain = super::register(e, None)?;
-    let key = format!("{chain} at in{at} of {}", product_key(product));
+    // the product seen in its own shape (the planner checks that it is, `reads_hold`): a bias
+    // may be read at the GEMM's row or column
+    let own = e.leaves[at].layout.shape() == &e.shape;
+    let mut key = format!("{chain} at in{at} of {} reads", product_key(product));
+    let reads: Vec<EpilogueRead> = (e.leaves.iter().zip(e.kinds(&e.shape)))
+        .map(|(l, kind)| {
+            let gemm = own.then(|| gemm_read(product, l.layout.shape(), &e.shape));
+            let read = gemm.flatten().unwrap_or(EpilogueRead::Kind(kind));
+            key.push(' ');
+            key.push_str(read.name());
+            read
+        })
+        .collect();
     let attrs = codegen::attrs(e, &e.shape, None);
     let mut known = EPILOGUES.lock().unwrap_or_else(|x| x.into_inner());
     if let Some(name) = known.by_key.get(&key) {
         return Ok(CustomCall::new(name.clone(), attrs));
     }
     let name = format!("{PREFIX}{:016x}", super::hash(&key));
-    let kinds = e.kinds(&e.shape);
     let dtypes: Vec<DType> = e.leaves.iter().map(|l| l.dtype).collect();
     let nconsts = e.consts.len();
-    let wgsl = epilogue_source(&name, &e.nodes, &dtypes, &kinds, nconsts, at)?;
+    let wgsl = epilogue_source(&name, &e.nodes, &dtypes, &reads, nconsts, at)?;
     let ep = Arc::new(EpilogueOp {
         name: name.clone(),
         product: product.clone(),
         chain,
         at,
-        kinds,
+        reads,
         nconsts,
         dtype: e.dtype(),
         wgsl,
@@ -122,6 +133,23 @@ pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
     known.by_name.insert(name.clone(), ep);
     known.by_key.insert(key, name.clone());
     Ok(CustomCall::new(name, attrs))
+}
+
+/// The row or column of the GEMM computing `product` (of output `out`) at which an input of
+/// `leaf` shape is read: where the input spans one axis of the output, whole, and broadcasts
+/// over the others, and that axis is a convolution's channel (the row of C over the groups) or
+/// a matmul's last (the column).
+fn gemm_read(product: &Op, leaf: &Shape, out: &Shape) -> Option<EpilogueRead> {
+    let (axis, read) = match product {
+        Op::Matmul => (out.rank().checked_sub(1)?, EpilogueRead::Col),
+        // a convolution's NCHW
+        _ if out.rank() == 4 => (1, EpilogueRead::Row),
+        _ => return None,
+    };
+    let (pad, size) = (out.rank().checked_sub(leaf.rank())?, out.dims()[axis]);
+    // right-aligned, 1 on every axis but that one; neither one element nor the whole output
+    let ones = (leaf.dims().iter().enumerate()).all(|(d, &n)| n == 1 || d + pad == axis);
+    (ones && leaf.numel() == size && size > 1 && size < out.numel()).then_some(read)
 }
 
 /// What a product adds to an epilogue's key: its op and a convolution's parameters (not the
@@ -170,11 +198,32 @@ impl EpilogueOp {
         shapes.insert(self.at, out.1.clone());
         Ok(codegen::epilogue_words(
             &consts,
-            &self.kinds,
+            &self.reads,
             &shapes,
             &out.1,
             self.at,
         ))
+    }
+
+    /// Whether the inputs read at the GEMM's row or column are so for these inputs (the
+    /// product's two, then the chain's others), product and output: the product seen in its
+    /// own shape (the key knows the shape it is seen in, not the product's), a matmul's by a
+    /// matrix (by a vector its last axis is the rows), each such input spanning its axis. Where
+    /// not, the chain runs after the product as its own kernel.
+    pub fn reads_hold(&self, inputs: &[Meta], product: &Meta, out: &Meta) -> bool {
+        let by_vector =
+            matches!(self.product, Op::Matmul) && inputs.get(1).is_none_or(|b| b.1.rank() < 2);
+        let own = product.1 == out.1 && !by_vector;
+        let others = inputs.get(2..).unwrap_or_default();
+        // (the product, input `at`, is read whole)
+        let other = |j: usize| others.get(j - usize::from(j > self.at));
+        (self.reads.iter().enumerate()).all(|(j, &read)| match read {
+            EpilogueRead::Kind(_) => true,
+            _ => {
+                own && other(j)
+                    .is_some_and(|m| gemm_read(&self.product, &m.1, &out.1) == Some(read))
+            }
+        })
     }
 
     /// The chain's inputs: `others` with the product (seen as the output's shape) at its place.
@@ -201,7 +250,7 @@ impl CustomOp for EpilogueOp {
     }
 
     fn infer(&self, attrs: &Attrs, inputs: &[Meta]) -> Result<Meta> {
-        let want = 1 + self.kinds.len();
+        let want = 1 + self.reads.len();
         if inputs.len() != want {
             return Err(Error::invalid(
                 self.name.clone(),
@@ -240,5 +289,34 @@ mod tests {
     #[test]
     fn names_are_in_kilns_reserved_prefix() {
         assert!(super::PREFIX.starts_with(kiln_core::op::custom::KILN_PREFIX));
+    }
+
+    #[test]
+    fn biases_by_channel_or_column_read_at_the_gemms_row_or_column() {
+        use super::{EpilogueRead, gemm_read};
+        use kiln_core::{Op, Shape};
+        let conv = Op::Conv2d(Default::default());
+        let read = |op: &Op, leaf: &[usize], out: &[usize]| {
+            gemm_read(op, &Shape::from(leaf.to_vec()), &Shape::from(out.to_vec()))
+        };
+        let out = [2, 5, 7, 3];
+        for leaf in [&[5, 1, 1][..], &[1, 5, 1, 1]] {
+            assert_eq!(read(&conv, leaf, &out), Some(EpilogueRead::Row), "{leaf:?}");
+        }
+        // another axis, two axes, one element, the whole output
+        for leaf in [&[7, 1][..], &[3], &[5, 7, 1], &[1], &[2, 5, 7, 3]] {
+            assert_eq!(read(&conv, leaf, &out), None, "{leaf:?}");
+        }
+        // a single image's: the whole output but its plane
+        assert_eq!(
+            read(&conv, &[4, 1, 1], &[1, 4, 2, 2]),
+            Some(EpilogueRead::Row)
+        );
+        let out = [3, 5, 9];
+        assert_eq!(read(&Op::Matmul, &[9], &out), Some(EpilogueRead::Col));
+        assert_eq!(read(&Op::Matmul, &[1, 1, 9], &out), Some(EpilogueRead::Col));
+        for leaf in [&[5, 1][..], &[5, 9], &[3, 1, 9], &[1]] {
+            assert_eq!(read(&Op::Matmul, leaf, &out), None, "{leaf:?}");
+        }
     }
 }

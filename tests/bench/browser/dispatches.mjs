@@ -78,7 +78,8 @@ async function replay(dev, d, runs) {
 }
 
 async function main() {
-  const { k, device } = await kilnOn("webgpu");
+  // fusion=0: the plain device (a product and its bias-ReLU pass as two dispatches)
+  const { k, device } = await kilnOn("webgpu", { fusion: q.get("fusion") !== "0" });
   const model = await k.Model.load("/data/mnist.safetensors", { device });
   const dev = await (await navigator.gpu.requestAdapter()).requestDevice();
   const runs = Number(q.get("runs") || 3);

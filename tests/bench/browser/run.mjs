@@ -8,7 +8,7 @@
 //                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
 //   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--gelu-rounds 1] [--only ...]
 //                GELU on 2^p random inputs: kiln fused/unfused vs onnxruntime-web's Gelu (issue 19)
-//   node run.mjs --dispatches [--batches 1,64] [--gpu-runs 3]
+//   node run.mjs --dispatches [--batches 1,64] [--gpu-runs 3] [--no-fusion]
 //                kiln WebGPU's calls per MNIST forward and each dispatch's own time (issue 18)
 
 import { spawnSync } from "node:child_process";
@@ -31,7 +31,7 @@ const DEFAULTS = {
   chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
   data: process.env.KILN_MNIST_DATA || "/work/shared/data/mnist", help: false,
   gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30, "gelu-rounds": 1,
-  dispatches: false,
+  dispatches: false, "no-fusion": false,
 };
 const opt = { ...DEFAULTS };
 for (let i = 2; i < process.argv.length; i++) {
@@ -303,7 +303,8 @@ if (opt.dispatches) {
   const runs = opt["gpu-runs"] === opt.runs ? 3 : opt["gpu-runs"];
   const browser = await launch();
   const page = await (await browser.newContext()).newPage();
-  await page.goto(`${BASE}/dispatches.html?batches=${BATCHES.join(",")}&runs=${runs}`);
+  const fusion = opt["no-fusion"] ? "&fusion=0" : "";
+  await page.goto(`${BASE}/dispatches.html?batches=${BATCHES.join(",")}&runs=${runs}${fusion}`);
   await page.waitForFunction(() => window.__dispatches, null, { timeout: 20 * 60e3, polling: 200 });
   const res = await page.evaluate(() => window.__dispatches);
   await browser.close();
