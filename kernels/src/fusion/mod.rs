@@ -6,8 +6,10 @@
 //! is a lazy storage holding the expression (an SSA list of table ops whose leaves are real
 //! storages of the inner device, or constants). An elementwise op on a lazy input seen whole
 //! (or reshaped) inlines its expression; any other view of it, a read, a non-elementwise op,
-//! [`Backend::synchronize`], or [`UNREAD_WINDOW`] newer lazies made while nothing read it,
-//! materializes it: one kernel generated from the elementwise tables' WGSL, registered once per structure as a custom op (`kiln.fused.<hash>`, naga-checked), and run
+//! [`Backend::synchronize`], or 16 newer lazies made while nothing read it (a result then
+//! starts on the device while the host records what follows) materializes it: one kernel
+//! generated from the elementwise tables' WGSL, registered once per structure as a custom op
+//! (`kiln.fused.<hash>`, naga-checked), and run
 //! through the inner device's custom-op path, so it is planned, cached and translated (CUDA,
 //! HIP) like any other kernel. A sum, mean, max or min over the trailing axes of a lazy input
 //! is generated the same way with the reduction inside: the chain is never stored. A matmul or
