@@ -251,42 +251,36 @@ pub(super) fn input_grads(
 /// its output. Inputs of unlisted ops are read; a rule that reads its output must be listed.
 pub(super) fn reads(op: &Op, value: Option<usize>, grad: impl Fn(usize) -> bool) -> bool {
     use UnaryOp as U;
-    let Some(i) = value else {
-        return match op {
-            Op::Unary(
-                U::Exp
-                | U::Sqrt
-                | U::Rsqrt
-                | U::Recip
-                | U::Tanh
-                | U::Sigmoid
-                | U::Relu
-                | U::Clamp { .. },
-            )
-            | Op::Binary(BinaryOp::Pow)
-            | Op::Reduce {
-                op: ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod,
-                ..
-            }
+    // the rules written with the output in place of the input
+    let output_for_input = matches!(
+        op,
+        Op::Unary(U::Exp | U::Sqrt | U::Rsqrt | U::Recip | U::Tanh | U::Sigmoid | U::Relu)
             | Op::Softmax { .. }
             | Op::LogSoftmax { .. }
-            | Op::Custom(_) => true,
-            // d/db a/b = -y/b
-            Op::Binary(BinaryOp::Div) => grad(1),
-            _ => false,
-        };
+    );
+    let Some(i) = value else {
+        return output_for_input
+            || match op {
+                Op::Unary(U::Clamp { .. })
+                | Op::Binary(BinaryOp::Pow)
+                | Op::Reduce {
+                    op: ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod,
+                    ..
+                }
+                | Op::Custom(_) => true,
+                // d/db a/b = -y/b
+                Op::Binary(BinaryOp::Div) => grad(1),
+                _ => false,
+            };
     };
     match op {
-        Op::Unary(
-            U::Neg | U::Exp | U::Sqrt | U::Rsqrt | U::Recip | U::Tanh | U::Sigmoid | U::Relu,
-        )
+        _ if output_for_input => false,
+        Op::Unary(U::Neg)
         | Op::Binary(BinaryOp::Add | BinaryOp::Sub)
         | Op::Reduce {
             op: ReduceOp::Sum | ReduceOp::Mean,
             ..
         }
-        | Op::Softmax { .. }
-        | Op::LogSoftmax { .. }
         | Op::Cast { .. }
         | Op::Cumsum { .. }
         | Op::Reshape { .. }
