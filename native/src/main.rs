@@ -467,10 +467,11 @@ fn run(cli: Cli) -> Result<()> {
             let data = Mnist::load(&mnist::data_dir(data.as_deref())?)?;
             let r = kiln::bench::train_mnist(&data, &device, batch_size, steps)?;
             println!(
-                "kiln train-mnist on {}: batch {batch_size}, {steps} steps, {:.3} s/step, {:.1} images/s",
+                "kiln train-mnist on {}: batch {batch_size}, {steps} steps, {:.3} ms/step, {:.1} images/s, host {:.3} ms/step before the wait",
                 device.name(),
-                r.seconds_per_step,
-                r.images_per_sec
+                r.seconds_per_step * 1e3,
+                r.images_per_sec,
+                r.issue_seconds_per_step * 1e3
             );
             Ok(())
         }

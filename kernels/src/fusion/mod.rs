@@ -167,8 +167,10 @@ struct Pending {
 /// chains) starts on the device while the host records what follows, instead of at the next
 /// wait. A chain's own steps are read by the next op at once. GELU on 2^24 elements, 10 per wait, on
 /// an H200 with CUDA: 12.6 µs of recording per GELU that no kernel overlapped took it to 1.41x
-/// a copy's time.
-const UNREAD_WINDOW: usize = 16;
+/// a copy's time. On an H100, 16 gave 1.11x (the first three GELUs' recording still exposed);
+/// 8 and 4 gave 1.03-1.04x, with the same kernels per inference of four ONNX models and the same
+/// GPT training step.
+const UNREAD_WINDOW: usize = 8;
 /// Only lazies of at least this many elements count for [`UNREAD_WINDOW`]: smaller ones (a
 /// model's per-channel constants, read many ops later) cost little to keep, and running them
 /// early cut chains: DenseNet-121 took 326 kernels per inference against 267.
