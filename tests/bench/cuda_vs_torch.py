@@ -2,9 +2,9 @@
 """kiln's CUDA backend beside PyTorch eager on the same GPU, in one log, with ratios.
 
 (a) MNIST CNN training images/s at batch 64 and 256 (strict fp32: TF32 off; same model, Adam
-    and 2 warm-up steps as `kiln bench train-mnist`). PyTorch's data is already on the GPU;
-    kiln's `Trainer::step` uploads each batch from the host and reads the loss and the number
-    correct back every step, so its figure includes that traffic;
+    and 2 warm-up steps as `kiln bench train-mnist`), both sides' data already on the GPU. Each
+    side also prints its host's ms per step before the final wait, and PyTorch its GPU kernel
+    time per step: a rate near the host's time is bound by the host;
 (b) matmul f32 4096: torch.matmul against kiln's cuBLAS path and its translated WGSL GEMM;
 (c) an elementwise add, a row sum, two column sums (the GPT's bias gradients) and a row softmax
     in GB/s against a device-to-device copy.
@@ -42,6 +42,9 @@ def timed(fn, iters):
 
 
 def torch_mnist(x_all, y_all, batch, steps):
+    """Images/s, the host's ms per step before the final wait, and the GPU's kernel ms per step
+    (torch.profiler's sum of kernel times over 20 more steps): with kiln's host figure, these
+    tell whether a side's rate is bound by its host or by its kernels."""
     torch.manual_seed(0)
     model = Net().cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -60,8 +63,17 @@ def torch_mnist(x_all, y_all, batch, steps):
     start = time.perf_counter()
     for s in range(steps):
         step(2 + s)
+    issued = time.perf_counter() - start
     torch.cuda.synchronize()
-    return steps * batch / (time.perf_counter() - start)
+    rate = steps * batch / (time.perf_counter() - start)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for s in range(20):
+            step(2 + steps + s)
+        torch.cuda.synchronize()
+    kernel_us = sum(e.device_time_total for e in prof.key_averages()
+                    if e.device_type == torch.autograd.DeviceType.CUDA)
+    return rate, 1e3 * issued / steps, kernel_us / 20 / 1e3
 
 
 def run(cmd):
@@ -105,8 +117,9 @@ def main():
     x_all = ((torch.from_numpy(images.astype(np.float32)) / 255.0 - 0.1307) / 0.3081).to(dev)
     y_all = torch.from_numpy(labels.astype(np.int64)).to(dev)
     for batch in (64, 256):
-        t = torch_mnist(x_all, y_all, batch, a.steps)
-        print(f"torch mnist train batch {batch}: {t:.1f} images/s", flush=True)
+        t, host_ms, gpu_ms = torch_mnist(x_all, y_all, batch, a.steps)
+        print(f"torch mnist train batch {batch}: {t:.1f} images/s, host {host_ms:.3f} ms/step before "
+              f"the wait, GPU kernels {gpu_ms:.3f} ms/step", flush=True)
         k = None
         if a.kiln_bin:
             out = run([a.kiln_bin, "bench", "train-mnist", "--device", "cuda", "--batch-size", str(batch),
