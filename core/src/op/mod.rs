@@ -5,7 +5,7 @@ use crate::shape::SliceRange;
 use crate::{DType, Error, Result, Shape};
 use alloc::format;
 use alloc::vec::Vec;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub mod custom;
 mod elementwise;
@@ -65,7 +65,7 @@ pub(crate) mod any_f64 {
 pub use elementwise::{BinaryOp, CmpOp, TestRange, UnaryOp};
 
 /// Reductions over a set of axes.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
     /// sum
@@ -121,7 +121,7 @@ impl ReduceOp {
 
 /// Parameters of a 2-D convolution (NCHW input, OIHW weight), shared by conv2d, its
 /// transpose and their gradients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Conv2dParams {
     /// step between windows, (h, w)
     pub stride: [usize; 2],
@@ -149,7 +149,7 @@ impl Default for Conv2dParams {
 /// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`, with weight decay added to
 /// the gradient (`g += wd p`, Adam) or, `decoupled`, applied to the parameter first
 /// (`p *= 1 - lr wd`, AdamW).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct AdamParams {
     /// learning rate
     pub lr: f64,
@@ -179,7 +179,7 @@ impl AdamParams {
 }
 
 /// Parameters of 2-D pooling over NCHW input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Pool2dParams {
     /// window size, (h, w)
     pub kernel: [usize; 2],
@@ -194,7 +194,7 @@ pub struct Pool2dParams {
 }
 
 /// A 2-D pooling over NCHW input ([`Op::Pool2d`], and [`Op::Pool2dBackward`] its gradient).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pool2d {
     /// the maximum of each window (NaN counts as the maximum)
