@@ -241,7 +241,7 @@ macro_rules! define_unary {
         }
     )*) => {
         /// Elementwise functions of one tensor.
-        #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+        #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
         pub enum UnaryOp {
             // every field is an f64, which may be infinite (`clamp(x, 0, inf)`)

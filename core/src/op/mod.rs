@@ -5,7 +5,7 @@ use crate::shape::SliceRange;
 use crate::{DType, Error, Result, Shape};
 use alloc::format;
 use alloc::vec::Vec;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub mod custom;
 mod elementwise;
@@ -65,7 +65,7 @@ pub(crate) mod any_f64 {
 pub use elementwise::{BinaryOp, CmpOp, TestRange, UnaryOp};
 
 /// Reductions over a set of axes.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
     /// sum
@@ -194,7 +194,7 @@ pub struct Pool2dParams {
 }
 
 /// A 2-D pooling over NCHW input ([`Op::Pool2d`], and [`Op::Pool2dBackward`] its gradient).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pool2d {
     /// the maximum of each window (NaN counts as the maximum)
