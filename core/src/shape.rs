@@ -152,7 +152,7 @@ impl fmt::Debug for Shape {
 }
 
 /// One axis of a slice: `start..end` by `step` (step >= 1), in elements of that axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct SliceRange {
     /// First index taken.
     pub start: usize,

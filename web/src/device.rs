@@ -304,7 +304,9 @@ fn by_adapter(fusion: bool) -> Boxed<'static, (Device, Option<Adapter>)> {
 /// runs on random inputs) and remembered.
 pub async fn load_on_fastest(bytes: &[u8], fusion: bool) -> JsResult<(KModel, Device)> {
     let (auto, adapter) = by_adapter(fusion).await;
-    let Some(adapter) = adapter else {
+    // Without the webgpu feature there is never an adapter here (no GPU device can be made);
+    // saying so leaves the measuring code below out of the CPU-only module.
+    let Some(adapter) = adapter.filter(|_| cfg!(feature = "webgpu")) else {
         return Ok((load(bytes, &auto.inner)?, auto));
     };
     let (gpu, cpu) = (auto.inner, KDevice::cpu());

@@ -10,14 +10,14 @@
 //! that changes in any other way is an error at save time.
 
 use crate::op::Op;
-use crate::op::json::{Fields, op_from_value};
+use crate::op::json::{Fields, from_value_impls, op_from_value};
 use crate::{DType, Error, Result, Shape, Tensor, TensorId};
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde::Serialize;
-use serde::de::{Deserialize, Deserializer, Error as _};
+use serde::de::Error as _;
 use serde_json::Value;
 
 /// Where a node input comes from.
@@ -79,15 +79,6 @@ pub struct Graph {
 // The graph's `Deserialize` impls are written over `serde_json::Value` like `Op`'s
 // (`op/json.rs`): the derived ones, with `GraphOutput`'s flattened fields, were the largest
 // model-loading code left in the web package. They read what the derived `Serialize` writes.
-macro_rules! from_value_impls {
-    ($($t:ty => $f:ident),*) => {$(
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> core::result::Result<Self, D::Error> {
-                $f(Value::deserialize(d)?).map_err(D::Error::custom)
-            }
-        }
-    )*};
-}
 from_value_impls!(Ref => reference, GraphNode => node, ValueInfo => value_info,
     GraphOutput => output, Graph => graph_from_value);
 

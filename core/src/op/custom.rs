@@ -42,14 +42,14 @@ use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// A custom op's attributes: named numbers, stored in the model file's graph (finite only, as
 /// JSON holds no infinities).
 pub type Attrs = BTreeMap<String, f64>;
 
 /// A call of a registered custom op: its name and attributes ([`Op::Custom`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CustomCall {
     /// The name the op was registered under.
     pub name: String,

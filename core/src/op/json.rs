@@ -2,15 +2,41 @@
 //! visitor per variant, each reading maps and sequences, with field enums) was the largest
 //! piece of model-loading code in the web package (about 13 KiB of its gzipped wasm). It reads
 //! exactly what the derived `Serialize` writes: `"matmul"` for a unit variant, `{"unary": ..}`
-//! for a newtype, `{"pad": {"pads": .., "value": ..}}` for a struct variant; the variants'
-//! payloads and fields go through their own serde impls (`serde_json::from_value`). The model
-//! file's graph (`model/graph.rs`) is read the same way, with [`Fields`].
+//! for a newtype, `{"pad": {"pads": .., "value": ..}}` for a struct variant. The ops' parameter
+//! types ([`UnaryOp`], [`ReduceOp`], [`Pool2d`], [`Conv2dParams`], [`AdamParams`],
+//! [`SliceRange`], [`CustomCall`]) are read the same way (their derived decoders, each a map
+//! and a sequence visitor with a field enum, were the bulk of what was left). The model file's
+//! graph (`model/graph.rs`) is read the same way, with [`Fields`].
 
-use super::{Op, any_f64};
+use super::custom::CustomCall;
+use super::{AdamParams, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp, any_f64};
+use crate::shape::SliceRange;
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 use serde::de::{Deserialize, DeserializeOwned, Deserializer, Error as _};
 use serde_json::{Error, Map, Value};
+
+/// `Deserialize` for types whose decoder is a function over a `serde_json::Value`.
+macro_rules! from_value_impls {
+    ($($t:ty => $f:path),* $(,)?) => {$(
+        impl<'de> serde::de::Deserialize<'de> for $t {
+            fn deserialize<D: serde::de::Deserializer<'de>>(
+                d: D,
+            ) -> core::result::Result<Self, D::Error> {
+                use serde::de::Error as _;
+                $f(serde_json::Value::deserialize(d)?).map_err(D::Error::custom)
+            }
+        }
+    )*};
+}
+pub(crate) use from_value_impls;
+
+// The enums (UnaryOp, ReduceOp, Pool2d) keep their derived `Deserialize` (the kernels' tests
+// read their variant names through it); the page reaches only the decoders below, through
+// `op_from_value`, so the derived ones are left out of its wasm.
+from_value_impls!(Pool2dParams => pool2d_params, Conv2dParams => conv2d_params,
+    AdamParams => adam_params, SliceRange => slice_range, CustomCall => custom_call);
 
 impl<'de> Deserialize<'de> for Op {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
@@ -72,42 +98,51 @@ impl Fields {
     }
 }
 
+/// serde's form of an enum value: a unit variant's name (`"matmul"`), or an object of one key,
+/// the variant's name, over its payload (`{"pad": {..}}`); the payload of a bare name is
+/// `Null`. `what` says what was expected in the error.
+fn tagged(v: Value, what: &str) -> Result<(String, Value), Error> {
+    match v {
+        Value::String(name) => Ok((name, Value::Null)),
+        Value::Object(m) if m.len() == 1 => Ok(m.into_iter().next().unwrap_or_default()),
+        other => Err(Error::custom(format!(
+            "expected {what} (a name or an object of one key), found {other}"
+        ))),
+    }
+}
+
+/// `unit` when the variant `name` came without a payload (`null` counts as none, as for serde).
+fn no_fields<T>(name: &str, payload: Value, unit: T) -> Result<T, Error> {
+    match payload {
+        Value::Null => Ok(unit),
+        other => Err(Error::custom(format!(
+            "{name} takes no fields, found {other}"
+        ))),
+    }
+}
+
 /// Decodes one op of a model file's graph.
 pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
-    let (name, payload) = match v {
-        Value::String(name) => (name, Value::Null),
-        Value::Object(m) if m.len() == 1 => m.into_iter().next().unwrap_or_default(),
-        other => {
-            return Err(Error::custom(format!(
-                "expected an op (a name or an object of one key), found {other}"
-            )));
-        }
-    };
+    let (name, payload) = tagged(v, "an op")?;
     let unit = match name.as_str() {
         "where" => Some(Op::Where),
         "matmul" => Some(Op::Matmul),
         "contiguous" => Some(Op::Contiguous),
         _ => None,
     };
-    let payload = match (unit, payload) {
-        (Some(op), Value::Null) => return Ok(op),
-        (Some(_), other) => {
-            return Err(Error::custom(format!(
-                "{name} takes no fields, found {other}"
-            )));
-        }
-        (None, payload) => payload,
-    };
+    if let Some(op) = unit {
+        return no_fields(&name, payload, op);
+    }
     use serde_json::from_value as from;
     match name.as_str() {
-        "unary" => return from(payload).map(Op::Unary),
+        "unary" => return unary(payload).map(Op::Unary),
         "binary" => return from(payload).map(Op::Binary),
         "compare" => return from(payload).map(Op::Compare),
-        "conv2d" => return from(payload).map(Op::Conv2d),
-        "pool2d" => return from(payload).map(Op::Pool2d),
-        "pool2d_backward" => return from(payload).map(Op::Pool2dBackward),
-        "adam_step" => return from(payload).map(Op::AdamStep),
-        "custom" => return from(payload).map(Op::Custom),
+        "conv2d" => return conv2d_params(payload).map(Op::Conv2d),
+        "pool2d" => return pool2d(payload).map(Op::Pool2d),
+        "pool2d_backward" => return pool2d(payload).map(Op::Pool2dBackward),
+        "adam_step" => return adam_params(payload).map(Op::AdamStep),
+        "custom" => return custom_call(payload).map(Op::Custom),
         _ => {}
     }
     let mut f = Fields::of(payload, &name)?;
@@ -146,7 +181,7 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
             dtype: f.get("dtype")?,
         },
         "reduce" => Op::Reduce {
-            op: f.get("op")?,
+            op: reduce_op(f.value("op")?)?,
             axes: f.get("axes")?,
             keepdim: f.get("keepdim")?,
         },
@@ -170,7 +205,7 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
             dims: f.get("dims")?,
         },
         "slice" => Op::Slice {
-            ranges: f.get("ranges")?,
+            ranges: f.list("ranges", slice_range)?,
         },
         "expand" => Op::Expand {
             shape: f.get("shape")?,
@@ -196,13 +231,279 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
             dtype: f.get("dtype")?,
         },
         "conv_transpose2d" => Op::ConvTranspose2d {
-            params: f.get("params")?,
+            params: conv2d_params(f.value("params")?)?,
             output_padding: f.get("output_padding")?,
         },
         "conv2d_backward_weight" => Op::Conv2dBackwardWeight {
-            params: f.get("params")?,
+            params: conv2d_params(f.value("params")?)?,
             kernel: f.get("kernel")?,
         },
         _ => return Err(Error::custom(format!("unknown op `{name}`"))),
     })
+}
+
+/// A unary op: its name (`"relu"`), `{"powf": p}` or `{"clamp": {"min": .., "max": ..}}`.
+fn unary(v: Value) -> Result<UnaryOp, Error> {
+    let (name, payload) = tagged(v, "a unary op")?;
+    match name.as_str() {
+        "powf" => return any_f64::deserialize(payload).map(UnaryOp::Powf),
+        "clamp" => {
+            let mut f = Fields::of(payload, "clamp")?;
+            return Ok(UnaryOp::Clamp {
+                min: f.f64("min")?,
+                max: f.f64("max")?,
+            });
+        }
+        _ => {}
+    }
+    // The other variants have no fields; serde's name of each is its method name (a test
+    // round-trips every sample).
+    let ops = UnaryOp::samples();
+    match ops.iter().find(|op| op.name() == name) {
+        Some(&op) => no_fields(&name, payload, op),
+        None => {
+            let names: Vec<&str> = ops.iter().map(UnaryOp::name).collect();
+            Err(Error::custom(format!(
+                "unknown unary op `{name}`, expected one of {}",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+fn reduce_op(v: Value) -> Result<ReduceOp, Error> {
+    let (name, payload) = tagged(v, "a reduction")?;
+    let op = match name.as_str() {
+        "var" => {
+            let mut f = Fields::of(payload, "var")?;
+            return Ok(ReduceOp::Var {
+                correction: f.get("correction")?,
+            });
+        }
+        "sum" => ReduceOp::Sum,
+        "mean" => ReduceOp::Mean,
+        "max" => ReduceOp::Max,
+        "min" => ReduceOp::Min,
+        "prod" => ReduceOp::Prod,
+        "arg_max" => ReduceOp::ArgMax,
+        "arg_min" => ReduceOp::ArgMin,
+        _ => {
+            return Err(Error::custom(format!(
+                "unknown reduction `{name}`, expected one of sum, mean, max, min, prod, var, arg_max, arg_min"
+            )));
+        }
+    };
+    no_fields(&name, payload, op)
+}
+
+fn pool2d(v: Value) -> Result<Pool2d, Error> {
+    let (name, payload) = tagged(v, "a pooling")?;
+    match name.as_str() {
+        "max" => pool2d_params(payload).map(Pool2d::Max),
+        "avg" => pool2d_params(payload).map(Pool2d::Avg),
+        "adaptive_avg" => Ok(Pool2d::AdaptiveAvg {
+            output: Fields::of(payload, "adaptive_avg")?.get("output")?,
+        }),
+        _ => Err(Error::custom(format!(
+            "unknown pooling `{name}`, expected one of max, avg, adaptive_avg"
+        ))),
+    }
+}
+
+fn pool2d_params(v: Value) -> Result<Pool2dParams, Error> {
+    let mut f = Fields::of(v, "pooling parameters")?;
+    Ok(Pool2dParams {
+        kernel: f.get("kernel")?,
+        stride: f.get("stride")?,
+        padding: f.get("padding")?,
+        dilation: f.get("dilation")?,
+        count_include_pad: f.get("count_include_pad")?,
+    })
+}
+
+fn conv2d_params(v: Value) -> Result<Conv2dParams, Error> {
+    let mut f = Fields::of(v, "convolution parameters")?;
+    Ok(Conv2dParams {
+        stride: f.get("stride")?,
+        padding: f.get("padding")?,
+        dilation: f.get("dilation")?,
+        groups: f.get("groups")?,
+    })
+}
+
+fn adam_params(v: Value) -> Result<AdamParams, Error> {
+    let mut f = Fields::of(v, "Adam parameters")?;
+    Ok(AdamParams {
+        lr: f.get("lr")?,
+        beta1: f.get("beta1")?,
+        beta2: f.get("beta2")?,
+        eps: f.get("eps")?,
+        weight_decay: f.get("weight_decay")?,
+        decoupled: f.get("decoupled")?,
+        step: f.get("step")?,
+    })
+}
+
+fn slice_range(v: Value) -> Result<SliceRange, Error> {
+    let mut f = Fields::of(v, "a slice range")?;
+    Ok(SliceRange {
+        start: f.get("start")?,
+        end: f.get("end")?,
+        step: f.get("step")?,
+    })
+}
+
+fn custom_call(v: Value) -> Result<CustomCall, Error> {
+    let mut f = Fields::of(v, "a custom op call")?;
+    Ok(CustomCall {
+        name: f.get("name")?,
+        attrs: f.or_default("attrs")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::Shape;
+    use crate::{BinaryOp, CmpOp, DType};
+
+    fn round_trip(op: Op) {
+        let json = serde_json::to_string(&op).unwrap();
+        let back: Op = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, op, "{json}");
+    }
+
+    /// The hand-written decoders read what the derived `Serialize` writes, for every variant.
+    #[test]
+    fn every_parameter_type_round_trips() {
+        for op in UnaryOp::samples() {
+            round_trip(Op::Unary(op));
+        }
+        for &op in BinaryOp::ALL {
+            round_trip(Op::Binary(op));
+        }
+        for &op in CmpOp::ALL {
+            round_trip(Op::Compare(op));
+        }
+        for op in ReduceOp::samples() {
+            round_trip(Op::Reduce {
+                op,
+                axes: alloc::vec![0, 2],
+                keepdim: true,
+            });
+        }
+        for p in Pool2d::samples() {
+            round_trip(Op::Pool2d(p));
+            round_trip(Op::Pool2dBackward(p));
+        }
+        let params = Conv2dParams {
+            stride: [2, 1],
+            padding: [1, 0],
+            dilation: [1, 3],
+            groups: 2,
+        };
+        round_trip(Op::Conv2d(params));
+        round_trip(Op::ConvTranspose2d {
+            params,
+            output_padding: [1, 0],
+        });
+        round_trip(Op::Conv2dBackwardWeight {
+            params,
+            kernel: [3, 3],
+        });
+        round_trip(Op::AdamStep(AdamParams {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decoupled: true,
+            step: 7,
+        }));
+        round_trip(Op::Slice {
+            ranges: alloc::vec![SliceRange {
+                start: 1,
+                end: 9,
+                step: 2
+            }],
+        });
+        let mut attrs = crate::op::custom::Attrs::new();
+        attrs.insert("alpha".into(), 0.5);
+        round_trip(Op::Custom(CustomCall {
+            name: "my.op".into(),
+            attrs,
+        }));
+        round_trip(Op::Full {
+            shape: Shape::from([2, 3]),
+            value: 1.5,
+            dtype: DType::F16,
+        });
+        // A call without attributes may leave them out; a unit variant may carry `null`.
+        let call: CustomCall = serde_json::from_str(r#"{"name":"x"}"#).unwrap();
+        assert!(call.attrs.is_empty());
+        let relu = unary(serde_json::json!({ "relu": null })).unwrap();
+        assert_eq!(relu, UnaryOp::Relu);
+    }
+
+    /// Malformed parameters are errors that say what was wrong, never panics.
+    #[test]
+    fn malformed_parameters_are_clear_errors() {
+        let cases = [
+            (
+                r#"{"unary":"nope"}"#,
+                "unknown unary op `nope`, expected one of neg",
+            ),
+            (r#"{"unary":{"relu":1}}"#, "relu takes no fields, found 1"),
+            (
+                r#"{"unary":3}"#,
+                "expected a unary op (a name or an object of one key), found 3",
+            ),
+            (
+                r#"{"unary":{"relu":null,"exp":null}}"#,
+                "expected a unary op",
+            ),
+            (r#"{"unary":{"powf":"lots"}}"#, "\"lots\""),
+            (r#"{"unary":{"clamp":{"min":0}}}"#, "missing field `max`"),
+            (
+                r#"{"unary":"clamp"}"#,
+                "clamp expects an object of fields, found null",
+            ),
+            (
+                r#"{"reduce":{"op":"median","axes":[],"keepdim":false}}"#,
+                "unknown reduction `median`",
+            ),
+            (
+                r#"{"reduce":{"op":{"sum":[]},"axes":[],"keepdim":false}}"#,
+                "sum takes no fields",
+            ),
+            (
+                r#"{"reduce":{"op":{"var":{}},"axes":[],"keepdim":false}}"#,
+                "missing field `correction`",
+            ),
+            (r#"{"pool2d":{"median":{}}}"#, "unknown pooling `median`"),
+            (
+                r#"{"pool2d":{"max":[2,2]}}"#,
+                "pooling parameters expects an object",
+            ),
+            (r#"{"pool2d":{"max":{"kernel":[2]}}}"#, "length 1"),
+            (r#"{"conv2d":{"stride":[1,1]}}"#, "missing field `padding`"),
+            (
+                r#"{"conv2d":{"stride":[1,1],"padding":[0,0],"dilation":[1,1],"groups":-1}}"#,
+                "-1",
+            ),
+            (r#"{"adam_step":{"lr":"fast"}}"#, "\"fast\""),
+            (
+                r#"{"slice":{"ranges":[{"start":0,"end":2}]}}"#,
+                "missing field `step`",
+            ),
+            (r#"{"slice":{"ranges":{}}}"#, "ranges expects an array"),
+            (r#"{"custom":{"attrs":{}}}"#, "missing field `name`"),
+            (r#"{"custom":{"name":"x","attrs":{"a":"b"}}}"#, "\"b\""),
+            (r#"{"matmul":{"x":1}}"#, "matmul takes no fields"),
+        ];
+        for (json, want) in cases {
+            let err = serde_json::from_str::<Op>(json).unwrap_err().to_string();
+            assert!(err.contains(want), "{json}: {err}");
+        }
+    }
 }

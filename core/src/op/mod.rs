@@ -121,7 +121,7 @@ impl ReduceOp {
 
 /// Parameters of a 2-D convolution (NCHW input, OIHW weight), shared by conv2d, its
 /// transpose and their gradients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Conv2dParams {
     /// step between windows, (h, w)
     pub stride: [usize; 2],
@@ -149,7 +149,7 @@ impl Default for Conv2dParams {
 /// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`, with weight decay added to
 /// the gradient (`g += wd p`, Adam) or, `decoupled`, applied to the parameter first
 /// (`p *= 1 - lr wd`, AdamW).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct AdamParams {
     /// learning rate
     pub lr: f64,
@@ -179,7 +179,7 @@ impl AdamParams {
 }
 
 /// Parameters of 2-D pooling over NCHW input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Pool2dParams {
     /// window size, (h, w)
     pub kernel: [usize; 2],
