@@ -3,7 +3,9 @@
 //! the translated kernels compile and run on the host through a small CUDA emulation
 //! (`fixtures/cuda_host.h`) and match references computed here on random inputs.
 
-use kiln_kernels::cuda::{CudaModule, Dialect, Kernel, ParamKind, translate};
+use kiln_kernels::cuda::{
+    CudaModule, Dialect, Inline, Kernel, Options, ParamKind, translate, translate_with,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -296,10 +298,19 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn compile_host(wgsl: &str, label: &str, entry: &str) -> Option<HostKernel> {
+    compile_host_with(wgsl, label, entry, Options::new(Dialect::Cuda))
+}
+
+fn compile_host_with(wgsl: &str, label: &str, entry: &str, options: Options) -> Option<HostKernel> {
     let cxx = gxx()?;
-    let m = translate(wgsl, label, Dialect::Cuda).unwrap_or_else(|e| panic!("{e}"));
+    let m = translate_with(wgsl, label, options).unwrap_or_else(|e| panic!("{e}"));
     let kernel = kernel(&m, entry).clone();
-    let dir = scratch(&format!("{label}-{entry}"));
+    let inline = if options.inline.is_some() {
+        "-inline"
+    } else {
+        ""
+    };
+    let dir = scratch(&format!("{label}-{entry}{inline}"));
     std::fs::write(dir.join("kernel.cu"), &m.source).unwrap();
     let mut main = String::from(
         "#include \"kernel.cu\"\n#include <string>\nint main(int argc, char **argv) {\n  std::string d = argv[1];\n",
@@ -313,7 +324,9 @@ fn compile_host(wgsl: &str, label: &str, entry: &str) -> Option<HostKernel> {
                 );
                 args.push(format!("&v{i}"));
             }
-            ParamKind::Uniform { .. } | ParamKind::ArrayLength { .. } => {
+            ParamKind::Uniform { .. }
+            | ParamKind::Inline { .. }
+            | ParamKind::ArrayLength { .. } => {
                 main += &format!("  auto b{i} = k_read((d + \"/p{i}.bin\").c_str());\n");
                 args.push(format!("b{i}.data()"));
             }
@@ -371,6 +384,14 @@ impl HostKernel {
                 ParamKind::Uniform { binding, size, .. } => {
                     assert_eq!(buffers[&binding].len(), size as usize, "uniform size");
                     buffers[&binding].clone()
+                }
+                ParamKind::Inline {
+                    binding, capacity, ..
+                } => {
+                    let mut b = buffers[&binding].clone();
+                    assert!(b.len() <= capacity as usize, "by-value buffer too long");
+                    b.resize(capacity as usize, 0);
+                    b
                 }
                 ParamKind::ArrayLength {
                     binding,
@@ -451,9 +472,28 @@ fn assert_close(label: &str, got: &[f32], want: &[f32], tol: f32) {
 
 #[test]
 fn strided_elementwise_runs_like_wgsl() {
-    let Some(k) = compile_host(FIXTURES[0].1, "elementwise", "unary") else {
-        return;
+    // Once as written, once with `b` (binding 1, 40 bytes) passed by value in 48 zero-padded
+    // bytes: `arrayLength(&b)` must still count 10.
+    let inline = Inline {
+        group: 0,
+        binding: 1,
+        capacity: 48,
     };
+    for options in [
+        Options::new(Dialect::Cuda),
+        Options {
+            inline: Some(inline),
+            ..Options::new(Dialect::Cuda)
+        },
+    ] {
+        let Some(k) = compile_host_with(FIXTURES[0].1, "elementwise", "unary", options) else {
+            return;
+        };
+        unary_modes_match(&k);
+    }
+}
+
+fn unary_modes_match(k: &HostKernel) {
     // Logical [3, 5, 7] stored as its transpose [7, 5, 3].
     let (d0, d1, d2) = (3usize, 5usize, 7usize);
     let numel = d0 * d1 * d2;
@@ -839,4 +879,89 @@ fn every_planned_variant_translates() {
         "{} variants translated, {host_checked} syntax-checked with g++",
         variants.len()
     );
+}
+
+#[test]
+fn buffers_by_value_are_declared_and_checked() {
+    let wgsl = FIXTURES[0].1;
+    let by_value = |dialect, binding, capacity| Options {
+        inline: Some(Inline {
+            group: 0,
+            binding,
+            capacity,
+        }),
+        ..Options::new(dialect)
+    };
+    let m = translate_with(wgsl, "elementwise", by_value(Dialect::Cuda, 1, 48)).unwrap();
+    assert!(
+        m.source
+            .contains("const __grid_constant__ k_bytes<48> b_bytes"),
+        "{}",
+        m.source
+    );
+    let unary = kernel(&m, "unary");
+    assert!(unary.params.iter().any(|p| p.kind
+        == ParamKind::Inline {
+            group: 0,
+            binding: 1,
+            capacity: 48
+        }));
+    for (dialect, binding, capacity, want) in [
+        (Dialect::Cuda, 2, 48, "writable"),
+        (Dialect::Hip, 1, 48, "outside CUDA"),
+        (Dialect::Cuda, 1, 40, "multiple of 16"),
+    ] {
+        let err = translate_with(wgsl, "elementwise", by_value(dialect, binding, capacity))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{want}: {err}");
+    }
+}
+
+#[test]
+fn a_buffer_by_value_reads_as_one_in_memory() {
+    // a header with a runtime-sized tail, read in the kernel and in a helper function
+    let wgsl = "
+struct Header { n: u32, scale: f32, table: array<f32> }
+@group(0) @binding(0) var<storage, read> header: Header;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+fn lookup(i: u32) -> f32 { return header.scale * header.table[i % header.n]; }
+@compute @workgroup_size(32)
+fn scale(@builtin(global_invocation_id) id: vec3<u32>) {
+    if id.x < arrayLength(&y) {
+        y[id.x] = x[id.x] * lookup(id.x) + f32(arrayLength(&header.table));
+    }
+}";
+    let table = random(5, 3, -2.0, 2.0);
+    let x = random(77, 4, -1.0, 1.0);
+    let mut header = bytes(&[table.len() as u32]);
+    header.extend(bytes(&[0.5f32]));
+    header.extend(bytes(&table));
+    let want: Vec<f32> = (0..x.len())
+        .map(|i| x[i] * (0.5 * table[i % table.len()]) + table.len() as f32)
+        .collect();
+    let inline = Inline {
+        group: 0,
+        binding: 0,
+        capacity: 64,
+    };
+    for options in [
+        Options::new(Dialect::Cuda),
+        Options {
+            inline: Some(inline),
+            ..Options::new(Dialect::Cuda)
+        },
+    ] {
+        let Some(k) = compile_host_with(wgsl, "header", "scale", options) else {
+            return;
+        };
+        let bufs = BTreeMap::from([
+            (0, header.clone()),
+            (1, bytes(&x)),
+            (2, vec![0u8; x.len() * 4]),
+        ]);
+        let got = f32s(&k.run([3, 1, 1], &bufs)[&2]);
+        assert_close("by value", &got, &want, 1e-6);
+    }
 }

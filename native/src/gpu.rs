@@ -3,7 +3,7 @@
 //! views onto a BLAS GEMM. Each backend keeps only its API calls.
 
 use kiln_core::{Error, Result, Shape, View};
-use kiln_kernels::cuda::{Dialect, Kernel, ParamKind};
+use kiln_kernels::cuda::{Kernel, Options, ParamKind};
 use kiln_kernels::exec::Launch;
 use kiln_kernels::plan::KernelKey;
 use std::collections::HashMap;
@@ -12,15 +12,16 @@ use std::sync::{Arc, Mutex};
 /// Alignment of each dispatch's params within a plan's one params upload.
 pub(crate) const PARAMS_ALIGN: usize = 256;
 
-/// The source of variant `key` in `dialect` and its one kernel; errors name `backend`.
+/// The source of variant `key` translated with `options` and its one kernel; errors name
+/// `backend`.
 pub(crate) fn translate(
     key: &KernelKey,
-    dialect: Dialect,
+    options: Options,
     backend: &str,
 ) -> Result<(String, Kernel)> {
     let label = key.label();
     let wgsl = key.wgsl()?;
-    let m = kiln_kernels::cuda::translate(&wgsl, &label, dialect)?;
+    let m = kiln_kernels::cuda::translate_with(&wgsl, &label, options)?;
     let kernel = m.kernels.into_iter().next().ok_or_else(|| {
         Error::invalid(
             backend.to_string(),
@@ -30,13 +31,14 @@ pub(crate) fn translate(
     Ok((m.source, kernel))
 }
 
-/// Compiled kernels by variant, each compiled once.
-pub(crate) struct KernelCache<T> {
-    map: Mutex<HashMap<KernelKey, Arc<T>>>,
+/// Compiled kernels by variant `K` (a [`KernelKey`], and whatever else the backend compiles
+/// differently), each compiled once.
+pub(crate) struct KernelCache<K, T> {
+    map: Mutex<HashMap<K, Arc<T>>>,
     backend: &'static str,
 }
 
-impl<T> KernelCache<T> {
+impl<K: Clone + Eq + std::hash::Hash, T> KernelCache<K, T> {
     pub(crate) fn new(backend: &'static str) -> Self {
         KernelCache {
             map: Mutex::new(HashMap::new()),
@@ -44,7 +46,7 @@ impl<T> KernelCache<T> {
         }
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<KernelKey, Arc<T>>>> {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<K, Arc<T>>>> {
         self.map
             .lock()
             .map_err(|_| Error::device(self.backend, "a kernel-cache lock was poisoned by a panic"))
@@ -55,7 +57,7 @@ impl<T> KernelCache<T> {
     /// `discard`.
     pub(crate) fn get_or_compile(
         &self,
-        key: &KernelKey,
+        key: &K,
         compile: impl FnOnce() -> Result<T>,
         discard: impl FnOnce(T),
     ) -> Result<Arc<T>> {
@@ -98,7 +100,8 @@ pub(crate) fn pack_params<B>(dispatches: &[Launch<'_, B>]) -> (Vec<u8>, Vec<(u64
 
 /// The values of `kernel`'s parameters for dispatch `d` of `op`, one u64 each (pointers, and
 /// u32 lengths in the low bytes: little-endian launches read the first 4). `buffer(b)` gives
-/// the (device address, bytes) bound at binding `b` (0: the dispatch's params).
+/// the (device address, bytes) bound at binding `b` (0: the dispatch's params). The params
+/// passed by value ([`ParamKind::Inline`]) are bytes the launch passes itself: 0 stands in.
 pub(crate) fn kernel_args<B>(
     op: &str,
     d: &Launch<'_, B>,
@@ -128,6 +131,7 @@ pub(crate) fn kernel_args<B>(
         .iter()
         .map(|p| match p.kind {
             ParamKind::Storage { binding: b, .. } => Ok(binding(b)?.0),
+            ParamKind::Inline { .. } => Ok(0),
             ParamKind::ArrayLength {
                 binding: b,
                 offset,

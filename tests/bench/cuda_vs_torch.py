@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mnist_torch_cpu import Net, find_mnist, load_train  # noqa: E402
@@ -66,7 +67,6 @@ def torch_mnist(x_all, y_all, batch, steps):
     issued = time.perf_counter() - start
     torch.cuda.synchronize()
     rate = steps * batch / (time.perf_counter() - start)
-    from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for s in range(20):
             step(2 + steps + s)

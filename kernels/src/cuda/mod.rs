@@ -14,6 +14,9 @@
 //! - uniform buffers: passed **by value** as a struct whose layout matches WGSL's byte for byte
 //!   (checked by `static_assert`s in the output), so a launch copies the uniform bytes as the
 //!   parameter and no device buffer is needed;
+//! - the one read-only storage buffer [`Options::inline`] names (CUDA only): passed by value
+//!   too, as a fixed number of bytes the kernel reads through a pointer to the parameter
+//!   (`__grid_constant__`), so a small header needs no device buffer either;
 //! - `arrayLength(&buf)`: one extra `unsigned` parameter per runtime-sized buffer it is
 //!   applied to, after the buffers.
 //!
@@ -56,6 +59,36 @@ pub struct Options {
     /// Clear workgroup (`__shared__`) memory at kernel start, as WGSL specifies. Kernels that
     /// write before they read can skip it.
     pub zero_workgroup_memory: bool,
+    /// A read-only storage buffer to pass by value ([`ParamKind::Inline`]); CUDA only.
+    pub inline: Option<Inline>,
+}
+
+/// Which read-only storage buffer a CUDA kernel takes by value, and in how many bytes: its
+/// contents (at most `capacity` bytes, zero-padded) travel with the launch, as a uniform's do.
+///
+/// ```
+/// use kiln_kernels::cuda::{translate_with, Dialect, Inline, Options, ParamKind};
+/// let wgsl = "
+/// @group(0) @binding(0) var<storage, read> scale: array<f32>;
+/// @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+/// @compute @workgroup_size(64)
+/// fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+///     if id.x < arrayLength(&y) { y[id.x] = scale[id.x % 4u]; }
+/// }";
+/// let inline = Inline { group: 0, binding: 0, capacity: 256 };
+/// let options = Options { inline: Some(inline), ..Options::new(Dialect::Cuda) };
+/// let k = &translate_with(wgsl, "scale", options)?.kernels[0];
+/// assert!(matches!(k.params[0].kind, ParamKind::Inline { capacity: 256, .. }));
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Inline {
+    /// `@group`
+    pub group: u32,
+    /// `@binding`
+    pub binding: u32,
+    /// Bytes of the parameter: a non-zero multiple of 16.
+    pub capacity: u32,
 }
 
 impl Options {
@@ -64,6 +97,7 @@ impl Options {
         Options {
             dialect,
             zero_workgroup_memory: true,
+            inline: None,
         }
     }
 }
@@ -117,6 +151,17 @@ pub enum ParamKind {
         binding: u32,
         /// Bytes the parameter takes (the WGSL size of the uniform's type).
         size: u32,
+    },
+    /// The first `capacity` bytes of the read-only storage buffer bound at (group, binding),
+    /// passed by value ([`Options::inline`]): the launch passes a pointer to that many host
+    /// bytes, zero-padded past the buffer's contents.
+    Inline {
+        /// `@group`
+        group: u32,
+        /// `@binding`
+        binding: u32,
+        /// Bytes the parameter takes.
+        capacity: u32,
     },
     /// `u32`: the element count of the runtime-sized array of the storage buffer at
     /// (group, binding), that is `(buffer bytes - offset) / stride`.

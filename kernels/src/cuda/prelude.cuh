@@ -19,6 +19,11 @@ template <typename T> struct alignas(4 * sizeof(T)) kvec<T, 4> {
   __device__ const T &operator[](int i) const { return (&x)[i]; }
 };
 
+// The bytes of a storage buffer passed by value (`Options::inline`).
+template <unsigned N> struct alignas(16) k_bytes {
+  unsigned char b[N];
+};
+
 template <int N, typename T> __device__ inline kvec<T, N> k_splat(T v) {
   kvec<T, N> r;
 #pragma unroll

@@ -401,8 +401,13 @@ impl<'a> Writer<'a> {
         v
     }
 
-    /// `(declaration, kind)` of a buffer parameter, plus its length parameter if any.
-    fn buffer_params(&self, h: Handle<GlobalVariable>) -> Result<Vec<(String, Param)>> {
+    /// `(declaration, kind)` of a buffer parameter, plus its length parameter if any. A kernel
+    /// (`entry`) takes the by-value buffer as bytes; helper functions take a pointer to them.
+    fn buffer_params(
+        &self,
+        h: Handle<GlobalVariable>,
+        entry: bool,
+    ) -> Result<Vec<(String, Param)>> {
         let g = &self.module.global_variables[h];
         let name = self.globals[&h].clone();
         let (group, binding) = g.binding.as_ref().map_or((0, 0), |b| (b.group, b.binding));
@@ -410,19 +415,33 @@ impl<'a> Writer<'a> {
         match g.space {
             AddressSpace::Storage { access } => {
                 let read_only = !access.contains(StorageAccess::STORE);
-                let c = if read_only { "const " } else { "" };
-                let ty = self.type_name(g.ty)?;
-                out.push((
-                    format!("{c}{ty}* __restrict__ {name}"),
-                    Param {
-                        name: name.clone(),
-                        kind: ParamKind::Storage {
-                            group,
-                            binding,
-                            read_only,
+                if let Some(capacity) = self.inline_capacity(h)?.filter(|_| entry) {
+                    out.push((
+                        format!("const __grid_constant__ k_bytes<{capacity}> {name}_bytes"),
+                        Param {
+                            name: format!("{name}_bytes"),
+                            kind: ParamKind::Inline {
+                                group,
+                                binding,
+                                capacity,
+                            },
                         },
-                    },
-                ));
+                    ));
+                } else {
+                    let c = if read_only { "const " } else { "" };
+                    let ty = self.type_name(g.ty)?;
+                    out.push((
+                        format!("{c}{ty}* __restrict__ {name}"),
+                        Param {
+                            name: name.clone(),
+                            kind: ParamKind::Storage {
+                                group,
+                                binding,
+                                read_only,
+                            },
+                        },
+                    ));
+                }
                 if self.lengths.contains(&h) {
                     let (offset, stride) = self.runtime_tail(g.ty)?;
                     out.push((
@@ -456,6 +475,32 @@ impl<'a> Writer<'a> {
             _ => {}
         }
         Ok(out)
+    }
+
+    /// The parameter's bytes when `h` is the buffer [`Options::inline`] names; errors where it
+    /// cannot go by value.
+    fn inline_capacity(&self, h: Handle<GlobalVariable>) -> Result<Option<u32>> {
+        let g = &self.module.global_variables[h];
+        let (Some(inline), Some(b)) = (self.options.inline, g.binding.as_ref()) else {
+            return Ok(None);
+        };
+        if (inline.group, inline.binding) != (b.group, b.binding) {
+            return Ok(None);
+        }
+        let read_only = matches!(g.space, AddressSpace::Storage { access } if !access.contains(StorageAccess::STORE));
+        if !read_only {
+            return Err(self.unsupported("passing a writable buffer by value"));
+        }
+        if self.options.dialect != Dialect::Cuda {
+            return Err(self.unsupported("a storage buffer by value outside CUDA"));
+        }
+        if inline.capacity == 0 || inline.capacity % 16 != 0 {
+            return Err(self.unsupported(format!(
+                "a by-value buffer of {} bytes (expected a non-zero multiple of 16)",
+                inline.capacity
+            )));
+        }
+        Ok(Some(inline.capacity))
     }
 
     /// Offset and stride of a buffer type's runtime-sized array.
@@ -550,7 +595,7 @@ impl<'a> Writer<'a> {
             fun.args.push(name);
         }
         for g in self.used_buffers(info, false) {
-            params.extend(self.buffer_params(g)?.into_iter().map(|(d, _)| d));
+            params.extend(self.buffer_params(g, false)?.into_iter().map(|(d, _)| d));
         }
         let name = &self.functions[&h];
         let _ = writeln!(
@@ -588,7 +633,7 @@ impl<'a> Writer<'a> {
         let mut decls = Vec::new();
         let mut params = Vec::new();
         for g in self.used_buffers(info, true) {
-            for (d, p) in self.buffer_params(g)? {
+            for (d, p) in self.buffer_params(g, true)? {
                 decls.push(d);
                 params.push(p);
             }
@@ -607,6 +652,17 @@ impl<'a> Writer<'a> {
             self.symbols[index],
             decls.join(", ")
         );
+        // A by-value buffer is read through a pointer to the parameter, as any other buffer.
+        for g in self.used_buffers(info, true) {
+            if self.inline_capacity(g)?.is_some() {
+                let ty = self.type_name(self.module.global_variables[g].ty)?;
+                let name = &self.globals[&g];
+                let _ = writeln!(
+                    self.out,
+                    "  const {ty}* __restrict__ {name} = reinterpret_cast<const {ty}*>(&{name}_bytes);"
+                );
+            }
+        }
         for a in &ep.function.arguments {
             let name = fun.names.fresh(a.name.as_deref(), "builtin");
             let ty = self.type_name(a.ty)?;

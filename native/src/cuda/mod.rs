@@ -9,6 +9,9 @@
 //!   Memory comes from the device's stream-ordered pool (`cuMemAllocAsync`) with its release
 //!   threshold raised so freed blocks stay cached for reuse instead of returning to the driver.
 //! - Kernels are compiled once per variant ([`KernelKey`]) for this device's compute capability.
+//! - A dispatch's params header (binding 0) of up to [`INLINE_PARAMS_MAX`] bytes travels with
+//!   the launch, by value ([`kiln_kernels::cuda::Inline`]): no device buffer, no copy on the
+//!   stream. Longer headers are uploaded to a device buffer, as on ROCm.
 //! - Devices hold f32, i32, u32 and bool (as u32 0/1), as the plans require.
 //! - [`CudaBackend`] is kiln's one plan executor ([`GpuBackend`]) on [`CudaRuntime`], which
 //!   only allocates, copies and launches.
@@ -31,7 +34,7 @@ use cudarc::driver::{result as cu, sys};
 use kiln_core::{
     Backend, DType, Device, Error, Meta, Op, ReadFuture, Result, Storage, TensorData, View,
 };
-use kiln_kernels::cuda::Dialect;
+use kiln_kernels::cuda::{Dialect, Inline, Options, ParamKind};
 use kiln_kernels::exec::{GpuBackend, Launch, Runtime};
 use kiln_kernels::plan::KernelKey;
 use std::ffi::{CString, c_void};
@@ -120,13 +123,27 @@ struct Inner {
     raw: Raw,
     name: String,
     arch: String,
-    kernels: KernelCache<Compiled>,
+    /// By variant and by-value params bytes (0: params in a device buffer).
+    kernels: KernelCache<(KernelKey, u32), Compiled>,
     blas: Mutex<Option<blas::Blas>>,
     dnn: Mutex<dnn::DnnState>,
     /// `None` when pinned memory could not be had; uploads then copy from pageable memory.
     staging: Mutex<Option<Staging>>,
     allocated: AtomicU64,
     options: CudaOptions,
+}
+
+/// The largest params header passed by value. The by-value sizes are 256, 1024 and 4096 bytes,
+/// so that each variant compiles at most three times.
+pub const INLINE_PARAMS_MAX: usize = 4096;
+
+/// The by-value bytes a params header of `words` u32s travels in, or 0 (a device buffer).
+fn inline_capacity(words: usize) -> u32 {
+    let bytes = 4 * words;
+    [256, 1024, INLINE_PARAMS_MAX]
+        .into_iter()
+        .find(|&c| bytes <= c)
+        .map_or(0, |c| c as u32)
 }
 
 /// Bytes of pinned host memory for small uploads, in two halves.
@@ -399,11 +416,12 @@ impl CudaRuntime {
         .map_err(driver_err("copying to the device"))
     }
 
-    /// The compiled kernel of `key`, translating and compiling it on first use.
-    fn kernel(&self, key: &KernelKey) -> Result<Arc<Compiled>> {
+    /// The compiled kernel of `key` taking `inline` bytes of params by value (0: by pointer),
+    /// translating and compiling it on first use.
+    fn kernel(&self, key: &KernelKey, inline: u32) -> Result<Arc<Compiled>> {
         self.inner.kernels.get_or_compile(
-            key,
-            || self.compile(key),
+            &(key.clone(), inline),
+            || self.compile(key, inline),
             // SAFETY: this module was never launched or shared.
             |k| unsafe {
                 let _ = cu::module::unload(k.module);
@@ -411,8 +429,16 @@ impl CudaRuntime {
         )
     }
 
-    fn compile(&self, key: &KernelKey) -> Result<Compiled> {
-        let (source, kernel) = gpu::translate(key, Dialect::Cuda, "cuda")?;
+    fn compile(&self, key: &KernelKey, inline: u32) -> Result<Compiled> {
+        let options = Options {
+            inline: (inline > 0).then_some(Inline {
+                group: 0,
+                binding: 0,
+                capacity: inline,
+            }),
+            ..Options::new(Dialect::Cuda)
+        };
+        let (source, kernel) = gpu::translate(key, options, "cuda")?;
         let label = key.label();
         // SAFETY: only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
@@ -480,25 +506,45 @@ impl Runtime for CudaRuntime {
         self.write_bytes(buffer, bytes)
     }
 
-    /// Uploads every dispatch's params at once, then launches the kernels on the stream.
+    /// Launches the kernels on the stream, each with its params by value where they fit
+    /// ([`INLINE_PARAMS_MAX`]); longer params are uploaded first, all in one copy.
     fn launch(&self, name: &str, dispatches: &[Launch<'_, CudaBuffer>]) -> Result<()> {
-        let (words, at) = gpu::pack_params(dispatches);
-        let params = self.upload_bytes(&words)?;
-        for (d, &(offset, len)) in dispatches.iter().zip(&at) {
-            let k = self.kernel(d.kernel)?;
-            let mut values =
-                gpu::kernel_args(name, d, &k.kernel, (params.ptr + offset, len), |b| {
-                    (b.ptr, b.bytes)
-                })?;
+        let inline: Vec<u32> = dispatches
+            .iter()
+            .map(|d| inline_capacity(d.params.len()))
+            .collect();
+        let uploaded = match inline.contains(&0) {
+            true => {
+                let (words, at) = gpu::pack_params(dispatches);
+                Some((self.upload_bytes(&words)?, at))
+            }
+            false => None,
+        };
+        self.inner.bind()?;
+        let mut bytes = Vec::new();
+        for (i, (d, &capacity)) in dispatches.iter().zip(&inline).enumerate() {
+            let k = self.kernel(d.kernel, capacity)?;
+            let params = match &uploaded {
+                Some((buf, at)) if capacity == 0 => (buf.ptr + at[i].0, at[i].1),
+                _ => (0, 4 * d.params.len() as u64),
+            };
+            let mut values = gpu::kernel_args(name, d, &k.kernel, params, |b| (b.ptr, b.bytes))?;
+            bytes.clear();
+            bytes.extend(d.params.iter().flat_map(|w| w.to_le_bytes()));
+            bytes.resize(capacity as usize, 0);
             let mut args: Vec<*mut c_void> = values
                 .iter_mut()
-                .map(|v| (v as *mut u64).cast::<c_void>())
+                .zip(&k.kernel.params)
+                .map(|(v, p)| match p.kind {
+                    ParamKind::Inline { .. } => bytes.as_mut_ptr().cast::<c_void>(),
+                    _ => (v as *mut u64).cast::<c_void>(),
+                })
                 .collect();
             let [x, y, z] = d.workgroups;
             let [bx, by, bz] = k.kernel.workgroup_size;
-            self.inner.bind()?;
             // SAFETY: every pointer parameter is a live allocation of this context bound as the
-            // plan says; `u32` lengths are read from the low bytes of a little-endian u64.
+            // plan says; `u32` lengths are read from the low bytes of a little-endian u64; the
+            // by-value params are `capacity` bytes, the size the kernel was compiled for.
             unsafe {
                 cu::launch_kernel(
                     k.function,

@@ -216,11 +216,14 @@ fn every_planned_variant_compiles_with_nvrtc() -> Result<()> {
         for _ in 0..threads {
             s.spawn(|| {
                 while let Some(key) = variants.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    if let Err(e) = backend.kernel(key) {
-                        failures
-                            .lock()
-                            .unwrap()
-                            .push(format!("{}: {e}", key.label()));
+                    // Params by value (every launch's) and through a device buffer (longer).
+                    for inline in [256, 0] {
+                        if let Err(e) = backend.kernel(key, inline) {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("{} ({inline}): {e}", key.label()));
+                        }
                     }
                 }
             });

@@ -29,7 +29,7 @@ use hip::{Handle, Hip, Rtc};
 use kiln_core::{
     Backend, DType, Device, Error, Meta, Op, ReadFuture, Result, Storage, TensorData, View,
 };
-use kiln_kernels::cuda::Dialect;
+use kiln_kernels::cuda::{Dialect, Options};
 use kiln_kernels::exec::{GpuBackend, Launch, Runtime};
 use kiln_kernels::plan::KernelKey;
 use std::ffi::{CString, c_char, c_int, c_void};
@@ -65,7 +65,7 @@ pub fn device_with(index: usize, options: RocmOptions) -> Result<Device> {
 /// current device's) and returns the code object and its kernel's symbol. Needs ROCm's hipRTC
 /// but no GPU when `arch` is given.
 pub fn compile(key: &KernelKey, arch: Option<&str>) -> Result<(Vec<u8>, String)> {
-    let (source, kernel) = gpu::translate(key, Dialect::Hip, "rocm")?;
+    let (source, kernel) = gpu::translate(key, Options::new(Dialect::Hip), "rocm")?;
     let code = Rtc::open()?.compile(&source, &key.label(), arch)?;
     Ok((code, kernel.name))
 }
@@ -84,7 +84,7 @@ struct Inner {
     rtc: Rtc,
     index: c_int,
     name: String,
-    kernels: KernelCache<Compiled>,
+    kernels: KernelCache<KernelKey, Compiled>,
     /// rocBLAS once looked for: `Some(None)` when it is not installed.
     blas: Mutex<Option<Option<blas::Blas>>>,
     allocated: AtomicU64,
@@ -276,7 +276,7 @@ impl RocmRuntime {
     }
 
     fn compile(&self, key: &KernelKey) -> Result<Compiled> {
-        let (source, kernel) = gpu::translate(key, Dialect::Hip, "rocm")?;
+        let (source, kernel) = gpu::translate(key, Options::new(Dialect::Hip), "rocm")?;
         self.inner.bind()?;
         // hipRTC compiles for the current device's architecture.
         let code = self.inner.rtc.compile(&source, &key.label(), None)?;

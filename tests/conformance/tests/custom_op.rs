@@ -7,7 +7,7 @@
 mod scaled_softmax;
 
 use kiln_conformance::{check, data, same};
-use kiln_core::op::custom::{Attrs, CustomOp};
+use kiln_core::op::custom::{Attrs, CustomOp, Grid, KernelLaunch};
 use kiln_core::{DType, Meta, Result, Tensor, TensorData};
 use scaled_softmax::{ScaledSoftmax, scaled_softmax};
 use std::sync::Arc;
@@ -96,6 +96,86 @@ fn naga_errors_point_at_the_wgsl_line() {
     // none of them was registered
     let names = kiln_core::op::custom::registered_ops();
     assert!(!names.iter().any(|n| n.starts_with("test_")), "{names:?}");
+}
+
+/// `y = x * table[i % n]`: a custom op whose params header carries an `n`-word table, so that
+/// params of every size reach the kernel (CUDA passes up to 4 KiB by value, more through a
+/// device buffer).
+struct Table;
+
+fn table(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|j| ((j * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect()
+}
+
+impl CustomOp for Table {
+    fn name(&self) -> &str {
+        "test_table"
+    }
+    fn infer(&self, _: &Attrs, i: &[Meta]) -> Result<Meta> {
+        Ok(i[0].clone())
+    }
+    fn cpu(&self, attrs: &Attrs, i: &[TensorData], out: &Meta) -> Result<TensorData> {
+        let t = table(attrs["n"] as usize);
+        let x = i[0].to_vec::<f32>()?;
+        let y = x.iter().enumerate().map(|(k, v)| v * t[k % t.len()]);
+        TensorData::new(y.collect(), out.1.clone())
+    }
+    fn wgsl(&self) -> Option<&str> {
+        Some(
+            "struct Params { n: u32, table: array<f32> }
+@group(0) @binding(0) var<storage, read> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = ((wid.z * nwg.y + wid.y) * nwg.x + wid.x) * 64u + lid.x;
+    if i < arrayLength(&y) { y[i] = x[i] * params.table[i % params.n]; }
+}",
+        )
+    }
+    fn launch(&self, attrs: &Attrs, _: &[Meta], out: &Meta) -> Result<KernelLaunch> {
+        let t = table(attrs["n"] as usize);
+        let mut params = vec![t.len() as u32];
+        params.extend(t.iter().map(|v| v.to_bits()));
+        Ok(KernelLaunch {
+            params,
+            grid: Grid::Invocations {
+                count: out.1.numel() as u64,
+                workgroup_size: 64,
+            },
+        })
+    }
+}
+
+#[test]
+fn params_of_every_size_reach_the_kernel() {
+    let Some(dev) = kiln_conformance::device() else {
+        return;
+    };
+    kiln_kernels::register_op(Arc::new(Table)).unwrap();
+    let x = data(&[7, 331], DType::F32, 9, -2.0, 2.0);
+    // 8 bytes, 804 (CUDA's 1 KiB by value) and 6 KiB (a device buffer on CUDA)
+    for n in [1usize, 200, 1500] {
+        let f = move |v: &[Tensor]| {
+            Tensor::custom(
+                "test_table",
+                Attrs::from([("n".into(), n as f64)]),
+                &[&v[0]],
+            )
+        };
+        check(
+            &format!("table of {n}"),
+            &dev,
+            std::slice::from_ref(&x),
+            &same,
+            &f,
+            false,
+            (0.0, 0.0),
+        );
+    }
 }
 
 #[test]
