@@ -168,9 +168,10 @@ struct Pending {
 /// wait. A chain's own steps are read by the next op at once. GELU on 2^24 elements, 10 per wait, on
 /// an H200 with CUDA: 12.6 µs of recording per GELU that no kernel overlapped took it to 1.41x
 /// a copy's time. On an H100, 16 gave 1.11x (the first three GELUs' recording still exposed);
-/// 8 and 4 gave 1.03-1.04x, with the same kernels per inference of four ONNX models and the same
-/// GPT training step.
-const UNREAD_WINDOW: usize = 8;
+/// 8 and 4 gave 1.03-1.04x. On an H200, whose memory makes each GELU shorter, 4 gave
+/// 1.11-1.14x against 8's 1.15-1.17x (3 alternated rounds), with the same kernels per inference
+/// of four ONNX models and per MNIST training step, and the same GPT training step.
+const UNREAD_WINDOW: usize = 4;
 /// Only lazies of at least this many elements count for [`UNREAD_WINDOW`]: smaller ones (a
 /// model's per-channel constants, read many ops later) cost little to keep, and running them
 /// early cut chains: DenseNet-121 took 326 kernels per inference against 267.
