@@ -6,7 +6,7 @@
 //! is a lazy storage holding the expression (an SSA list of table ops whose leaves are real
 //! storages of the inner device, or constants). An elementwise op on a lazy input seen whole
 //! (or reshaped) inlines its expression; any other view of it, a read, a non-elementwise op,
-//! [`Backend::synchronize`], or 8 newer large lazies made while nothing read it (a result
+//! [`Backend::synchronize`], or 4 newer large lazies made while nothing read it (a result
 //! then starts on the device while the host records what follows) materializes it: one kernel
 //! generated from the elementwise tables' WGSL, registered once per structure as a custom op
 //! (`kiln.fused.<hash>`, naga-checked), and run
