@@ -31,14 +31,17 @@ pub(crate) fn translate(
     Ok((m.source, kernel))
 }
 
-/// Compiled kernels by variant `K` (a [`KernelKey`], and whatever else the backend compiles
-/// differently), each compiled once.
-pub(crate) struct KernelCache<K, T> {
-    map: Mutex<HashMap<K, Arc<T>>>,
+/// Each variant's builds, looked up by reference: a launch clones no key.
+type Builds<T> = HashMap<KernelKey, Vec<(u32, Arc<T>)>>;
+
+/// Compiled kernels by variant and build (a backend's own flavour of one variant, such as the
+/// size of the params CUDA passes by value; 0 where there is one), each compiled once.
+pub(crate) struct KernelCache<T> {
+    map: Mutex<Builds<T>>,
     backend: &'static str,
 }
 
-impl<K: Clone + Eq + std::hash::Hash, T> KernelCache<K, T> {
+impl<T> KernelCache<T> {
     pub(crate) fn new(backend: &'static str) -> Self {
         KernelCache {
             map: Mutex::new(HashMap::new()),
@@ -46,39 +49,50 @@ impl<K: Clone + Eq + std::hash::Hash, T> KernelCache<K, T> {
         }
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<K, Arc<T>>>> {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Builds<T>>> {
         self.map
             .lock()
             .map_err(|_| Error::device(self.backend, "a kernel-cache lock was poisoned by a panic"))
     }
 
-    /// The kernel of `key`, from `compile` on first use. Compiling runs outside the lock; when
-    /// another thread compiled the same variant meanwhile, its kernel is kept and ours goes to
-    /// `discard`.
+    fn find(map: &Builds<T>, key: &KernelKey, build: u32) -> Option<Arc<T>> {
+        let builds = map.get(key)?;
+        builds
+            .iter()
+            .find(|(b, _)| *b == build)
+            .map(|(_, k)| k.clone())
+    }
+
+    /// Build `build` of `key`, from `compile` on first use. Compiling runs outside the lock;
+    /// when another thread compiled the same build meanwhile, its kernel is kept and ours goes
+    /// to `discard`.
     pub(crate) fn get_or_compile(
         &self,
-        key: &K,
+        key: &KernelKey,
+        build: u32,
         compile: impl FnOnce() -> Result<T>,
         discard: impl FnOnce(T),
     ) -> Result<Arc<T>> {
-        if let Some(k) = self.lock()?.get(key) {
-            return Ok(k.clone());
+        if let Some(k) = Self::find(&*self.lock()?, key, build) {
+            return Ok(k);
         }
         let compiled = compile()?;
         let mut map = self.lock()?;
-        if let Some(k) = map.get(key) {
+        if let Some(k) = Self::find(&map, key, build) {
             discard(compiled);
-            return Ok(k.clone());
+            return Ok(k);
         }
         let compiled = Arc::new(compiled);
-        map.insert(key.clone(), compiled.clone());
+        map.entry(key.clone())
+            .or_default()
+            .push((build, compiled.clone()));
         Ok(compiled)
     }
 
     /// Empties the cache (on the backend's drop), handing every kernel to `release`.
     pub(crate) fn drain(&mut self, mut release: impl FnMut(Arc<T>)) {
         if let Ok(map) = self.map.get_mut() {
-            for (_, k) in map.drain() {
+            for (_, k) in map.drain().flat_map(|(_, builds)| builds) {
                 release(k);
             }
         }

@@ -123,8 +123,8 @@ struct Inner {
     raw: Raw,
     name: String,
     arch: String,
-    /// By variant and by-value params bytes (0: params in a device buffer).
-    kernels: KernelCache<(KernelKey, u32), Compiled>,
+    /// Built for each size of by-value params (0: params in a device buffer).
+    kernels: KernelCache<Compiled>,
     blas: Mutex<Option<blas::Blas>>,
     dnn: Mutex<dnn::DnnState>,
     /// `None` when pinned memory could not be had; uploads then copy from pageable memory.
@@ -420,7 +420,8 @@ impl CudaRuntime {
     /// translating and compiling it on first use.
     fn kernel(&self, key: &KernelKey, inline: u32) -> Result<Arc<Compiled>> {
         self.inner.kernels.get_or_compile(
-            &(key.clone(), inline),
+            key,
+            inline,
             || self.compile(key, inline),
             // SAFETY: this module was never launched or shared.
             |k| unsafe {

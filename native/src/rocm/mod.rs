@@ -84,7 +84,7 @@ struct Inner {
     rtc: Rtc,
     index: c_int,
     name: String,
-    kernels: KernelCache<KernelKey, Compiled>,
+    kernels: KernelCache<Compiled>,
     /// rocBLAS once looked for: `Some(None)` when it is not installed.
     blas: Mutex<Option<Option<blas::Blas>>>,
     allocated: AtomicU64,
@@ -267,6 +267,7 @@ impl RocmRuntime {
         let hip = &self.inner.hip;
         self.inner.kernels.get_or_compile(
             key,
+            0,
             || self.compile(key),
             // SAFETY: this module was never launched or shared.
             |k| unsafe {
