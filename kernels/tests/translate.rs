@@ -474,23 +474,25 @@ fn assert_close(label: &str, got: &[f32], want: &[f32], tol: f32) {
 fn strided_elementwise_runs_like_wgsl() {
     // Once as written, once with `b` (binding 1, 40 bytes) passed by value in 48 zero-padded
     // bytes: `arrayLength(&b)` must still count 10.
-    let inline = Inline {
-        group: 0,
-        binding: 1,
-        capacity: 48,
-    };
-    for options in [
-        Options::new(Dialect::Cuda),
-        Options {
-            inline: Some(inline),
-            ..Options::new(Dialect::Cuda)
-        },
-    ] {
+    for options in pointer_and_by_value(1, 48) {
         let Some(k) = compile_host_with(FIXTURES[0].1, "elementwise", "unary", options) else {
             return;
         };
         unary_modes_match(&k);
     }
+}
+
+/// CUDA options that pass the buffer at (0, `binding`) as a pointer, then by value.
+fn pointer_and_by_value(binding: u32, capacity: u32) -> [Options; 2] {
+    let by_value = Options {
+        inline: Some(Inline {
+            group: 0,
+            binding,
+            capacity,
+        }),
+        ..Options::new(Dialect::Cuda)
+    };
+    [Options::new(Dialect::Cuda), by_value]
 }
 
 fn unary_modes_match(k: &HostKernel) {
@@ -941,18 +943,7 @@ fn scale(@builtin(global_invocation_id) id: vec3<u32>) {
     let want: Vec<f32> = (0..x.len())
         .map(|i| x[i] * (0.5 * table[i % table.len()]) + table.len() as f32)
         .collect();
-    let inline = Inline {
-        group: 0,
-        binding: 0,
-        capacity: 64,
-    };
-    for options in [
-        Options::new(Dialect::Cuda),
-        Options {
-            inline: Some(inline),
-            ..Options::new(Dialect::Cuda)
-        },
-    ] {
+    for options in pointer_and_by_value(0, 64) {
         let Some(k) = compile_host_with(wgsl, "header", "scale", options) else {
             return;
         };

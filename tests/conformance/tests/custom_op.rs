@@ -124,14 +124,15 @@ impl CustomOp for Table {
     }
     fn wgsl(&self) -> Option<&str> {
         Some(
-            "struct Params { n: u32, table: array<f32> }
+            "#include \"common.wgsl\"
+struct Params { n: u32, table: array<f32> }
 @group(0) @binding(0) var<storage, read> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
-    let i = ((wid.z * nwg.y + wid.y) * nwg.x + wid.x) * 64u + lid.x;
+    let i = group_index(wid, nwg) * 64u + lid.x;
     if i < arrayLength(&y) { y[i] = x[i] * params.table[i % params.n]; }
 }",
         )
