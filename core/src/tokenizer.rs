@@ -13,12 +13,13 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 
+use crate::op::json::Fields;
 use crate::{Error, Result};
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// Metadata key of the tokenizer in a model file.
 pub const METADATA_KEY: &str = "kiln_tokenizer";
@@ -30,7 +31,7 @@ pub struct CharTokenizer {
     ids: BTreeMap<char, u32>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Stored {
     kind: String,
     vocab: String,
@@ -102,7 +103,16 @@ impl CharTokenizer {
     /// are errors.
     pub fn from_json(json: &str) -> Result<Self> {
         let bad = |m: String| Error::format("tokenizer", m);
-        let s: Stored = serde_json::from_str(json).map_err(|e| {
+        // Through a `serde_json::Value` and op/json.rs's `Fields`, not `Stored`'s derived
+        // decoder over the text: one JSON decoding path in the web package.
+        let stored = |json| -> core::result::Result<Stored, serde_json::Error> {
+            let mut f = Fields::of(serde_json::from_str(json)?, "tokenizer")?;
+            Ok(Stored {
+                kind: f.get("kind")?,
+                vocab: f.get("vocab")?,
+            })
+        };
+        let s = stored(json).map_err(|e| {
             bad(format!(
                 "expected {{\"kind\":\"chars\",\"vocab\":...}}: {e}"
             ))
@@ -147,6 +157,9 @@ mod tests {
             "{\"kind\":\"bpe\",\"vocab\":\"ab\"}",
             "{\"kind\":\"chars\",\"vocab\":\"aba\"}",
             "{\"kind\":\"chars\",\"vocab\":\"\"}",
+            "[\"chars\"]",
+            "{\"kind\":1,\"vocab\":\"ab\"}",
+            "{\"kind\":\"chars\"}",
         ] {
             assert!(CharTokenizer::from_json(bad).is_err(), "{bad}");
         }
