@@ -135,7 +135,6 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
     if let Some(op) = unit {
         return no_fields(&name, payload, op);
     }
-    use serde_json::from_value as from;
     match name.as_str() {
         "unary" => return unary(payload).map(Op::Unary),
         "binary" => {
