@@ -15,7 +15,6 @@
 
 use crate::op::json::Fields;
 use crate::{Error, Result};
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -28,7 +27,9 @@ pub const METADATA_KEY: &str = "kiln_tokenizer";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CharTokenizer {
     chars: Vec<char>,
-    ids: BTreeMap<char, u32>,
+    /// Each character's id, in character order for a binary search: a sorted list rather than
+    /// a `BTreeMap<char, u32>`, whose code the web package would carry for this map alone.
+    ids: Vec<(char, u32)>,
 }
 
 #[derive(Serialize)]
@@ -44,11 +45,12 @@ impl CharTokenizer {
     }
 
     fn from_chars(chars: Vec<char>) -> Self {
-        // Inserted one by one: `collect` into a map sorts first, another sort's code in the web
-        // package (which has a size budget).
-        let mut ids = BTreeMap::new();
+        // Inserted one by one where they sort (the characters are distinct): no sort's code in
+        // the web package (which has a size budget).
+        let mut ids: Vec<(char, u32)> = Vec::with_capacity(chars.len());
         for (i, &c) in chars.iter().enumerate() {
-            ids.insert(c, i as u32);
+            let at = ids.partition_point(|&(d, _)| d < c);
+            ids.insert(at, (c, i as u32));
         }
         CharTokenizer { chars, ids }
     }
@@ -62,7 +64,8 @@ impl CharTokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         text.chars()
             .map(|c| {
-                self.ids.get(&c).copied().ok_or_else(|| {
+                let found = self.ids.binary_search_by_key(&c, |&(d, _)| d);
+                found.map(|k| self.ids[k].1).map_err(|_| {
                     Error::invalid(
                         "tokenizer",
                         format!(
