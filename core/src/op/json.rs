@@ -60,10 +60,13 @@ impl Fields {
             ))),
         }
     }
+    /// The field `name`, taken out (a `null` left in its place: `remove` would bring
+    /// `BTreeMap`'s rebalancing code into the web package, for these maps alone).
     #[inline(never)]
     pub(crate) fn value(&mut self, name: &str) -> Result<Value, Error> {
         self.0
-            .remove(name)
+            .get_mut(name)
+            .map(Value::take)
             .ok_or_else(|| Error::custom(format!("missing field `{name}`")))
     }
     #[inline(never)]
@@ -82,7 +85,8 @@ impl Fields {
         name: &str,
     ) -> Result<T, Error> {
         self.0
-            .remove(name)
+            .get_mut(name)
+            .map(Value::take)
             .map_or(Ok(T::default()), serde_json::from_value)
     }
     /// An array field, each element decoded by `item`.
