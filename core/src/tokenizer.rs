@@ -13,12 +13,12 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 
+use crate::op::json::Fields;
 use crate::{Error, Result};
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// Metadata key of the tokenizer in a model file.
 pub const METADATA_KEY: &str = "kiln_tokenizer";
@@ -27,10 +27,12 @@ pub const METADATA_KEY: &str = "kiln_tokenizer";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CharTokenizer {
     chars: Vec<char>,
-    ids: BTreeMap<char, u32>,
+    /// Each character's id, in character order for a binary search: a sorted list rather than
+    /// a `BTreeMap<char, u32>`, whose code the web package would carry for this map alone.
+    ids: Vec<(char, u32)>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Stored {
     kind: String,
     vocab: String,
@@ -43,11 +45,12 @@ impl CharTokenizer {
     }
 
     fn from_chars(chars: Vec<char>) -> Self {
-        // Inserted one by one: `collect` into a map sorts first, another sort's code in the web
-        // package (which has a size budget).
-        let mut ids = BTreeMap::new();
+        // Inserted one by one where they sort (the characters are distinct): no sort's code in
+        // the web package (which has a size budget).
+        let mut ids: Vec<(char, u32)> = Vec::with_capacity(chars.len());
         for (i, &c) in chars.iter().enumerate() {
-            ids.insert(c, i as u32);
+            let at = ids.partition_point(|&(d, _)| d < c);
+            ids.insert(at, (c, i as u32));
         }
         CharTokenizer { chars, ids }
     }
@@ -61,7 +64,8 @@ impl CharTokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         text.chars()
             .map(|c| {
-                self.ids.get(&c).copied().ok_or_else(|| {
+                let found = self.ids.binary_search_by_key(&c, |&(d, _)| d);
+                found.map(|k| self.ids[k].1).map_err(|_| {
                     Error::invalid(
                         "tokenizer",
                         format!(
@@ -102,7 +106,16 @@ impl CharTokenizer {
     /// are errors.
     pub fn from_json(json: &str) -> Result<Self> {
         let bad = |m: String| Error::format("tokenizer", m);
-        let s: Stored = serde_json::from_str(json).map_err(|e| {
+        // Through a `serde_json::Value` and op/json.rs's `Fields`, not `Stored`'s derived
+        // decoder over the text: one JSON decoding path in the web package.
+        let stored = |json| -> core::result::Result<Stored, serde_json::Error> {
+            let mut f = Fields::of(serde_json::from_str(json)?, "tokenizer")?;
+            Ok(Stored {
+                kind: f.get("kind")?,
+                vocab: f.get("vocab")?,
+            })
+        };
+        let s = stored(json).map_err(|e| {
             bad(format!(
                 "expected {{\"kind\":\"chars\",\"vocab\":...}}: {e}"
             ))
@@ -147,6 +160,9 @@ mod tests {
             "{\"kind\":\"bpe\",\"vocab\":\"ab\"}",
             "{\"kind\":\"chars\",\"vocab\":\"aba\"}",
             "{\"kind\":\"chars\",\"vocab\":\"\"}",
+            "[\"chars\"]",
+            "{\"kind\":1,\"vocab\":\"ab\"}",
+            "{\"kind\":\"chars\"}",
         ] {
             assert!(CharTokenizer::from_json(bad).is_err(), "{bad}");
         }

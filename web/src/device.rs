@@ -5,8 +5,10 @@
 use crate::error::{IntoJs, JsResult, invalid};
 use crate::js;
 use crate::webgpu::{self, Adapter};
+use kiln_core::Device as KDevice;
 use kiln_core::model::Model as KModel;
-use kiln_core::{DType, Device as KDevice, Tensor as KTensor};
+#[cfg(feature = "webgpu")]
+use kiln_core::{DType, Tensor as KTensor};
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
@@ -304,11 +306,21 @@ fn by_adapter(fusion: bool) -> Boxed<'static, (Device, Option<Adapter>)> {
 /// runs on random inputs) and remembered.
 pub async fn load_on_fastest(bytes: &[u8], fusion: bool) -> JsResult<(KModel, Device)> {
     let (auto, adapter) = by_adapter(fusion).await;
-    // Without the webgpu feature there is never an adapter here (no GPU device can be made);
-    // saying so leaves the measuring code below out of the CPU-only module.
-    let Some(adapter) = adapter.filter(|_| cfg!(feature = "webgpu")) else {
-        return Ok((load(bytes, &auto.inner)?, auto));
-    };
+    // Without the webgpu feature there is never an adapter here (no GPU device can be made):
+    // the measuring code is compiled only with it, so it is out of the CPU-only module (a
+    // `cfg!` test in a filter left its probe in).
+    #[cfg(feature = "webgpu")]
+    if let Some(adapter) = adapter {
+        return load_measured(bytes, auto, adapter).await;
+    }
+    #[cfg(not(feature = "webgpu"))]
+    let _ = adapter;
+    Ok((load(bytes, &auto.inner)?, auto))
+}
+
+/// `load_on_fastest` on a WebGPU adapter: the remembered choice, else both measured.
+#[cfg(feature = "webgpu")]
+async fn load_measured(bytes: &[u8], auto: Device, adapter: Adapter) -> JsResult<(KModel, Device)> {
     let (gpu, cpu) = (auto.inner, KDevice::cpu());
     let key = format!("kiln.device|{}|{:016x}", adapter.label, fnv1a64(bytes));
     if let Some((gpu_wins, gpu_ms, cpu_ms)) = remembered(&key) {
@@ -343,6 +355,7 @@ pub async fn load_on_fastest(bytes: &[u8], fusion: bool) -> JsResult<(KModel, De
     })
 }
 
+#[cfg(feature = "webgpu")]
 /// The choice stored under `key` (`{"webgpu": bool, "webgpuMs", "cpuMs"}` as JSON): whether
 /// WebGPU won, and the two timings.
 fn remembered(key: &str) -> Option<(bool, f64, f64)> {
@@ -351,6 +364,7 @@ fn remembered(key: &str) -> Option<(bool, f64, f64)> {
     Some((won, js::num(&v, "webgpuMs")?, js::num(&v, "cpuMs")?))
 }
 
+#[cfg(feature = "webgpu")]
 fn remember(key: &str, gpu_wins: bool, gpu_ms: f64, cpu_ms: f64) {
     let v = js::object(&[
         ("webgpu", gpu_wins.into()),
@@ -366,11 +380,13 @@ fn load(bytes: &[u8], dev: &KDevice) -> JsResult<KModel> {
     KModel::load(bytes, dev).js()
 }
 
+#[cfg(feature = "webgpu")]
 /// `"WebGPU 812.30 ms, CPU 5.91 ms per run"`.
 fn timings(gpu_ms: f64, cpu_ms: f64) -> String {
     format!("WebGPU {gpu_ms:.2} ms, CPU {cpu_ms:.2} ms per run")
 }
 
+#[cfg(feature = "webgpu")]
 /// FNV-1a, 64 bits: a fast fingerprint of the model bytes for the remembered choice.
 fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -378,6 +394,7 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+#[cfg(feature = "webgpu")]
 /// Milliseconds per run of `model` on `dev` (one warm-up, then the median of 3 runs, outputs read
 /// back) on random normal inputs shaped by its input specs (free dimensions 1).
 fn probe<'a>(model: &'a KModel, dev: &'a KDevice) -> Boxed<'a, kiln_core::Result<f64>> {

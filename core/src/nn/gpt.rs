@@ -7,6 +7,7 @@ use crate::model::load_safetensors;
 use crate::nn::{
     Embedding, Forward, Init, KvCache, LayerNorm, Module, Param, TransformerBlock, loss,
 };
+use crate::op::json::Fields;
 use crate::random::SplitMix64;
 use crate::tokenizer::{self, CharTokenizer};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -37,6 +38,23 @@ pub struct GptConfig {
     pub heads: usize,
     /// Dropout probability in training.
     pub dropout: f64,
+}
+
+impl GptConfig {
+    /// Reads the config's JSON as its derived `Deserialize` would, but through a
+    /// `serde_json::Value` and op/json.rs's [`Fields`]: the web package then has one JSON
+    /// decoding path (the derived decoder over the text was a second one).
+    fn from_json(json: &str) -> core::result::Result<GptConfig, serde_json::Error> {
+        let mut f = Fields::of(serde_json::from_str(json)?, "GptConfig")?;
+        Ok(GptConfig {
+            vocab: f.get("vocab")?,
+            context: f.get("context")?,
+            dim: f.get("dim")?,
+            layers: f.get("layers")?,
+            heads: f.get("heads")?,
+            dropout: f.get("dropout")?,
+        })
+    }
 }
 
 /// A decoder-only transformer language model.
@@ -172,7 +190,7 @@ impl Gpt {
                 )
             })
         };
-        let config: GptConfig = serde_json::from_str(get(CONFIG_KEY)?)
+        let config = GptConfig::from_json(get(CONFIG_KEY)?)
             .map_err(|e| Error::format("Gpt", format!("bad {CONFIG_KEY}: {e}")))?;
         let tok = CharTokenizer::from_json(get(tokenizer::METADATA_KEY)?)?;
         if tok.vocab_size() != config.vocab {
@@ -372,6 +390,38 @@ mod tests {
                 seed: 0,
             };
             assert_eq!(choose(&logits, &top, 0.999_999), w, "rank {i}");
+        }
+    }
+
+    /// The config's hand decoder reads what the derived `Serialize` writes, and rejects
+    /// malformed JSON with a message naming what was wrong.
+    #[test]
+    fn config_round_trips_and_malformed_is_an_error() {
+        let c = GptConfig {
+            vocab: 65,
+            context: 64,
+            dim: 32,
+            layers: 2,
+            heads: 4,
+            dropout: 0.1,
+        };
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(GptConfig::from_json(&json).unwrap(), c);
+        for (bad, want) in [
+            ("", "EOF"),
+            ("[1]", "GptConfig expects an object of fields"),
+            ("{\"vocab\":65}", "missing field `context`"),
+            (
+                "{\"vocab\":-1,\"context\":1,\"dim\":1,\"layers\":1,\"heads\":1,\"dropout\":0}",
+                "-1",
+            ),
+            (
+                "{\"vocab\":1,\"context\":1,\"dim\":1,\"layers\":1,\"heads\":1,\"dropout\":\"x\"}",
+                "\"x\"",
+            ),
+        ] {
+            let err = GptConfig::from_json(bad).unwrap_err().to_string();
+            assert!(err.contains(want), "{bad}: {err}");
         }
     }
 }

@@ -340,6 +340,13 @@ macro_rules! define_binary {
                       (BinaryOp::$var, false) => first_or!($wgsl $(, $wgsl_int)?),)*
                 }
             }
+            /// The variant's Rust name, which serde's name of it (`snake_case`) lowercases:
+            /// op/json.rs's hand decoder reads it.
+            pub(crate) fn variant(&self) -> &'static str {
+                match self {
+                    $(BinaryOp::$var => stringify!($var),)*
+                }
+            }
             /// Every op of the family.
             pub const ALL: &'static [BinaryOp] = &[$(BinaryOp::$var),*];
         }
@@ -370,6 +377,13 @@ macro_rules! define_compare {
             pub fn wgsl(&self) -> &'static str {
                 match self {
                     $(CmpOp::$var => $wgsl,)*
+                }
+            }
+            /// The variant's Rust name, which serde's name of it (`snake_case`) lowercases:
+            /// op/json.rs's hand decoder reads it.
+            pub(crate) fn variant(&self) -> &'static str {
+                match self {
+                    $(CmpOp::$var => stringify!($var),)*
                 }
             }
             /// Every op of the family.

@@ -9,7 +9,9 @@
 //! graph (`model/graph.rs`) is read the same way, with [`Fields`].
 
 use super::custom::CustomCall;
-use super::{AdamParams, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp, any_f64};
+use super::{
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp, any_f64,
+};
 use crate::shape::SliceRange;
 use alloc::format;
 use alloc::string::String;
@@ -58,10 +60,13 @@ impl Fields {
             ))),
         }
     }
+    /// The field `name`, taken out (a `null` left in its place: `remove` would bring
+    /// `BTreeMap`'s rebalancing code into the web package, for these maps alone).
     #[inline(never)]
     pub(crate) fn value(&mut self, name: &str) -> Result<Value, Error> {
         self.0
-            .remove(name)
+            .get_mut(name)
+            .map(Value::take)
             .ok_or_else(|| Error::custom(format!("missing field `{name}`")))
     }
     #[inline(never)]
@@ -80,7 +85,8 @@ impl Fields {
         name: &str,
     ) -> Result<T, Error> {
         self.0
-            .remove(name)
+            .get_mut(name)
+            .map(Value::take)
             .map_or(Ok(T::default()), serde_json::from_value)
     }
     /// An array field, each element decoded by `item`.
@@ -133,11 +139,14 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
     if let Some(op) = unit {
         return no_fields(&name, payload, op);
     }
-    use serde_json::from_value as from;
     match name.as_str() {
         "unary" => return unary(payload).map(Op::Unary),
-        "binary" => return from(payload).map(Op::Binary),
-        "compare" => return from(payload).map(Op::Compare),
+        "binary" => {
+            return unit_of(payload, "binary op", BinaryOp::ALL, BinaryOp::variant).map(Op::Binary);
+        }
+        "compare" => {
+            return unit_of(payload, "comparison", CmpOp::ALL, CmpOp::variant).map(Op::Compare);
+        }
         "conv2d" => return conv2d_params(payload).map(Op::Conv2d),
         "pool2d" => return pool2d(payload).map(Op::Pool2d),
         "pool2d_backward" => return pool2d(payload).map(Op::Pool2dBackward),
@@ -268,6 +277,29 @@ fn unary(v: Value) -> Result<UnaryOp, Error> {
                 names.join(", ")
             )))
         }
+    }
+}
+
+/// A variant without fields among `all`, by serde's name of it: its Rust name (`variant`) in
+/// snake_case, which for these one-word names is the lowercase name (`Max` is `"max"`). For
+/// `BinaryOp` and `CmpOp`, whose derived decoders the page then leaves out.
+fn unit_of<T: Copy>(
+    v: Value,
+    what: &str,
+    all: &[T],
+    variant: fn(&T) -> &'static str,
+) -> Result<T, Error> {
+    let (name, payload) = tagged(v, &format!("a {what}"))?;
+    let names: Vec<String> = all
+        .iter()
+        .map(|op| variant(op).to_ascii_lowercase())
+        .collect();
+    match names.iter().position(|n| *n == name) {
+        Some(i) => no_fields(&name, payload, all[i]),
+        None => Err(Error::custom(format!(
+            "unknown {what} `{name}`, expected one of {}",
+            names.join(", ")
+        ))),
     }
 }
 
@@ -500,6 +532,19 @@ mod tests {
             (r#"{"custom":{"attrs":{}}}"#, "missing field `name`"),
             (r#"{"custom":{"name":"x","attrs":{"a":"b"}}}"#, "\"b\""),
             (r#"{"matmul":{"x":1}}"#, "matmul takes no fields"),
+            (
+                r#"{"binary":"maximum"}"#,
+                "unknown binary op `maximum`, expected one of add, sub, mul, div, pow, max, min",
+            ),
+            (
+                r#"{"binary":{"add":[1]}}"#,
+                "add takes no fields, found [1]",
+            ),
+            (r#"{"compare":"Eq"}"#, "unknown comparison `Eq`"),
+            (
+                r#"{"compare":7}"#,
+                "expected a comparison (a name or an object of one key), found 7",
+            ),
         ];
         for (json, want) in cases {
             let err = serde_json::from_str::<Op>(json).unwrap_err().to_string();
