@@ -632,8 +632,18 @@ impl<'a> Writer<'a> {
         }
         let mut decls = Vec::new();
         let mut params = Vec::new();
+        let mut prologue = Vec::new();
         for g in self.used_buffers(info, true) {
             for (d, p) in self.buffer_params(g, true)? {
+                // A by-value buffer is read through a pointer to the parameter, as any other
+                // buffer.
+                if matches!(p.kind, ParamKind::Inline { .. }) {
+                    let ty = self.type_name(self.module.global_variables[g].ty)?;
+                    let name = &self.globals[&g];
+                    prologue.push(format!(
+                        "  const {ty}* __restrict__ {name} = reinterpret_cast<const {ty}*>(&{name}_bytes);"
+                    ));
+                }
                 decls.push(d);
                 params.push(p);
             }
@@ -652,16 +662,8 @@ impl<'a> Writer<'a> {
             self.symbols[index],
             decls.join(", ")
         );
-        // A by-value buffer is read through a pointer to the parameter, as any other buffer.
-        for g in self.used_buffers(info, true) {
-            if self.inline_capacity(g)?.is_some() {
-                let ty = self.type_name(self.module.global_variables[g].ty)?;
-                let name = &self.globals[&g];
-                let _ = writeln!(
-                    self.out,
-                    "  const {ty}* __restrict__ {name} = reinterpret_cast<const {ty}*>(&{name}_bytes);"
-                );
-            }
+        for line in prologue {
+            let _ = writeln!(self.out, "{line}");
         }
         for a in &ep.function.arguments {
             let name = fun.names.fresh(a.name.as_deref(), "builtin");

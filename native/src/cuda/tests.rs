@@ -62,6 +62,25 @@ fn backend_reports_no_driver_as_an_error_or_works() {
 }
 
 #[test]
+fn params_go_by_value_in_the_smallest_size_that_holds_them() {
+    // (u32 words, bytes by value; 0: a device buffer)
+    for (words, bytes) in [
+        (0, 256),
+        (1, 256),
+        (64, 256),
+        (65, 1024),
+        (256, 1024),
+        (257, 4096),
+        (1024, 4096),
+        (1025, 0),
+        (100_000, 0),
+    ] {
+        assert_eq!(super::inline_capacity(words), bytes, "{words} words");
+    }
+    assert_eq!(super::INLINE_PARAMS_MAX, 4 * 1024);
+}
+
+#[test]
 fn elementwise_reductions_and_views_match_the_cpu() -> Result<()> {
     let Some(dev) = gpu() else { return Ok(()) };
     let cpu = Device::cpu();
@@ -260,7 +279,7 @@ fn matmul_options_match_the_cpu() -> Result<()> {
             super::CudaOptions {
                 matmul,
                 cublas,
-                cudnn: true,
+                ..super::CudaOptions::default()
             },
         )?;
         let got = on(&a, &dev)?.matmul(&on(&b, &dev)?)?;
@@ -320,9 +339,12 @@ fn convolutions_on_cudnn_match_the_cpu() -> Result<()> {
         let want = grads(&cpu)?;
         assert_eq!(want[1].dims(), x.dims());
         let flops = 2 * y.shape().numel() * w.shape().numel() / o;
-        for cudnn in [true, false] {
+        // (cuDNN, FFT and Winograd admitted): cuDNN picks a transform for some geometries (an
+        // FFT for case 4's input gradient on an H200, within 1.4e-6 against 2.8e-6 directly)
+        for (cudnn, conv_transforms) in [(true, false), (true, true), (false, false)] {
             let options = super::CudaOptions {
                 cudnn,
+                conv_transforms,
                 ..super::CudaOptions::default()
             };
             let got = grads(&super::device_with(0, options)?)?;
@@ -334,12 +356,20 @@ fn convolutions_on_cudnn_match_the_cpu() -> Result<()> {
                 // mean square), not the result's, which may cancel to near 0
                 let c = c.to_vec::<f32>()?;
                 let rms = (c.iter().map(|v| v * v).sum::<f32>() / c.len() as f32).sqrt();
+                let mut worst = 0f32;
                 for (j, (a, b)) in g.to_vec::<f32>()?.iter().zip(&c).enumerate() {
+                    let error = (a - b).abs() / (rms + b.abs());
+                    worst = worst.max(error);
                     assert!(
-                        (a - b).abs() <= 2e-5 * (rms + b.abs()),
-                        "case {i} {name}, cudnn {cudnn}, [{j}]: cuda {a}, cpu {b} (rms {rms})"
+                        error <= 2e-5,
+                        "case {i} {name}, cudnn {cudnn}, transforms {conv_transforms}, [{j}]: \
+                         cuda {a}, cpu {b} (rms {rms})"
                     );
                 }
+                println!(
+                    "case {i} {name}, cudnn {cudnn}, transforms {conv_transforms}: \
+                     error {worst:.2e} of the terms' size"
+                );
             }
             expected += if cudnn && flops >= 1 << 31 { 2 } else { 0 };
         }
