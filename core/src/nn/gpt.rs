@@ -80,7 +80,11 @@ impl Gpt {
         if c.vocab == 0 || c.context == 0 || c.layers == 0 {
             return Err(Error::invalid(
                 "Gpt",
-                format!("expected a non-zero vocabulary, context and depth, found {c:?}"),
+                format!(
+                    "expected a non-zero vocabulary, context and depth, found vocab {}, \
+                     context {} and {} layers",
+                    c.vocab, c.context, c.layers
+                ),
             ));
         }
         let embedding = |init: &mut Init, n| -> Result<Embedding> {

@@ -34,6 +34,7 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 
+use crate::error::Num;
 use crate::op::{Meta, Op};
 use crate::{Error, Result, SortedMap, Tensor, TensorData};
 use alloc::boxed::Box;
@@ -244,7 +245,10 @@ impl CustomCall {
         if let Some((k, v)) = self.attrs.iter().find(|(_, v)| !v.is_finite()) {
             return Err(Error::invalid(
                 r.name,
-                format!("attribute {k:?} is {v}; attributes must be finite numbers"),
+                format!(
+                    "attribute {k:?} is {}; attributes must be finite numbers",
+                    Num(*v)
+                ),
             ));
         }
         Ok(r)
