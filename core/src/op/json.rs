@@ -6,7 +6,9 @@
 //! types ([`UnaryOp`], [`ReduceOp`], [`Pool2d`], [`Conv2dParams`], [`AdamParams`],
 //! [`SliceRange`], [`CustomCall`]) are read the same way (their derived decoders, each a map
 //! and a sequence visitor with a field enum, were the bulk of what was left). The model file's
-//! graph (`model/graph.rs`) is read the same way, with [`Fields`].
+//! graph (`model/graph.rs`) is read the same way, with [`Fields`]. Each field's value is read
+//! by [`FromJson`] rather than by serde's decoders, so that no serde visitor (and with it Rust's
+//! float formatting, which their error messages use) is left on the page's model-loading path.
 
 use super::custom::{Attrs, CustomCall};
 use super::{
@@ -625,6 +627,55 @@ mod tests {
         assert!(call.attrs.is_empty());
         let relu = unary(serde_json::json!({ "relu": null })).unwrap();
         assert_eq!(relu, UnaryOp::Relu);
+    }
+
+    /// `FromJson` reads what serde writes for each type, and says what it expected otherwise.
+    #[test]
+    fn from_json_reads_each_type_and_rejects_others() {
+        use serde_json::json;
+        assert_eq!(usize::from_json(&json!(7)), Some(7));
+        for bad in [json!(-1), json!(1.5), json!("7"), json!(null), json!(1e300)] {
+            assert_eq!(usize::from_json(&bad), None, "{bad}");
+        }
+        assert_eq!(u64::from_json(&json!(u64::MAX)), Some(u64::MAX));
+        assert_eq!(bool::from_json(&json!(1)), None);
+        assert_eq!(f64::from_json(&json!(-3)), Some(-3.0));
+        assert_eq!(f64::from_json(&json!("inf")), None);
+        assert_eq!(String::from_json(&json!(["a"])), None);
+        assert_eq!(DType::from_json(&json!("f16")), Some(DType::F16));
+        assert_eq!(DType::from_json(&json!("float")), None);
+        assert!(DType::expected().contains("f32"), "{}", DType::expected());
+        assert_eq!(Shape::from_json(&json!([2, 3])), Some(Shape::from([2, 3])));
+        assert_eq!(
+            <Vec<Option<usize>>>::from_json(&json!([null, 4])),
+            Some(alloc::vec![None, Some(4)])
+        );
+        assert_eq!(<Vec<usize>>::from_json(&json!([1, "2"])), None);
+        assert_eq!(<[usize; 2]>::from_json(&json!([1, 2, 3])), None);
+        assert_eq!(<(usize, usize)>::from_json(&json!([1, 2])), Some((1, 2)));
+        assert_eq!(
+            Attrs::from_json(&json!({"a": 1})).map(|a| a["a"]),
+            Some(1.0)
+        );
+        assert_eq!(Attrs::from_json(&json!([1])), None);
+        assert_eq!(
+            <Vec<[usize; 2]>>::expected(),
+            "an array, each item an array of 2 items, each a whole number >= 0"
+        );
+        assert_eq!(any_f64_of("x", json!("-inf")).unwrap(), f64::NEG_INFINITY);
+        assert!(any_f64_of("x", json!("nan")).unwrap().is_nan());
+        let err = any_f64_of("x", json!([])).unwrap_err().to_string();
+        assert!(
+            err.contains("x expects a number, \"inf\", \"-inf\" or \"nan\", found []"),
+            "{err}"
+        );
+        let mut f = Fields::of(json!({"dims": [1, -1]}), "test").unwrap();
+        let err = f.get::<Vec<usize>>("dims").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "dims expects an array, each item a whole number >= 0, found [1,-1]"
+        );
+        assert_eq!(f.or_default::<bool>("absent").unwrap(), false);
     }
 
     /// Malformed parameters are errors that say what was wrong, never panics.
