@@ -675,7 +675,7 @@ mod tests {
             err,
             "dims expects an array, each item a whole number >= 0, found [1,-1]"
         );
-        assert_eq!(f.or_default::<bool>("absent").unwrap(), false);
+        assert!(!f.or_default::<bool>("absent").unwrap());
     }
 
     /// Malformed parameters are errors that say what was wrong, never panics.
