@@ -31,6 +31,7 @@ pub mod op;
 pub mod optim;
 pub mod random;
 pub mod shape;
+pub mod sorted;
 pub mod tensor;
 pub mod tokenizer;
 
@@ -45,17 +46,6 @@ pub use op::{
     AdamParams, BinaryOp, CmpOp, Conv2dParams, Meta, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp,
 };
 pub use shape::{Layout, Shape, SliceRange};
+pub use sorted::SortedMap;
+pub(crate) use sorted::sorted_unique;
 pub use tensor::{Tensor, TensorId};
-
-/// The distinct values of `items`, in order, each placed by a binary search: a small function
-/// per type, where `sort_unstable` + `dedup` compiled a quicksort of 3 to 10 KiB into the web
-/// package per type. For short lists or few distinct values (axes, characters, op names).
-pub(crate) fn sorted_unique<T: Ord>(items: impl IntoIterator<Item = T>) -> alloc::vec::Vec<T> {
-    let mut out = alloc::vec::Vec::new();
-    for x in items {
-        if let Err(i) = out.binary_search(&x) {
-            out.insert(i, x);
-        }
-    }
-    out
-}

@@ -3,6 +3,7 @@
 //! validated, executed and recorded for autodiff and tracing.
 
 use crate::backend::View;
+use crate::error::Num;
 use crate::op::{BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp};
 use crate::shape::{SliceRange, resolve_axis, resolve_axis_or_scalar};
 use crate::{DType, Device, Element, Error, Layout, Result, Shape, Storage, TensorData};
@@ -438,7 +439,10 @@ impl Tensor {
             return Err(Error::invalid(
                 "arange",
                 alloc::format!(
-                    "start {start}, end {end} and step {step} must be finite with step != 0"
+                    "start {}, end {} and step {} must be finite with step != 0",
+                    Num(start),
+                    Num(end),
+                    Num(step)
                 ),
             ));
         }
@@ -599,7 +603,7 @@ impl Tensor {
         if min > max {
             return Err(Error::invalid(
                 "clamp",
-                alloc::format!("min {min} is greater than max {max}"),
+                alloc::format!("min {} is greater than max {}", Num(min), Num(max)),
             ));
         }
         self.unary(UnaryOp::Clamp { min, max })

@@ -14,7 +14,7 @@
 //! ```
 
 use crate::op::json::Fields;
-use crate::{Error, Result};
+use crate::{Error, Result, SortedMap};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -27,9 +27,8 @@ pub const METADATA_KEY: &str = "kiln_tokenizer";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CharTokenizer {
     chars: Vec<char>,
-    /// Each character's id, in character order for a binary search: a sorted list rather than
-    /// a `BTreeMap<char, u32>`, whose code the web package would carry for this map alone.
-    ids: Vec<(char, u32)>,
+    /// Each character's id (a `SortedMap`, not a `BTreeMap`: see [`crate::sorted`]).
+    ids: SortedMap<char, u32>,
 }
 
 #[derive(Serialize)]
@@ -45,12 +44,10 @@ impl CharTokenizer {
     }
 
     fn from_chars(chars: Vec<char>) -> Self {
-        // Inserted one by one where they sort (the characters are distinct): no sort's code in
-        // the web package (which has a size budget).
-        let mut ids: Vec<(char, u32)> = Vec::with_capacity(chars.len());
+        // The characters are distinct, so each is inserted.
+        let mut ids = SortedMap::new();
         for (i, &c) in chars.iter().enumerate() {
-            let at = ids.partition_point(|&(d, _)| d < c);
-            ids.insert(at, (c, i as u32));
+            ids.get_or_insert_with(c, || i as u32);
         }
         CharTokenizer { chars, ids }
     }
@@ -64,8 +61,7 @@ impl CharTokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         text.chars()
             .map(|c| {
-                let found = self.ids.binary_search_by_key(&c, |&(d, _)| d);
-                found.map(|k| self.ids[k].1).map_err(|_| {
+                self.ids.get(&c).copied().ok_or_else(|| {
                     Error::invalid(
                         "tokenizer",
                         format!(

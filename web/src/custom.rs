@@ -16,6 +16,7 @@ use crate::error::{IntoJs, JsResult, invalid, to_js};
 use crate::js;
 use crate::tensor::{Tensor, data_from_js, typed_array};
 use js_sys::{Array, Function, Object};
+use kiln_core::error::Num;
 use kiln_core::op::custom::{self, Attrs, CustomOp, Grid, KernelLaunch};
 use kiln_core::{DType, Error, Meta, Result, Shape, Tensor as KTensor, TensorData};
 use std::sync::Arc;
@@ -238,7 +239,7 @@ fn words(v: &JsValue) -> std::result::Result<Vec<u32>, String> {
             _ => Err(format!(
                 "word {i} is {} (pass f32 fields through a Float32Array)",
                 x.as_f64()
-                    .map_or_else(|| js::type_name(&x), |f| f.to_string())
+                    .map_or_else(|| js::type_name(&x), |f| Num(f).to_string())
             )),
         })
         .collect()
@@ -326,7 +327,10 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
         Some(n) => {
             return Err(invalid(
                 op,
-                format!("{name}: spec.workgroupSize must be an integer in 1..=1024, got {n}"),
+                format!(
+                    "{name}: spec.workgroupSize must be an integer in 1..=1024, got {}",
+                    Num(n)
+                ),
             ));
         }
     };

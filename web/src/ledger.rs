@@ -3,7 +3,7 @@
 
 use crate::error::JsResult;
 use crate::js;
-use kiln_core::Tensor as KTensor;
+use kiln_core::{SortedMap, Tensor as KTensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use wasm_bindgen::prelude::*;
@@ -96,25 +96,16 @@ pub fn memory_report() -> JsValue {
         bytes: u64,
         allocated: Option<u64>,
     }
-    // Per device, in name order: a sorted list, not a BTreeMap, whose code (insert, search,
-    // drop: about 4.5 KB before wasm-opt) this report alone would bring into the module.
-    fn slot(per: &mut Vec<(String, Sum)>, dev: String) -> &mut Sum {
-        let i = match per.binary_search_by(|(d, _)| d.as_str().cmp(&dev)) {
-            Ok(i) => i,
-            Err(i) => {
-                per.insert(i, (dev, Sum::default()));
-                i
-            }
-        };
-        &mut per[i].1
-    }
-    let mut per: Vec<(String, Sum)> = Vec::new();
+    // Per device, in name order (a SortedMap, not a BTreeMap, whose code this report alone
+    // would bring into the module).
+    let mut per: SortedMap<String, Sum> = SortedMap::new();
     LEDGER.with_borrow(|l| {
         for e in l.entries.values() {
             let (dev, n, b) = match e {
                 Entry::Tensor(t) => {
                     let dev = crate::device::kind_of(t.device()).to_string();
-                    slot(&mut per, dev.clone()).allocated = t.device().backend().allocated_bytes();
+                    per.get_or_insert_with(dev.clone(), Sum::default).allocated =
+                        t.device().backend().allocated_bytes();
                     (dev, 1, tensor_bytes(t))
                 }
                 Entry::Weights {
@@ -123,14 +114,14 @@ pub fn memory_report() -> JsValue {
                     bytes,
                 } => (device.clone(), *tensors, *bytes),
             };
-            let s = slot(&mut per, dev);
+            let s = per.get_or_insert_with(dev, Sum::default);
             s.tensors += n;
             s.bytes += b;
         }
     });
     let devices = js_sys::Object::new();
     let (mut tensors, mut bytes) = (0, 0);
-    for (name, s) in &per {
+    for (name, s) in per.iter() {
         tensors += s.tensors;
         bytes += s.bytes;
         let o = js::object(&[

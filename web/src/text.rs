@@ -7,6 +7,7 @@ use crate::device::{self, Device, Wanted, kind_of};
 use crate::error::{IntoJs, JsResult, invalid};
 use crate::model::source_bytes;
 use crate::{js, ledger};
+use kiln_core::error::Num;
 use kiln_core::nn::Module;
 use kiln_core::nn::gpt::{Generator, Gpt, Sampling};
 use kiln_core::tokenizer::CharTokenizer;
@@ -84,14 +85,14 @@ impl TextModel {
             if let Some(v) = v.filter(|v| !(v.fract() == 0.0 && *v >= 0.0 && *v <= 9e15)) {
                 return Err(invalid(
                     op,
-                    format!("options.{name} must be a whole number >= 0, got {v}"),
+                    format!("options.{name} must be a whole number >= 0, got {}", Num(v)),
                 ));
             }
         }
         if !(temperature >= 0.0 && temperature.is_finite()) {
             return Err(invalid(
                 op,
-                format!("options.temperature must be >= 0, got {temperature}"),
+                format!("options.temperature must be >= 0, got {}", Num(temperature)),
             ));
         }
         let on_token = js::get(&options, "onToken");

@@ -10,7 +10,7 @@
 //! that changes in any other way is an error at save time.
 
 use crate::op::Op;
-use crate::op::json::{Fields, from_value_impls, op_from_value};
+use crate::op::json::{Fields, FromJson, from_value_impls, not_a, op_from_value};
 use crate::{DType, Error, Result, Shape, Tensor, TensorId};
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -103,14 +103,23 @@ fn reference(v: Value) -> Decoded<Ref> {
             )));
         }
     };
-    match kind.as_str() {
-        "input" => serde_json::from_value(at).map(Ref::Input),
-        "tensor" => serde_json::from_value(at).map(Ref::Tensor),
-        "node" => serde_json::from_value(at).map(Ref::Node),
-        _ => Err(serde_json::Error::custom(format!(
-            "unknown reference `{kind}`"
-        ))),
-    }
+    let read = match kind.as_str() {
+        "input" => usize::from_json(&at).map(Ref::Input),
+        "tensor" => String::from_json(&at).map(Ref::Tensor),
+        "node" => usize::from_json(&at).map(Ref::Node),
+        _ => {
+            return Err(serde_json::Error::custom(format!(
+                "unknown reference `{kind}`"
+            )));
+        }
+    };
+    read.ok_or_else(|| {
+        let expected = match kind.as_str() {
+            "tensor" => String::expected(),
+            _ => usize::expected(),
+        };
+        not_a(&kind, expected, &at)
+    })
 }
 
 fn node(v: Value) -> Decoded<GraphNode> {

@@ -2,6 +2,7 @@
 
 use super::Forward;
 use super::init::mix;
+use crate::error::Num;
 use crate::{Error, Result, Tensor};
 use alloc::format;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -76,7 +77,7 @@ impl Dropout {
         if !(0.0..=1.0).contains(&p) {
             return Err(Error::invalid(
                 "Dropout",
-                format!("probability must be in [0, 1], got {p}"),
+                format!("probability must be in [0, 1], got {}", Num(p)),
             ));
         }
         Ok(Dropout {

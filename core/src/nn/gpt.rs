@@ -80,7 +80,11 @@ impl Gpt {
         if c.vocab == 0 || c.context == 0 || c.layers == 0 {
             return Err(Error::invalid(
                 "Gpt",
-                format!("expected a non-zero vocabulary, context and depth, found {c:?}"),
+                format!(
+                    "expected a non-zero vocabulary, context and depth, found vocab {}, \
+                     context {} and {} layers",
+                    c.vocab, c.context, c.layers
+                ),
             ));
         }
         let embedding = |init: &mut Init, n| -> Result<Embedding> {
@@ -236,8 +240,8 @@ pub struct Sampling {
 pub fn choose(logits: &[f32], sampling: &Sampling, u: f32) -> usize {
     // Largest first; ties by index so the choice is the same everywhere: one u64 key per
     // logit, its `total_cmp` rank (the bits with the magnitude flipped for negatives, then the
-    // sign, as unsigned), inverted, above its index. A sort of plain integers is a third of
-    // the code of one by a comparison closure in the web package.
+    // sign, as unsigned), inverted, above its index, so that a heapsort of plain integers
+    // (the web package's smallest sort) orders them.
     let mut keys: Vec<u64> = logits
         .iter()
         .enumerate()
@@ -247,7 +251,7 @@ pub fn choose(logits: &[f32], sampling: &Sampling, u: f32) -> usize {
             u64::from(!rank) << 32 | i as u64
         })
         .collect();
-    keys.sort_unstable();
+    crate::sorted::heapsort(&mut keys);
     let order: Vec<usize> = keys.iter().map(|k| *k as u32 as usize).collect();
     if sampling.temperature <= 0.0 || order.len() <= 1 {
         return order.first().copied().unwrap_or(0);

@@ -34,8 +34,9 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 
+use crate::error::Num;
 use crate::op::{Meta, Op};
-use crate::{Error, Result, Tensor, TensorData};
+use crate::{Error, Result, SortedMap, Tensor, TensorData};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -148,21 +149,12 @@ pub struct Registered {
     pub id: u64,
 }
 
-/// The registered ops by name, in name order: a sorted list searched by binary search, not a
-/// `BTreeMap`, whose insert, search and drop code the web package would carry for it alone.
-/// An unregistered op's entry stays, empty: names are few (each is kept for the process anyway).
-struct Registry(Vec<(String, Option<Registered>)>);
+/// The registered ops by name, in name order (a `SortedMap`, not a `BTreeMap`: see
+/// [`crate::sorted`]). An unregistered op's entry stays, empty: names are few (each is kept
+/// for the process anyway).
+type Registry = SortedMap<String, Option<Registered>>;
 
-impl Registry {
-    fn find(&self, name: &str) -> core::result::Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.as_str().cmp(name))
-    }
-    fn get(&self, name: &str) -> Option<&Registered> {
-        self.find(name).ok().and_then(|i| self.0[i].1.as_ref())
-    }
-}
-
-static REGISTRY: spin::Mutex<Registry> = spin::Mutex::new(Registry(Vec::new()));
+static REGISTRY: spin::Mutex<Registry> = spin::Mutex::new(SortedMap::new());
 // usize: 32-bit targets without 64-bit atomics (thumbv7em) build kiln-core too.
 static NEXT_ID: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(1);
 
@@ -181,19 +173,14 @@ pub fn register_op(op: Arc<dyn CustomOp>) -> Result<()> {
         ));
     }
     let mut registry = REGISTRY.lock();
+    let entry = registry.get_or_insert_with(String::from(name), || None);
     // A re-registration reuses the name kept by the first one.
-    let kept = match registry.get(name) {
+    let kept = match entry {
         Some(r) => r.name,
         None => Box::leak(String::from(name).into_boxed_str()),
     };
     let id = NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed) as u64;
-    let at = registry.find(name);
-    let key = String::from(name);
-    let entry = Some(Registered { op, name: kept, id });
-    match at {
-        Ok(i) => registry.0[i].1 = entry,
-        Err(i) => registry.0.insert(i, (key, entry)),
-    }
+    *entry = Some(Registered { op, name: kept, id });
     Ok(())
 }
 
@@ -208,17 +195,13 @@ pub fn unregister_op(name: &str) -> bool {
         return false;
     }
     let mut registry = REGISTRY.lock();
-    match registry.find(name) {
-        Ok(i) => registry.0[i].1.take().is_some(),
-        Err(_) => false,
-    }
+    registry.get_mut(name).is_some_and(|r| r.take().is_some())
 }
 
 /// The names of the registered ops, sorted, but for kiln's own ([`KILN_PREFIX`]).
 pub fn registered_ops() -> Vec<String> {
     REGISTRY
         .lock()
-        .0
         .iter()
         .filter(|(k, r)| r.is_some() && !k.starts_with(KILN_PREFIX))
         .map(|(k, _)| k.clone())
@@ -228,7 +211,7 @@ pub fn registered_ops() -> Vec<String> {
 /// The op registered as `name`, or an error naming it and saying how to register it.
 pub fn lookup(name: &str) -> Result<Registered> {
     // the lock is released before the error lists the registered names (it is not reentrant)
-    let found = REGISTRY.lock().get(name).cloned();
+    let found = REGISTRY.lock().get(name).cloned().flatten();
     found.ok_or_else(|| not_registered(name))
 }
 
@@ -262,7 +245,10 @@ impl CustomCall {
         if let Some((k, v)) = self.attrs.iter().find(|(_, v)| !v.is_finite()) {
             return Err(Error::invalid(
                 r.name,
-                format!("attribute {k:?} is {v}; attributes must be finite numbers"),
+                format!(
+                    "attribute {k:?} is {}; attributes must be finite numbers",
+                    Num(*v)
+                ),
             ));
         }
         Ok(r)
@@ -305,7 +291,11 @@ pub(crate) fn infer(call: &CustomCall, inputs: &[Meta]) -> Result<Meta> {
 /// The op's name for messages: the registered one, or `"custom"` for an unknown name (whose
 /// use fails with [`lookup`]'s error).
 pub(crate) fn name(call: &CustomCall) -> &'static str {
-    REGISTRY.lock().get(&call.name).map_or("custom", |r| r.name)
+    REGISTRY
+        .lock()
+        .get(&call.name)
+        .and_then(Option::as_ref)
+        .map_or("custom", |r| r.name)
 }
 
 /// The autodiff rule: the op's backward, checked to give one entry per input.

@@ -6,17 +6,20 @@
 //! types ([`UnaryOp`], [`ReduceOp`], [`Pool2d`], [`Conv2dParams`], [`AdamParams`],
 //! [`SliceRange`], [`CustomCall`]) are read the same way (their derived decoders, each a map
 //! and a sequence visitor with a field enum, were the bulk of what was left). The model file's
-//! graph (`model/graph.rs`) is read the same way, with [`Fields`].
+//! graph (`model/graph.rs`) is read the same way, with [`Fields`]. Each field's value is read
+//! by [`FromJson`] rather than by serde's decoders, so that no serde visitor (and with it Rust's
+//! float formatting, which their error messages use) is left on the page's model-loading path.
 
-use super::custom::CustomCall;
+use super::custom::{Attrs, CustomCall};
 use super::{
-    AdamParams, BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp, any_f64,
+    AdamParams, BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp,
 };
-use crate::shape::SliceRange;
+use crate::DType;
+use crate::shape::{Shape, SliceRange};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use serde::de::{Deserialize, DeserializeOwned, Deserializer, Error as _};
+use serde::de::{Deserialize, Deserializer, Error as _};
 use serde_json::{Error, Map, Value};
 
 /// `Deserialize` for types whose decoder is a function over a `serde_json::Value`.
@@ -69,25 +72,24 @@ impl Fields {
             .map(Value::take)
             .ok_or_else(|| Error::custom(format!("missing field `{name}`")))
     }
+    /// The field `name`, read by [`FromJson`].
     #[inline(never)]
-    pub(crate) fn get<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, Error> {
-        serde_json::from_value(self.value(name)?)
+    pub(crate) fn get<T: FromJson>(&mut self, name: &str) -> Result<T, Error> {
+        let v = self.value(name)?;
+        T::from_json(&v).ok_or_else(|| not_a(name, T::expected(), &v))
     }
-    /// An f64 field: a number, or `"inf"`, `"-inf"`, `"nan"` (see [`any_f64`]).
+    /// An f64 field: a number, or `"inf"`, `"-inf"`, `"nan"` (see [`any_f64`](super::any_f64)).
     #[inline(never)]
     fn f64(&mut self, name: &str) -> Result<f64, Error> {
-        any_f64::deserialize(self.value(name)?)
+        any_f64_of(name, self.value(name)?)
     }
     /// A field that may be left out (`#[serde(default)]`).
     #[inline(never)]
-    pub(crate) fn or_default<T: DeserializeOwned + Default>(
-        &mut self,
-        name: &str,
-    ) -> Result<T, Error> {
-        self.0
-            .get_mut(name)
-            .map(Value::take)
-            .map_or(Ok(T::default()), serde_json::from_value)
+    pub(crate) fn or_default<T: FromJson + Default>(&mut self, name: &str) -> Result<T, Error> {
+        match self.0.get_mut(name).map(Value::take) {
+            Some(v) => T::from_json(&v).ok_or_else(|| not_a(name, T::expected(), &v)),
+            None => Ok(T::default()),
+        }
     }
     /// An array field, each element decoded by `item`.
     pub(crate) fn list<T>(
@@ -101,6 +103,157 @@ impl Fields {
                 "{name} expects an array, found {other}"
             ))),
         }
+    }
+}
+
+/// The error for a value `v` of `what` that is not `expected`.
+#[inline(never)]
+pub(crate) fn not_a(what: &str, expected: String, v: &Value) -> Error {
+    Error::custom(format!("{what} expects {expected}, found {v}"))
+}
+
+/// A value read from JSON by hand, as its derived or built-in `Deserialize` reads it, but
+/// without serde's visitors: their invalid-type messages print floats, which kept f64
+/// formatting (and a decoder per type) in the web package.
+pub(crate) trait FromJson: Sized {
+    /// The value, or `None` when `v` is not one.
+    fn from_json(v: &Value) -> Option<Self>;
+    /// What a value must be, for errors (`"a whole number >= 0"`).
+    fn expected() -> String;
+}
+
+impl FromJson for usize {
+    fn from_json(v: &Value) -> Option<usize> {
+        usize::try_from(v.as_u64()?).ok()
+    }
+    fn expected() -> String {
+        "a whole number >= 0".into()
+    }
+}
+
+impl FromJson for u64 {
+    fn from_json(v: &Value) -> Option<u64> {
+        v.as_u64()
+    }
+    fn expected() -> String {
+        "a whole number >= 0".into()
+    }
+}
+
+impl FromJson for bool {
+    fn from_json(v: &Value) -> Option<bool> {
+        v.as_bool()
+    }
+    fn expected() -> String {
+        "true or false".into()
+    }
+}
+
+/// Any number (as serde reads an f64); `"inf"` and the like only through [`any_f64_of`].
+impl FromJson for f64 {
+    fn from_json(v: &Value) -> Option<f64> {
+        v.as_f64()
+    }
+    fn expected() -> String {
+        "a number".into()
+    }
+}
+
+impl FromJson for String {
+    fn from_json(v: &Value) -> Option<String> {
+        v.as_str().map(String::from)
+    }
+    fn expected() -> String {
+        "a string".into()
+    }
+}
+
+impl FromJson for DType {
+    fn from_json(v: &Value) -> Option<DType> {
+        DType::parse(v.as_str()?)
+    }
+    fn expected() -> String {
+        let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+        format!("a dtype ({})", names.join(", "))
+    }
+}
+
+impl FromJson for Shape {
+    fn from_json(v: &Value) -> Option<Shape> {
+        Vec::from_json(v).map(Shape::new)
+    }
+    fn expected() -> String {
+        Vec::<usize>::expected()
+    }
+}
+
+impl<T: FromJson> FromJson for Option<T> {
+    fn from_json(v: &Value) -> Option<Option<T>> {
+        match v {
+            Value::Null => Some(None),
+            v => T::from_json(v).map(Some),
+        }
+    }
+    fn expected() -> String {
+        format!("{} or null", T::expected())
+    }
+}
+
+impl<T: FromJson> FromJson for Vec<T> {
+    fn from_json(v: &Value) -> Option<Vec<T>> {
+        v.as_array()?.iter().map(T::from_json).collect()
+    }
+    fn expected() -> String {
+        format!("an array, each item {}", T::expected())
+    }
+}
+
+impl<T: FromJson + Copy + Default> FromJson for [T; 2] {
+    fn from_json(v: &Value) -> Option<[T; 2]> {
+        match v.as_array()?.as_slice() {
+            [a, b] => Some([T::from_json(a)?, T::from_json(b)?]),
+            _ => None,
+        }
+    }
+    fn expected() -> String {
+        format!("an array of 2 items, each {}", T::expected())
+    }
+}
+
+/// serde's form of a pair: an array of 2.
+impl<T: FromJson + Copy + Default> FromJson for (T, T) {
+    fn from_json(v: &Value) -> Option<(T, T)> {
+        <[T; 2]>::from_json(v).map(|[a, b]| (a, b))
+    }
+    fn expected() -> String {
+        <[T; 2]>::expected()
+    }
+}
+
+/// Attributes: an object of numbers.
+impl FromJson for Attrs {
+    fn from_json(v: &Value) -> Option<Attrs> {
+        let mut attrs = Attrs::new();
+        for (k, x) in v.as_object()? {
+            attrs.insert(k.clone(), x.as_f64()?);
+        }
+        Some(attrs)
+    }
+    fn expected() -> String {
+        "an object of numbers".into()
+    }
+}
+
+/// An f64 as [`any_f64`](super::any_f64) writes it: a number, or `"inf"`, `"-inf"`, `"nan"` (`what` names it
+/// in the error).
+pub(crate) fn any_f64_of(what: &str, v: Value) -> Result<f64, Error> {
+    match &v {
+        Value::String(s) if s == "inf" => Ok(f64::INFINITY),
+        Value::String(s) if s == "-inf" => Ok(f64::NEG_INFINITY),
+        Value::String(s) if s == "nan" => Ok(f64::NAN),
+        v => v
+            .as_f64()
+            .ok_or_else(|| not_a(what, "a number, \"inf\", \"-inf\" or \"nan\"".into(), v)),
     }
 }
 
@@ -255,7 +408,7 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
 fn unary(v: Value) -> Result<UnaryOp, Error> {
     let (name, payload) = tagged(v, "a unary op")?;
     match name.as_str() {
-        "powf" => return any_f64::deserialize(payload).map(UnaryOp::Powf),
+        "powf" => return any_f64_of("powf", payload).map(UnaryOp::Powf),
         "clamp" => {
             let mut f = Fields::of(payload, "clamp")?;
             return Ok(UnaryOp::Clamp {
@@ -396,8 +549,7 @@ fn custom_call(v: Value) -> Result<CustomCall, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shape::Shape;
-    use crate::{BinaryOp, CmpOp, DType};
+    use crate::{BinaryOp, CmpOp};
 
     fn round_trip(op: Op) {
         let json = serde_json::to_string(&op).unwrap();
@@ -477,6 +629,55 @@ mod tests {
         assert_eq!(relu, UnaryOp::Relu);
     }
 
+    /// `FromJson` reads what serde writes for each type, and says what it expected otherwise.
+    #[test]
+    fn from_json_reads_each_type_and_rejects_others() {
+        use serde_json::json;
+        assert_eq!(usize::from_json(&json!(7)), Some(7));
+        for bad in [json!(-1), json!(1.5), json!("7"), json!(null), json!(1e300)] {
+            assert_eq!(usize::from_json(&bad), None, "{bad}");
+        }
+        assert_eq!(u64::from_json(&json!(u64::MAX)), Some(u64::MAX));
+        assert_eq!(bool::from_json(&json!(1)), None);
+        assert_eq!(f64::from_json(&json!(-3)), Some(-3.0));
+        assert_eq!(f64::from_json(&json!("inf")), None);
+        assert_eq!(String::from_json(&json!(["a"])), None);
+        assert_eq!(DType::from_json(&json!("f16")), Some(DType::F16));
+        assert_eq!(DType::from_json(&json!("float")), None);
+        assert!(DType::expected().contains("f32"), "{}", DType::expected());
+        assert_eq!(Shape::from_json(&json!([2, 3])), Some(Shape::from([2, 3])));
+        assert_eq!(
+            <Vec<Option<usize>>>::from_json(&json!([null, 4])),
+            Some(alloc::vec![None, Some(4)])
+        );
+        assert_eq!(<Vec<usize>>::from_json(&json!([1, "2"])), None);
+        assert_eq!(<[usize; 2]>::from_json(&json!([1, 2, 3])), None);
+        assert_eq!(<(usize, usize)>::from_json(&json!([1, 2])), Some((1, 2)));
+        assert_eq!(
+            Attrs::from_json(&json!({"a": 1})).map(|a| a["a"]),
+            Some(1.0)
+        );
+        assert_eq!(Attrs::from_json(&json!([1])), None);
+        assert_eq!(
+            <Vec<[usize; 2]>>::expected(),
+            "an array, each item an array of 2 items, each a whole number >= 0"
+        );
+        assert_eq!(any_f64_of("x", json!("-inf")).unwrap(), f64::NEG_INFINITY);
+        assert!(any_f64_of("x", json!("nan")).unwrap().is_nan());
+        let err = any_f64_of("x", json!([])).unwrap_err().to_string();
+        assert!(
+            err.contains("x expects a number, \"inf\", \"-inf\" or \"nan\", found []"),
+            "{err}"
+        );
+        let mut f = Fields::of(json!({"dims": [1, -1]}), "test").unwrap();
+        let err = f.get::<Vec<usize>>("dims").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "dims expects an array, each item a whole number >= 0, found [1,-1]"
+        );
+        assert!(!f.or_default::<bool>("absent").unwrap());
+    }
+
     /// Malformed parameters are errors that say what was wrong, never panics.
     #[test]
     fn malformed_parameters_are_clear_errors() {
@@ -517,13 +718,19 @@ mod tests {
                 r#"{"pool2d":{"max":[2,2]}}"#,
                 "pooling parameters expects an object",
             ),
-            (r#"{"pool2d":{"max":{"kernel":[2]}}}"#, "length 1"),
+            (
+                r#"{"pool2d":{"max":{"kernel":[2]}}}"#,
+                "kernel expects an array of 2 items, each a whole number >= 0, found [2]",
+            ),
             (r#"{"conv2d":{"stride":[1,1]}}"#, "missing field `padding`"),
             (
                 r#"{"conv2d":{"stride":[1,1],"padding":[0,0],"dilation":[1,1],"groups":-1}}"#,
-                "-1",
+                "groups expects a whole number >= 0, found -1",
             ),
-            (r#"{"adam_step":{"lr":"fast"}}"#, "\"fast\""),
+            (
+                r#"{"adam_step":{"lr":"fast"}}"#,
+                "lr expects a number, found \"fast\"",
+            ),
             (
                 r#"{"slice":{"ranges":[{"start":0,"end":2}]}}"#,
                 "missing field `step`",
