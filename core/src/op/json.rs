@@ -75,8 +75,7 @@ impl Fields {
     /// The field `name`, read by [`FromJson`].
     #[inline(never)]
     pub(crate) fn get<T: FromJson>(&mut self, name: &str) -> Result<T, Error> {
-        let v = self.value(name)?;
-        T::from_json(&v).ok_or_else(|| not_a(name, T::expected(), &v))
+        read(name, &self.value(name)?)
     }
     /// An f64 field: a number, or `"inf"`, `"-inf"`, `"nan"` (see [`any_f64`](super::any_f64)).
     #[inline(never)]
@@ -87,7 +86,7 @@ impl Fields {
     #[inline(never)]
     pub(crate) fn or_default<T: FromJson + Default>(&mut self, name: &str) -> Result<T, Error> {
         match self.0.get_mut(name).map(Value::take) {
-            Some(v) => T::from_json(&v).ok_or_else(|| not_a(name, T::expected(), &v)),
+            Some(v) => read(name, &v),
             None => Ok(T::default()),
         }
     }
@@ -104,6 +103,11 @@ impl Fields {
             ))),
         }
     }
+}
+
+/// The value `v` of the field `name`, or an error saying what it should have been.
+fn read<T: FromJson>(name: &str, v: &Value) -> Result<T, Error> {
+    T::from_json(v).ok_or_else(|| not_a(name, T::expected(), v))
 }
 
 /// The error for a value `v` of `what` that is not `expected`.
@@ -247,14 +251,9 @@ impl FromJson for Attrs {
 /// An f64 as [`any_f64`](super::any_f64) writes it: a number, or `"inf"`, `"-inf"`, `"nan"` (`what` names it
 /// in the error).
 pub(crate) fn any_f64_of(what: &str, v: Value) -> Result<f64, Error> {
-    match &v {
-        Value::String(s) if s == "inf" => Ok(f64::INFINITY),
-        Value::String(s) if s == "-inf" => Ok(f64::NEG_INFINITY),
-        Value::String(s) if s == "nan" => Ok(f64::NAN),
-        v => v
-            .as_f64()
-            .ok_or_else(|| not_a(what, "a number, \"inf\", \"-inf\" or \"nan\"".into(), v)),
-    }
+    let named = v.as_str().and_then(super::any_f64::named);
+    (named.or_else(|| v.as_f64()))
+        .ok_or_else(|| not_a(what, "a number, \"inf\", \"-inf\" or \"nan\"".into(), &v))
 }
 
 /// serde's form of an enum value: a unit variant's name (`"matmul"`), or an object of one key,

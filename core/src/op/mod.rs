@@ -28,6 +28,16 @@ pub(crate) mod any_f64 {
         }
     }
 
+    /// The value of one of the three names `serialize` writes for a non-finite f64.
+    pub(crate) fn named(s: &str) -> Option<f64> {
+        match s {
+            "inf" => Some(f64::INFINITY),
+            "-inf" => Some(f64::NEG_INFINITY),
+            "nan" => Some(f64::NAN),
+            _ => None,
+        }
+    }
+
     /// Accepts a JSON number or one of the three names (a visitor rather than an untagged enum,
     /// which would buffer each value first and pull serde's buffering code into the wasm).
     struct AnyF64;
@@ -47,14 +57,11 @@ pub(crate) mod any_f64 {
             Ok(v as f64)
         }
         fn visit_str<E: Error>(self, v: &str) -> Result<f64, E> {
-            match v {
-                "inf" => Ok(f64::INFINITY),
-                "-inf" => Ok(f64::NEG_INFINITY),
-                "nan" => Ok(f64::NAN),
-                other => Err(E::custom(format!(
-                    "expected a number, \"inf\", \"-inf\" or \"nan\", found {other:?}"
-                ))),
-            }
+            named(v).ok_or_else(|| {
+                E::custom(format!(
+                    "expected a number, \"inf\", \"-inf\" or \"nan\", found {v:?}"
+                ))
+            })
         }
     }
 
