@@ -21,6 +21,20 @@ impl Storage {
     pub fn new<T: Any + Send + Sync>(buffer: T) -> Self {
         Storage(Arc::new(buffer))
     }
+    /// Wraps a backend buffer already behind an [`Arc`], which the backend may keep a
+    /// [`Weak`](alloc::sync::Weak) reference to.
+    ///
+    /// ```
+    /// let buffer = std::sync::Arc::new(vec![1.0f32, 2.0]);
+    /// let weak = std::sync::Arc::downgrade(&buffer);
+    /// let s = kiln_core::Storage::from_arc(buffer);
+    /// assert_eq!(s.downcast::<Vec<f32>>(), Some(&vec![1.0, 2.0]));
+    /// drop(s);
+    /// assert!(weak.upgrade().is_none());
+    /// ```
+    pub fn from_arc<T: Any + Send + Sync>(buffer: Arc<T>) -> Self {
+        Storage(buffer)
+    }
     /// The backend buffer, if it is a `T`.
     pub fn downcast<T: Any>(&self) -> Option<&T> {
         self.0.downcast_ref::<T>()

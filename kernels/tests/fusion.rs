@@ -948,6 +948,34 @@ fn a_result_nothing_reads_runs_while_the_host_records_more() -> Result<()> {
 }
 
 #[test]
+fn after_a_wait_the_first_result_runs_at_the_next_op() -> Result<()> {
+    let (dev, stats) = fusion::wrap_with_stats(&Device::cpu());
+    let n = (1 << 16) + 3;
+    let x = tensor(&[n], 61, &dev)?;
+    dev.backend().synchronize()?;
+    let k0 = stats.kernels();
+    let first = gelu(&x)?;
+    assert_eq!(stats.kernels(), k0, "recorded, not run");
+    // nothing runs on the inner device since the wait: one newer large op starts the result
+    let newer = [x.exp()?];
+    assert_eq!(stats.kernels() - k0, 1, "the idle device got the first result at once");
+    // busy now: unread results wait for 4 newer large ones
+    let more = [x.neg()?, x.abs()?, x.exp()?];
+    assert_eq!(stats.kernels() - k0, 1, "within the window");
+    let last = x.neg()?;
+    assert_eq!(stats.kernels() - k0, 2, "the oldest unread result ran");
+    dev.backend().synchronize()?;
+    assert_eq!(stats.kernels() - k0, 6);
+    let cpu = tensor(&[n], 61, &Device::cpu())?;
+    assert_close(&first, &gelu(&cpu)?, 1e-6)?;
+    let want = [cpu.exp()?, cpu.neg()?, cpu.abs()?, cpu.exp()?, cpu.neg()?];
+    for (y, want) in newer.iter().chain(&more).chain([&last]).zip(&want) {
+        assert_close(y, want, 1e-6)?;
+    }
+    Ok(())
+}
+
+#[test]
 fn training_layers_run_their_bias_and_activation_in_the_gemm() -> Result<()> {
     let Some((dev, stats)) = fused() else {
         return Ok(());

@@ -2,7 +2,6 @@
 //! are real storages of the inner device (seen through their layouts) or constants.
 
 use kiln_core::{BinaryOp, CmpOp, DType, Layout, Shape, Storage, UnaryOp, View};
-use std::fmt::Write;
 
 /// At most this many distinct real inputs per generated kernel: WebGPU guarantees 8 storage
 /// buffers per stage, and the params header and the output take two.
@@ -192,32 +191,77 @@ impl Expr {
 
     /// The structural key: the op chain, dtypes, constant slots, each leaf's dtype and how it is
     /// read against `out` (whole, one element, or broadcast). Not the sizes nor the constants'
-    /// values.
+    /// values. Built once per kernel run, so written without `core::fmt`: its `write!`s cost
+    /// about 550 instructions each, 10k per composed GELU's key, a fifth of recording the GELU.
     pub fn key(&self, out: &Shape) -> String {
-        let mut s = String::new();
+        let mut s = String::with_capacity(16 * (self.leaves.len() + self.nodes.len()));
+        let node = |s: &mut String, i: usize| {
+            s.push('n');
+            push_number(s, i as u64);
+        };
         for (j, l) in self.leaves.iter().enumerate() {
-            let _ = write!(
-                s,
-                "in{j}:{}:{} ",
-                l.dtype,
-                read_kind(l.layout.shape(), out).name()
-            );
+            s.push_str("in");
+            push_number(&mut s, j as u64);
+            for part in [l.dtype.name(), read_kind(l.layout.shape(), out).name()] {
+                s.push(':');
+                s.push_str(part);
+            }
+            s.push(' ');
         }
         if vectorized(&self.kinds(out), out) {
             s.push_str("vec4 ");
         }
-        for (i, (node, dtype)) in self.nodes.iter().enumerate() {
-            let _ = write!(s, "n{i}:{dtype}=");
-            let _ = match node {
-                Node::Leaf(j) => write!(s, "in{j}"),
-                Node::Const(k) => write!(s, "k{k}"),
-                // the unary consts (powf, clamp) are part of the op and so of the key
-                Node::Unary(u, a) => write!(s, "{u:?}(n{a})"),
-                Node::Binary(b, x, y) => write!(s, "{}(n{x},n{y})", b.name()),
-                Node::Compare(c, x, y) => write!(s, "{}(n{x},n{y})", c.name()),
-                Node::Where(c, x, y) => write!(s, "where(n{c},n{x},n{y})"),
-                Node::Cast(a) => write!(s, "cast(n{a})"),
+        for (i, (n, dtype)) in self.nodes.iter().enumerate() {
+            node(&mut s, i);
+            s.push(':');
+            s.push_str(dtype.name());
+            s.push('=');
+            let args: &[usize] = match n {
+                Node::Leaf(j) => {
+                    s.push_str("in");
+                    push_number(&mut s, *j as u64);
+                    &[]
+                }
+                Node::Const(k) => {
+                    s.push('k');
+                    push_number(&mut s, *k as u64);
+                    &[]
+                }
+                Node::Unary(u, a) => {
+                    s.push_str(u.name());
+                    // the unary consts (powf, clamp) are part of the op and so of the key
+                    if u.consts() != [0.0; 2] {
+                        for c in u.consts() {
+                            s.push('#');
+                            push_number(&mut s, c.to_bits());
+                        }
+                    }
+                    core::slice::from_ref(a)
+                }
+                Node::Binary(b, x, y) => {
+                    s.push_str(b.name());
+                    &[*x, *y]
+                }
+                Node::Compare(c, x, y) => {
+                    s.push_str(c.name());
+                    &[*x, *y]
+                }
+                Node::Where(c, x, y) => {
+                    s.push_str("where");
+                    &[*c, *x, *y]
+                }
+                Node::Cast(a) => {
+                    s.push_str("cast");
+                    core::slice::from_ref(a)
+                }
             };
+            if !args.is_empty() {
+                for (k, &a) in args.iter().enumerate() {
+                    s.push(if k == 0 { '(' } else { ',' });
+                    node(&mut s, a);
+                }
+                s.push(')');
+            }
             s.push(' ');
         }
         s
@@ -247,6 +291,21 @@ impl Expr {
             .collect();
         names.join(" -> ")
     }
+}
+
+/// Appends `n` in decimal.
+fn push_number(s: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// How a kernel reads a leaf of `leaf` shape for an output of `out` shape.
@@ -334,5 +393,35 @@ mod tests {
         assert_eq!(kind(&[1, 3, 1], &[2, 3, 4]), ReadKind::Middle);
         assert_eq!(kind(&[5, 1], &[2, 3, 5, 4]), ReadKind::Middle);
         assert_eq!(kind(&[2, 1, 4], &[2, 3, 4]), ReadKind::Broadcast);
+    }
+
+    #[test]
+    fn keys_tell_structures_apart_but_not_sizes_or_constant_values() {
+        let dev = kiln_core::Device::cpu();
+        let leaf = |dims: &[usize]| {
+            let t = kiln_core::Tensor::zeros(dims, DType::F32, &dev).unwrap();
+            let layout = Layout::contiguous(Shape::from(dims));
+            Expr::leaf(Leaf::new(t.storage().clone(), &layout, DType::F32), Shape::from(dims))
+        };
+        // `x op c` (a constant) then a unary function, over an output of `dims`
+        let chain = |dims: &[usize], c: f64, u: UnaryOp| {
+            let mut e = leaf(dims);
+            let k = e.append(&Expr::constant(c, DType::F32, Shape::scalar()));
+            e.nodes.push((Node::Binary(BinaryOp::Div, 0, k), DType::F32));
+            let last = e.nodes.len() - 1;
+            e.nodes.push((Node::Unary(u, last), DType::F32));
+            e.key(&Shape::from(dims))
+        };
+        let gelu_like = chain(&[3, 5], 1.5, UnaryOp::Erf);
+        assert_eq!(gelu_like, "in0:f32:whole n0:f32=in0 n1:f32=k0 n2:f32=div(n0,n1) n3:f32=erf(n2) ");
+        // sizes and constants' values are launch parameters
+        assert_eq!(chain(&[7, 11], -2.0, UnaryOp::Erf), gelu_like);
+        // a vectorized kernel (4 elements per invocation) is another kernel
+        assert!(chain(&[4, 4], 1.5, UnaryOp::Erf).contains("vec4 "));
+        assert_ne!(chain(&[3, 5], 1.5, UnaryOp::Exp), gelu_like);
+        // a unary op's own constants are part of its code
+        let (p2, p3) = (UnaryOp::Powf(2.0), UnaryOp::Powf(3.0));
+        assert_ne!(chain(&[3, 5], 1.5, p2), chain(&[3, 5], 1.5, p3));
+        assert_eq!(chain(&[3, 5], 1.5, p2), chain(&[9], 4.0, p2));
     }
 }

@@ -79,6 +79,7 @@ pub fn wrap_with_stats(device: &Device) -> (Device, Arc<Stats>) {
         inner: device.clone(),
         stats: stats.clone(),
         pending: Mutex::new(Pending::default()),
+        idle: AtomicBool::new(true),
     };
     (Device::new(fusion), stats)
 }
@@ -118,10 +119,9 @@ impl Stats {
     }
 }
 
-/// The lazy output of a recorded op: its expression until something needs the values, then
-/// the inner device's buffer (the expression's inputs are released).
-struct Lazy(Arc<Cell>);
-
+/// The lazy output of a recorded op (the storage the fused device returns for it): its
+/// expression until something needs the values, then the inner device's buffer (the
+/// expression's inputs are released).
 struct Cell {
     state: Mutex<State>,
     /// an expression inlined it or a chain reads it as its product (see [`Fusion::lazy`])
@@ -183,6 +183,12 @@ struct Fusion {
     inner: Device,
     stats: Arc<Stats>,
     pending: Mutex<Pending>,
+    /// Nothing was sent to the inner device since the last wait: its queue is empty, so the
+    /// first finished result runs as soon as one newer large lazy is made (a window of 1, not
+    /// [`UNREAD_WINDOW`]). Ten composed GELUs per wait on an H200 with CUDA: the first one's
+    /// kernel waited for the host to record one GELU and most of the next, which no kernel
+    /// overlapped.
+    idle: AtomicBool,
 }
 
 impl std::fmt::Debug for Fusion {
@@ -196,10 +202,10 @@ fn on_device(d: DType) -> bool {
     matches!(d, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
 }
 
-/// An input of a recorded op: its expression and the lazy it came from, if any.
+/// An input of a recorded op: its expression, and whether that is a pending lazy's (inlined).
 struct Operand {
     expr: Expr,
-    cell: Option<Arc<Cell>>,
+    inlined: bool,
 }
 
 impl Fusion {
@@ -209,6 +215,7 @@ impl Fusion {
             State::Product(p) => p.out.1.numel() >= UNREAD_MIN_ELEMENTS,
             State::Done(_) => false,
         };
+        // the storage is the cell itself (one allocation per recorded op, not two)
         let cell = Arc::new(Cell {
             state: Mutex::new(state),
             read: AtomicBool::new(false),
@@ -223,26 +230,35 @@ impl Fusion {
         if large {
             p.recent.push_back(Arc::downgrade(&cell));
         }
-        let old = (p.recent.len() > UNREAD_WINDOW)
-            .then(|| p.recent.pop_front())
-            .flatten();
+        let window = match self.idle.load(Ordering::Relaxed) {
+            true => 1,
+            false => UNREAD_WINDOW,
+        };
+        let excess = p.recent.len().saturating_sub(window);
+        let old: Vec<Weak<Cell>> = p.recent.drain(..excess).collect();
         drop(p);
-        if let Some(old) = old.and_then(|w| w.upgrade())
-            && !old.read.load(Ordering::Relaxed)
-        {
-            // not this op's failure: it stays pending, and its own read or the next wait
-            // reports it
-            let _ = self.force(&old);
+        for old in old.iter().filter_map(Weak::upgrade) {
+            if !old.read.load(Ordering::Relaxed) {
+                // not this op's failure: it stays pending, and its own read or the next wait
+                // reports it
+                let _ = self.force(&old);
+            }
         }
-        Storage::new(Lazy(cell))
+        Storage::from_arc(cell)
     }
 
     /// The inner device's buffer behind `storage` (materializing a lazy).
     fn real(&self, storage: &Storage) -> Result<Storage> {
-        match storage.downcast::<Lazy>() {
-            Some(l) => self.force(&l.0),
+        match storage.downcast::<Cell>() {
+            Some(cell) => self.force(cell),
             None => Ok(storage.clone()),
         }
+    }
+
+    /// Runs `op` on the inner device.
+    fn launch(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
+        self.idle.store(false, Ordering::Relaxed);
+        self.inner.backend().execute(op, inputs, outputs)
     }
 
     fn force(&self, cell: &Cell) -> Result<Storage> {
@@ -253,10 +269,7 @@ impl Fusion {
             State::Product(p) => {
                 let views: Vec<View<'_>> = p.inputs.iter().map(Leaf::view).collect();
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-                one(self
-                    .inner
-                    .backend()
-                    .execute(&p.op, &views, std::slice::from_ref(&p.out))?)?
+                one(self.launch(&p.op, &views, std::slice::from_ref(&p.out))?)?
             }
         };
         *state = State::Done(s.clone());
@@ -271,17 +284,16 @@ impl Fusion {
         if !e
             .leaves
             .iter()
-            .any(|l| l.storage.downcast::<Lazy>().is_some())
+            .any(|l| l.storage.downcast::<Cell>().is_some())
         {
             return Ok((Cow::Borrowed(e), None));
         }
         let mut e = e.clone();
         let mut product = None;
         for j in 0..e.leaves.len() {
-            let Some(lazy) = e.leaves[j].storage.downcast::<Lazy>() else {
+            let Some(cell) = e.leaves[j].storage.downcast::<Cell>() else {
                 continue;
             };
-            let cell = lazy.0.clone();
             {
                 let state = cell.lock();
                 // `e` and the expression being run hold it, nothing else
@@ -296,7 +308,7 @@ impl Fusion {
                     continue;
                 }
             }
-            e.leaves[j].storage = self.force(&cell)?;
+            e.leaves[j].storage = self.force(cell)?;
         }
         Ok((Cow::Owned(e), product))
     }
@@ -305,7 +317,6 @@ impl Fusion {
     fn run(&self, e: &Expr) -> Result<Storage> {
         let dtype = e.dtype();
         let out = vec![(dtype, e.shape.clone())];
-        let inner = self.inner.backend();
         let lone_const = matches!(e.nodes.as_slice(), [(Node::Const(_), _)]);
         if lone_const || e.shape.numel() == 0 {
             let value = e.consts.first().map_or(0.0, |&w| word_value(w, dtype));
@@ -315,7 +326,7 @@ impl Fusion {
                 value,
                 dtype,
             };
-            return one(inner.execute(&op, &[], &out)?);
+            return one(self.launch(&op, &[], &out)?);
         }
         let (e, product) = self.settle(e, true)?;
         self.stats.fused.fetch_add(1, Ordering::Relaxed);
@@ -323,7 +334,7 @@ impl Fusion {
             let name = register(&e, None)?;
             let call = CustomCall::new(name, codegen::attrs(&e, &e.shape, None));
             let views: Vec<View<'_>> = e.leaves.iter().map(Leaf::view).collect();
-            return one(inner.execute(&Op::Custom(call), &views, &out)?);
+            return one(self.launch(&Op::Custom(call), &views, &out)?);
         };
         // the product's inputs, then the chain's others
         let call = epilogue::call(&e, at, &product.op)?;
@@ -333,20 +344,20 @@ impl Fusion {
             .map(Leaf::view)
             .collect();
         self.stats.epilogues.fetch_add(1, Ordering::Relaxed);
-        one(inner.execute(&Op::Custom(call), &views, &out)?)
+        one(self.launch(&Op::Custom(call), &views, &out)?)
     }
 
     /// The expression of an input view.
     fn operand(&self, v: &View<'_>) -> Result<Operand> {
         let shape = v.layout.shape();
-        let Some(lazy) = v.storage.downcast::<Lazy>() else {
+        let Some(cell) = v.storage.downcast::<Cell>() else {
             let leaf = Leaf::new(v.storage.clone(), v.layout, v.dtype);
             return Ok(Operand {
                 expr: Expr::leaf(leaf, shape.clone()),
-                cell: None,
+                inlined: false,
             });
         };
-        let state = lazy.0.lock();
+        let state = cell.lock();
         let storage = match &*state {
             State::Done(s) => s.clone(),
             // a product seen whole is a leaf the chain may run in (see `settle`)
@@ -355,16 +366,16 @@ impl Fusion {
                     && v.layout.is_contiguous()
                     && shape.numel() == p.out.1.numel() =>
             {
-                lazy.0.read.store(true, Ordering::Relaxed);
+                cell.read.store(true, Ordering::Relaxed);
                 let leaf = Leaf::new(v.storage.clone(), v.layout, v.dtype);
                 return Ok(Operand {
                     expr: Expr::leaf(leaf, shape.clone()),
-                    cell: None,
+                    inlined: false,
                 });
             }
             State::Product(_) => {
                 drop(state);
-                self.force(&lazy.0)?
+                self.force(cell)?
             }
             State::Pending(e) => {
                 let whole = v.layout.offset() == 0
@@ -381,19 +392,19 @@ impl Fusion {
                     None
                 };
                 if let Some(expr) = inlined {
-                    lazy.0.read.store(true, Ordering::Relaxed);
+                    cell.read.store(true, Ordering::Relaxed);
                     return Ok(Operand {
                         expr,
-                        cell: Some(lazy.0.clone()),
+                        inlined: true,
                     });
                 }
                 drop(state);
-                self.force(&lazy.0)?
+                self.force(cell)?
             }
         };
         Ok(Operand {
             expr: Expr::leaf(Leaf::new(storage, v.layout, v.dtype), shape.clone()),
-            cell: None,
+            inlined: false,
         })
     }
 
@@ -444,16 +455,14 @@ impl Fusion {
                 return Ok(self.lazy(State::Pending(e)));
             }
             // too big for one kernel: the largest inlined input runs on its own first
-            let (i, cell) = operands
-                .iter()
-                .enumerate()
-                .filter_map(|(i, o)| Some((i, o.cell.clone()?, o.expr.nodes.len())))
-                .max_by_key(|c| c.2)
-                .map(|(i, cell, _)| (i, cell))
+            let i = (operands.iter().enumerate())
+                .filter(|(_, o)| o.inlined)
+                .max_by_key(|(_, o)| o.expr.nodes.len())
+                .map(|(i, _)| i)
                 .ok_or_else(|| Error::invalid(op.name(), "fusion: inputs exceed the limits"))?;
-            operands[i].cell = None;
-            let storage = self.force(&cell)?;
+            operands[i].inlined = false;
             let v = &inputs[i];
+            let storage = self.real(v.storage)?;
             let layout = v.layout;
             operands[i].expr =
                 Expr::leaf(Leaf::new(storage, layout, v.dtype), layout.shape().clone());
@@ -484,7 +493,7 @@ impl Fusion {
         // a chain (materialized there, as the plain path would), reduces as it is
         let Operand {
             expr,
-            cell: Some(_),
+            inlined: true,
         } = self.operand(v)?
         else {
             return Ok(None);
@@ -525,11 +534,10 @@ impl Fusion {
         let attrs = codegen::attrs(&expr, &expr.shape, Some([outer, len, chunk, chunks]));
         let views: Vec<View<'_>> = expr.leaves.iter().map(Leaf::view).collect();
         let partials = Shape::from([outer, chunks]);
-        let backend = self.inner.backend();
         self.stats.fused.fetch_add(1, Ordering::Relaxed);
         self.stats.reductions.fetch_add(1, Ordering::Relaxed);
         let call = Op::Custom(CustomCall::new(name, attrs));
-        let first = one(backend.execute(&call, &views, &[(dtype, partials.clone())])?)?;
+        let first = one(self.launch(&call, &views, &[(dtype, partials.clone())])?)?;
         if chunks == 1 {
             return Ok(Some(first));
         }
@@ -552,13 +560,17 @@ impl Fusion {
         };
         self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
         let out = (dtype, Shape::from([outer]));
-        Ok(Some(one(backend.execute(&rest, &[view], &[out])?)?))
+        Ok(Some(one(self.launch(&rest, &[view], &[out])?)?))
     }
 
     /// Materializes every lazy still alive.
     fn flush(&self) -> Result<()> {
-        let cells =
-            std::mem::take(&mut self.pending.lock().unwrap_or_else(|e| e.into_inner()).cells);
+        let cells = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            // all of them run below
+            p.recent.clear();
+            std::mem::take(&mut p.cells)
+        };
         // chains first: a product only they read then runs inside one of them
         let mut products = Vec::new();
         for cell in cells.iter().filter_map(Weak::upgrade) {
@@ -738,22 +750,25 @@ impl Backend for Fusion {
             })
             .collect();
         self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-        self.inner.backend().execute(op, &views, outputs)
+        self.launch(op, &views, outputs)
     }
 
     fn read(&self, input: View<'_>) -> ReadFuture {
-        match self.real(input.storage) {
+        let read = match self.real(input.storage) {
             Ok(s) => self.inner.backend().read(View {
                 storage: &s,
                 layout: input.layout,
                 dtype: input.dtype,
             }),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        // the caller waits for it (nearly always) before recording more
+        self.idle.store(true, Ordering::Relaxed);
+        read
     }
 
     fn write(&self, dst: &mut Storage, offset: usize, src: View<'_>) -> Result<bool> {
-        if dst.downcast::<Lazy>().is_some() {
+        if dst.downcast::<Cell>().is_some() {
             // a lazy has no buffer of its own to write: the caller copies instead
             return Ok(false);
         }
@@ -776,6 +791,8 @@ impl Backend for Fusion {
 
     fn synchronize(&self) -> Result<()> {
         self.flush()?;
-        self.inner.backend().synchronize()
+        self.inner.backend().synchronize()?;
+        self.idle.store(true, Ordering::Relaxed);
+        Ok(())
     }
 }
