@@ -14,18 +14,17 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(s.contiguous_strides(), vec![12, 4, 1]);
 /// assert_eq!(Shape::broadcast(&Shape::from([3, 1]), &Shape::from([4]), "add").unwrap(), Shape::from([3, 4]));
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Shape(Vec<usize>);
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Shape(Small<usize>);
 
 impl Shape {
     /// A shape from its dimensions.
     pub fn new(dims: Vec<usize>) -> Self {
-        Shape(dims)
+        Shape(Small::from_vec(dims))
     }
     /// The rank-0 shape.
     pub fn scalar() -> Self {
-        Shape(Vec::new())
+        Shape(Small::default())
     }
     /// The dimensions.
     pub fn dims(&self) -> &[usize] {
@@ -55,9 +54,12 @@ impl Shape {
     }
     /// Row-major strides, in elements.
     pub fn contiguous_strides(&self) -> Vec<isize> {
-        let mut strides = alloc::vec![0isize; self.0.len()];
+        self.strides().to_vec()
+    }
+    fn strides(&self) -> Small<isize> {
+        let mut strides = Small::zeros(self.rank());
         let mut acc = 1isize;
-        for (s, &d) in strides.iter_mut().zip(&self.0).rev() {
+        for (s, &d) in strides.iter_mut().zip(self.dims()).rev() {
             *s = acc;
             acc *= d as isize;
         }
@@ -70,7 +72,7 @@ impl Shape {
     /// NumPy broadcasting of two shapes; the error names `op` and both shapes.
     pub fn broadcast(a: &Shape, b: &Shape, op: &'static str) -> Result<Shape> {
         let rank = a.rank().max(b.rank());
-        let mut out = alloc::vec![0; rank];
+        let mut out = Small::zeros(rank);
         for (i, o) in out.iter_mut().enumerate() {
             let da = if i + a.rank() >= rank {
                 a.0[i + a.rank() - rank]
@@ -121,17 +123,17 @@ pub fn resolve_axis_or_scalar(axis: isize, rank: usize, op: &'static str) -> Res
 
 impl<const N: usize> From<[usize; N]> for Shape {
     fn from(d: [usize; N]) -> Self {
-        Shape(d.to_vec())
+        Shape(Small::from_slice(&d))
     }
 }
 impl From<&[usize]> for Shape {
     fn from(d: &[usize]) -> Self {
-        Shape(d.to_vec())
+        Shape(Small::from_slice(d))
     }
 }
 impl From<Vec<usize>> for Shape {
     fn from(d: Vec<usize>) -> Self {
-        Shape(d)
+        Shape::new(d)
     }
 }
 impl From<&Shape> for Shape {
@@ -142,12 +144,118 @@ impl From<&Shape> for Shape {
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0)
+        write!(f, "{:?}", self.dims())
     }
 }
 impl fmt::Debug for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0)
+        write!(f, "{:?}", self.dims())
+    }
+}
+// as the list of its dimensions
+impl Serialize for Shape {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> core::result::Result<S::Ok, S::Error> {
+        self.dims().serialize(s)
+    }
+}
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> core::result::Result<Self, D::Error> {
+        Vec::deserialize(d).map(Shape::new)
+    }
+}
+
+/// Ranks up to this many keep their dimensions (and a layout its strides) in place: every op
+/// clones shapes and makes a layout, and an allocation each was a third of the allocations of
+/// recording composed GELU through fusion.
+const INLINE: usize = 6;
+
+/// A short list of `T`s in place, a longer one on the heap; a slice either way.
+#[derive(Clone)]
+enum Small<T: Copy + Default> {
+    Inline(u8, [T; INLINE]),
+    Heap(Vec<T>),
+}
+
+impl<T: Copy + Default> Small<T> {
+    fn zeros(n: usize) -> Self {
+        match n <= INLINE {
+            true => Small::Inline(n as u8, [T::default(); INLINE]),
+            false => Small::Heap(alloc::vec![T::default(); n]),
+        }
+    }
+    fn from_slice(v: &[T]) -> Self {
+        let mut out = Small::zeros(v.len());
+        out.copy_from_slice(v);
+        out
+    }
+    fn from_vec(v: Vec<T>) -> Self {
+        match v.len() <= INLINE {
+            true => Small::from_slice(&v),
+            false => Small::Heap(v),
+        }
+    }
+}
+
+impl<T: Copy + Default> Default for Small<T> {
+    fn default() -> Self {
+        Small::zeros(0)
+    }
+}
+
+impl<T: Copy + Default> core::ops::Deref for Small<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Small::Inline(n, a) => &a[..*n as usize],
+            Small::Heap(v) => v,
+        }
+    }
+}
+
+impl<T: Copy + Default> core::ops::DerefMut for Small<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Small::Inline(n, a) => &mut a[..*n as usize],
+            Small::Heap(v) => v,
+        }
+    }
+}
+
+impl<T: Copy + Default> FromIterator<T> for Small<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut out = Small::default();
+        for v in iter {
+            match &mut out {
+                Small::Inline(n, a) if (*n as usize) < INLINE => {
+                    a[*n as usize] = v;
+                    *n += 1;
+                }
+                Small::Inline(_, a) => {
+                    let mut spilled = a.to_vec();
+                    spilled.push(v);
+                    out = Small::Heap(spilled);
+                }
+                Small::Heap(h) => h.push(v),
+            }
+        }
+        out
+    }
+}
+
+impl<T: Copy + Default + PartialEq> PartialEq for Small<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+impl<T: Copy + Default + Eq> Eq for Small<T> {}
+impl<T: Copy + Default + core::hash::Hash> core::hash::Hash for Small<T> {
+    fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
+        (**self).hash(h)
+    }
+}
+impl<T: Copy + Default + fmt::Debug> fmt::Debug for Small<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
     }
 }
 
@@ -190,14 +298,14 @@ impl SliceRange {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     shape: Shape,
-    strides: Vec<isize>,
+    strides: Small<isize>,
     offset: usize,
 }
 
 impl Layout {
     /// Row-major layout starting at element 0.
     pub fn contiguous(shape: Shape) -> Self {
-        let strides = shape.contiguous_strides();
+        let strides = shape.strides();
         Layout {
             shape,
             strides,
@@ -208,7 +316,7 @@ impl Layout {
     pub fn from_parts(shape: Shape, strides: Vec<isize>, offset: usize) -> Self {
         Layout {
             shape,
-            strides,
+            strides: Small::from_vec(strides),
             offset,
         }
     }
@@ -227,7 +335,7 @@ impl Layout {
     /// `true` when elements are in row-major order with no gaps (offset may be non-zero).
     pub fn is_contiguous(&self) -> bool {
         let mut acc = 1isize;
-        for (&d, &s) in self.shape.dims().iter().zip(&self.strides).rev() {
+        for (&d, &s) in self.shape.dims().iter().zip(self.strides()).rev() {
             if d != 1 && s != acc {
                 return false;
             }
@@ -274,7 +382,7 @@ impl Layout {
         if n < r {
             return Err(err());
         }
-        let mut strides = alloc::vec![0isize; n];
+        let mut strides = Small::zeros(n);
         for (i, stride) in strides.iter_mut().enumerate().skip(n - r) {
             let (d, s) = (self.shape.0[i - (n - r)], self.strides[i - (n - r)]);
             *stride = if d == shape.0[i] {
@@ -335,7 +443,7 @@ impl Layout {
         }
         Some(Layout {
             shape: shape.clone(),
-            strides: shape.contiguous_strides(),
+            strides: shape.strides(),
             offset: self.offset,
         })
     }
@@ -344,7 +452,7 @@ impl Layout {
 /// Iterator over storage indices of a [`Layout`] in logical row-major order.
 pub struct StridedIndex<'a> {
     layout: &'a Layout,
-    pos: Vec<usize>,
+    pos: Small<usize>,
     next: Option<isize>,
     remaining: usize,
 }
@@ -354,7 +462,7 @@ impl<'a> StridedIndex<'a> {
         let remaining = layout.shape.numel();
         StridedIndex {
             layout,
-            pos: alloc::vec![0; layout.shape.rank()],
+            pos: Small::zeros(layout.shape.rank()),
             next: (remaining > 0).then_some(layout.offset as isize),
             remaining,
         }

@@ -23,6 +23,23 @@ fn shape_basics() {
     assert_eq!(format!("{s}"), "[2, 3, 4]");
     assert_eq!(format!("{s:?}"), "[2, 3, 4]");
     assert_eq!(format!("{}", Shape::scalar()), "[]");
+    // long shapes (kept on the heap) behave the same, however they were made
+    let long = [2, 1, 3, 1, 2, 1, 2, 3, 1];
+    let (a, b) = (Shape::from(long), Shape::new(long.to_vec()));
+    assert_eq!(a, b);
+    let hash = |s: &Shape| {
+        use std::hash::{BuildHasher, RandomState};
+        let state = RandomState::new();
+        (state.hash_one(s), state.hash_one(long.as_slice()))
+    };
+    for s in [&a, &b] {
+        let (h, want) = hash(s);
+        assert_eq!(h, want, "a shape hashes as its dimensions");
+    }
+    assert_eq!(a.numel(), 72);
+    assert_eq!(a.contiguous_strides(), [36, 36, 12, 12, 6, 6, 3, 1, 1]);
+    assert_eq!(format!("{b}"), "[2, 1, 3, 1, 2, 1, 2, 3, 1]");
+    assert_ne!(a, Shape::from(&long[..6]));
 }
 
 #[test]
@@ -213,8 +230,9 @@ fn layout_errors_name_the_values() {
 fn layout_indices_match_naive_offsets_on_random_view_chains() {
     let mut rng = Rng::new(99);
     for _ in 0..200 {
-        let rank = 1 + rng.below(4);
-        let dims: Vec<usize> = (0..rank).map(|_| 1 + rng.below(5)).collect();
+        // ranks past 6 too, whose shapes and strides are on the heap rather than in place
+        let rank = 1 + rng.below(6);
+        let dims: Vec<usize> = (0..rank).map(|_| 1 + rng.below(4)).collect();
         let mut l = Layout::contiguous(Shape::from(dims));
         for _ in 0..4 {
             let rank = l.shape().rank();

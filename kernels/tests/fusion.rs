@@ -958,7 +958,11 @@ fn after_a_wait_the_first_result_runs_at_the_next_op() -> Result<()> {
     assert_eq!(stats.kernels(), k0, "recorded, not run");
     // nothing runs on the inner device since the wait: one newer large op starts the result
     let newer = [x.exp()?];
-    assert_eq!(stats.kernels() - k0, 1, "the idle device got the first result at once");
+    assert_eq!(
+        stats.kernels() - k0,
+        1,
+        "the idle device got the first result at once"
+    );
     // busy now: unread results wait for 4 newer large ones
     let more = [x.neg()?, x.abs()?, x.exp()?];
     assert_eq!(stats.kernels() - k0, 1, "within the window");

@@ -401,19 +401,26 @@ mod tests {
         let leaf = |dims: &[usize]| {
             let t = kiln_core::Tensor::zeros(dims, DType::F32, &dev).unwrap();
             let layout = Layout::contiguous(Shape::from(dims));
-            Expr::leaf(Leaf::new(t.storage().clone(), &layout, DType::F32), Shape::from(dims))
+            Expr::leaf(
+                Leaf::new(t.storage().clone(), &layout, DType::F32),
+                Shape::from(dims),
+            )
         };
         // `x op c` (a constant) then a unary function, over an output of `dims`
         let chain = |dims: &[usize], c: f64, u: UnaryOp| {
             let mut e = leaf(dims);
             let k = e.append(&Expr::constant(c, DType::F32, Shape::scalar()));
-            e.nodes.push((Node::Binary(BinaryOp::Div, 0, k), DType::F32));
+            e.nodes
+                .push((Node::Binary(BinaryOp::Div, 0, k), DType::F32));
             let last = e.nodes.len() - 1;
             e.nodes.push((Node::Unary(u, last), DType::F32));
             e.key(&Shape::from(dims))
         };
         let gelu_like = chain(&[3, 5], 1.5, UnaryOp::Erf);
-        assert_eq!(gelu_like, "in0:f32:whole n0:f32=in0 n1:f32=k0 n2:f32=div(n0,n1) n3:f32=erf(n2) ");
+        assert_eq!(
+            gelu_like,
+            "in0:f32:whole n0:f32=in0 n1:f32=k0 n2:f32=div(n0,n1) n3:f32=erf(n2) "
+        );
         // sizes and constants' values are launch parameters
         assert_eq!(chain(&[7, 11], -2.0, UnaryOp::Erf), gelu_like);
         // a vectorized kernel (4 elements per invocation) is another kernel
