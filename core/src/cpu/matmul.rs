@@ -154,9 +154,9 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
 /// its output blocks over them, and a small output with a long `k` (a wide layer's forward pass,
 /// 64x128 outputs from 9216 inputs) has too few blocks to keep the threads busy.
 fn k_parts(m: usize, k: usize, n: usize) -> usize {
-    let threads = par::threads();
-    if threads > 1 && m * n <= 1 << 15 && k >= 1024 && k >= 8 * m.max(n) {
-        threads.min(k / 512)
+    let long = m * n <= 1 << 15 && k >= 1024 && k >= 8 * m.max(n);
+    if long && par::worth_splitting(m * k * n / 4) {
+        par::threads().min(k / 512)
     } else {
         1
     }

@@ -711,7 +711,8 @@ fn transposed_weight_gets_a_row_major_gradient() -> Result<()> {
 /// against a plain loop.
 #[test]
 fn long_reduction_matmul_matches_loop() -> Result<()> {
-    let (m, k, n) = (6, 4099, 9);
+    // over `par::GRAIN` multiply-adds / 4, so that it splits
+    let (m, k, n) = (6, 4099, 13);
     // `a`: columns 1.. of a [m, k + 1] matrix; `b`: the transpose of an [n, k] matrix.
     let (av, bv) = (rand(m * (k + 1), 91), rand(n * k, 92));
     let a = t(&av, &[m, k + 1]).narrow(1, 1, k)?;
