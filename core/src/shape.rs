@@ -56,6 +56,7 @@ impl Shape {
     pub fn contiguous_strides(&self) -> Vec<isize> {
         self.strides().to_vec()
     }
+    /// [`Shape::contiguous_strides`], held in place for a [`Layout`].
     fn strides(&self) -> Small<isize> {
         let mut strides = Small::zeros(self.rank());
         let mut acc = 1isize;
