@@ -14,17 +14,18 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(s.contiguous_strides(), vec![12, 4, 1]);
 /// assert_eq!(Shape::broadcast(&Shape::from([3, 1]), &Shape::from([4]), "add").unwrap(), Shape::from([3, 4]));
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct Shape(Small<usize>);
+#[derive(Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Shape(Vec<usize>);
 
 impl Shape {
     /// A shape from its dimensions.
     pub fn new(dims: Vec<usize>) -> Self {
-        Shape(Small::from_vec(dims))
+        Shape(dims)
     }
     /// The rank-0 shape.
     pub fn scalar() -> Self {
-        Shape(Small::default())
+        Shape(Vec::new())
     }
     /// The dimensions.
     pub fn dims(&self) -> &[usize] {
@@ -54,13 +55,9 @@ impl Shape {
     }
     /// Row-major strides, in elements.
     pub fn contiguous_strides(&self) -> Vec<isize> {
-        self.strides().to_vec()
-    }
-    /// [`Shape::contiguous_strides`], held in place for a [`Layout`].
-    fn strides(&self) -> Small<isize> {
-        let mut strides = Small::zeros(self.rank());
+        let mut strides = alloc::vec![0isize; self.0.len()];
         let mut acc = 1isize;
-        for (s, &d) in strides.iter_mut().zip(self.dims()).rev() {
+        for (s, &d) in strides.iter_mut().zip(&self.0).rev() {
             *s = acc;
             acc *= d as isize;
         }
@@ -73,7 +70,7 @@ impl Shape {
     /// NumPy broadcasting of two shapes; the error names `op` and both shapes.
     pub fn broadcast(a: &Shape, b: &Shape, op: &'static str) -> Result<Shape> {
         let rank = a.rank().max(b.rank());
-        let mut out = Small::zeros(rank);
+        let mut out = alloc::vec![0; rank];
         for (i, o) in out.iter_mut().enumerate() {
             let da = if i + a.rank() >= rank {
                 a.0[i + a.rank() - rank]
@@ -124,17 +121,17 @@ pub fn resolve_axis_or_scalar(axis: isize, rank: usize, op: &'static str) -> Res
 
 impl<const N: usize> From<[usize; N]> for Shape {
     fn from(d: [usize; N]) -> Self {
-        Shape(Small::from_slice(&d))
+        Shape(d.to_vec())
     }
 }
 impl From<&[usize]> for Shape {
     fn from(d: &[usize]) -> Self {
-        Shape(Small::from_slice(d))
+        Shape(d.to_vec())
     }
 }
 impl From<Vec<usize>> for Shape {
     fn from(d: Vec<usize>) -> Self {
-        Shape::new(d)
+        Shape(d)
     }
 }
 impl From<&Shape> for Shape {
@@ -145,118 +142,12 @@ impl From<&Shape> for Shape {
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.dims())
+        write!(f, "{:?}", self.0)
     }
 }
 impl fmt::Debug for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.dims())
-    }
-}
-// as the list of its dimensions
-impl Serialize for Shape {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> core::result::Result<S::Ok, S::Error> {
-        self.dims().serialize(s)
-    }
-}
-impl<'de> Deserialize<'de> for Shape {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> core::result::Result<Self, D::Error> {
-        Vec::deserialize(d).map(Shape::new)
-    }
-}
-
-/// Ranks up to this many keep their dimensions (and a layout its strides) in place: every op
-/// clones shapes and makes a layout, and an allocation each was a third of the allocations of
-/// recording composed GELU through fusion.
-const INLINE: usize = 6;
-
-/// A short list of `T`s in place, a longer one on the heap; a slice either way.
-#[derive(Clone)]
-enum Small<T: Copy + Default> {
-    Inline(u8, [T; INLINE]),
-    Heap(Vec<T>),
-}
-
-impl<T: Copy + Default> Small<T> {
-    fn zeros(n: usize) -> Self {
-        match n <= INLINE {
-            true => Small::Inline(n as u8, [T::default(); INLINE]),
-            false => Small::Heap(alloc::vec![T::default(); n]),
-        }
-    }
-    fn from_slice(v: &[T]) -> Self {
-        let mut out = Small::zeros(v.len());
-        out.copy_from_slice(v);
-        out
-    }
-    fn from_vec(v: Vec<T>) -> Self {
-        match v.len() <= INLINE {
-            true => Small::from_slice(&v),
-            false => Small::Heap(v),
-        }
-    }
-}
-
-impl<T: Copy + Default> Default for Small<T> {
-    fn default() -> Self {
-        Small::zeros(0)
-    }
-}
-
-impl<T: Copy + Default> core::ops::Deref for Small<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        match self {
-            Small::Inline(n, a) => &a[..*n as usize],
-            Small::Heap(v) => v,
-        }
-    }
-}
-
-impl<T: Copy + Default> core::ops::DerefMut for Small<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        match self {
-            Small::Inline(n, a) => &mut a[..*n as usize],
-            Small::Heap(v) => v,
-        }
-    }
-}
-
-impl<T: Copy + Default> FromIterator<T> for Small<T> {
-    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        let mut out = Small::default();
-        for v in iter {
-            match &mut out {
-                Small::Inline(n, a) if (*n as usize) < INLINE => {
-                    a[*n as usize] = v;
-                    *n += 1;
-                }
-                Small::Inline(_, a) => {
-                    let mut spilled = a.to_vec();
-                    spilled.push(v);
-                    out = Small::Heap(spilled);
-                }
-                Small::Heap(h) => h.push(v),
-            }
-        }
-        out
-    }
-}
-
-impl<T: Copy + Default + PartialEq> PartialEq for Small<T> {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-impl<T: Copy + Default + Eq> Eq for Small<T> {}
-impl<T: Copy + Default + core::hash::Hash> core::hash::Hash for Small<T> {
-    fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
-        (**self).hash(h)
-    }
-}
-impl<T: Copy + Default + fmt::Debug> fmt::Debug for Small<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        (**self).fmt(f)
+        write!(f, "{:?}", self.0)
     }
 }
 
@@ -299,14 +190,14 @@ impl SliceRange {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     shape: Shape,
-    strides: Small<isize>,
+    strides: Vec<isize>,
     offset: usize,
 }
 
 impl Layout {
     /// Row-major layout starting at element 0.
     pub fn contiguous(shape: Shape) -> Self {
-        let strides = shape.strides();
+        let strides = shape.contiguous_strides();
         Layout {
             shape,
             strides,
@@ -317,7 +208,7 @@ impl Layout {
     pub fn from_parts(shape: Shape, strides: Vec<isize>, offset: usize) -> Self {
         Layout {
             shape,
-            strides: Small::from_vec(strides),
+            strides,
             offset,
         }
     }
@@ -336,7 +227,7 @@ impl Layout {
     /// `true` when elements are in row-major order with no gaps (offset may be non-zero).
     pub fn is_contiguous(&self) -> bool {
         let mut acc = 1isize;
-        for (&d, &s) in self.shape.dims().iter().zip(self.strides()).rev() {
+        for (&d, &s) in self.shape.dims().iter().zip(&self.strides).rev() {
             if d != 1 && s != acc {
                 return false;
             }
@@ -383,7 +274,7 @@ impl Layout {
         if n < r {
             return Err(err());
         }
-        let mut strides = Small::zeros(n);
+        let mut strides = alloc::vec![0isize; n];
         for (i, stride) in strides.iter_mut().enumerate().skip(n - r) {
             let (d, s) = (self.shape.0[i - (n - r)], self.strides[i - (n - r)]);
             *stride = if d == shape.0[i] {
@@ -444,7 +335,7 @@ impl Layout {
         }
         Some(Layout {
             shape: shape.clone(),
-            strides: shape.strides(),
+            strides: shape.contiguous_strides(),
             offset: self.offset,
         })
     }
@@ -453,7 +344,7 @@ impl Layout {
 /// Iterator over storage indices of a [`Layout`] in logical row-major order.
 pub struct StridedIndex<'a> {
     layout: &'a Layout,
-    pos: Small<usize>,
+    pos: Vec<usize>,
     next: Option<isize>,
     remaining: usize,
 }
@@ -463,7 +354,7 @@ impl<'a> StridedIndex<'a> {
         let remaining = layout.shape.numel();
         StridedIndex {
             layout,
-            pos: Small::zeros(layout.shape.rank()),
+            pos: alloc::vec![0; layout.shape.rank()],
             next: (remaining > 0).then_some(layout.offset as isize),
             remaining,
         }

@@ -23,7 +23,7 @@ fn shape_basics() {
     assert_eq!(format!("{s}"), "[2, 3, 4]");
     assert_eq!(format!("{s:?}"), "[2, 3, 4]");
     assert_eq!(format!("{}", Shape::scalar()), "[]");
-    // long shapes (kept on the heap) behave the same, however they were made
+    // long shapes behave the same, however they were made
     let long = [2, 1, 3, 1, 2, 1, 2, 3, 1];
     let (a, b) = (Shape::from(long), Shape::new(long.to_vec()));
     assert_eq!(a, b);
@@ -230,7 +230,7 @@ fn layout_errors_name_the_values() {
 fn layout_indices_match_naive_offsets_on_random_view_chains() {
     let mut rng = Rng::new(99);
     for _ in 0..200 {
-        // ranks past 6 too, whose shapes and strides are on the heap rather than in place
+        // ranks up to 9 (a broadcast adds one)
         let rank = 1 + rng.below(6);
         let dims: Vec<usize> = (0..rank).map(|_| 1 + rng.below(4)).collect();
         let mut l = Layout::contiguous(Shape::from(dims));
