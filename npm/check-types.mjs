@@ -17,8 +17,9 @@
 //
 // The declarations: build-web.sh runs wasm-bindgen with --no-typescript, so unless
 // npm/dist/kiln_web.d.ts exists this script runs wasm-bindgen again on cargo's kiln_web.wasm, in
-// a temporary folder: once as build-web.sh does (its kiln_web.js must be npm/dist's byte for
-// byte: the declarations then describe the module that was packed), once with TypeScript on.
+// a temporary folder: once as build-web.sh does (its kiln_web.js, minified as a release build's
+// is, must be npm/dist's byte for byte: the declarations then describe the module that was
+// packed), once with TypeScript on.
 //
 // Parsing: a small scanner splits a .d.ts into statements (comments, strings and bracket nesting
 // respected, so `options?: { low?: number; high?: number }` stays one member), keeping each
@@ -28,6 +29,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { minifyGlue } from "../scripts/lib/minify-glue.mjs";
 
 const NPM = fileURLToPath(new URL(".", import.meta.url));
 const ROOT = resolve(NPM, "..");
@@ -230,7 +232,7 @@ function fail(message) {
 const rel = (p) => relative(ROOT, p) || p;
 
 // wasm-bindgen's declarations of the module in npm/dist: { file, text }.
-function bindingsDts() {
+async function bindingsDts() {
   const given = option("--dts");
   if (given) return { file: given, text: readFileSync(given, "utf8") };
   // build-web.sh empties npm/dist before wasm-bindgen writes it: a .d.ts there is from that run.
@@ -256,7 +258,9 @@ function bindingsDts() {
   try {
     for (const wasm of wasms) {
       bindgenTo(wasm, join(tmp, "js"), "--no-typescript");
-      if (readFileSync(join(tmp, "js", "kiln_web.js"), "utf8") !== distJs) continue;
+      // A release build minifies the glue (scripts/lib/minify-glue.mjs); a quick one does not.
+      const js = readFileSync(join(tmp, "js", "kiln_web.js"), "utf8");
+      if (js !== distJs && (await minifyGlue(js)) !== distJs) continue;
       bindgenTo(wasm, join(tmp, "ts"));
       const text = readFileSync(join(tmp, "ts", "kiln_web.d.ts"), "utf8");
       found = { file: `wasm-bindgen's declarations of ${rel(wasm)}`, text };
@@ -307,7 +311,7 @@ function blockLines(methods, indent) {
 }
 
 // ---------------------------------------------------------------------------- main
-const dts = bindingsDts();
+const dts = await bindingsDts();
 let bindings;
 try {
   bindings = declarations(dts.text, dts.file);

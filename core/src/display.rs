@@ -199,7 +199,7 @@ impl Style {
         let integral = shown
             .iter()
             .filter(|v| v.is_finite())
-            .all(|v| libm::ceil(*v) == *v);
+            .all(|v| crate::math::ceil(*v) == *v);
         if finite.is_empty() {
             return if integral {
                 Style::Integral

@@ -25,6 +25,7 @@ mod display;
 pub mod dtype;
 pub mod error;
 mod infer;
+mod math;
 pub mod model;
 pub mod nn;
 pub mod op;

@@ -86,7 +86,7 @@ pub fn normal_f64(seed: u64, index: u64) -> f64 {
     let [x0, x1, ..] = bits(seed, index);
     let u1 = unit(x0) as f64 + 1.0 / 16_777_216.0;
     let u2 = unit(x1) as f64;
-    libm::sqrt(-2.0 * libm::log(u1)) * libm::cos(2.0 * core::f64::consts::PI * u2)
+    crate::math::sqrt(-2.0 * libm::log(u1)) * libm::cos(2.0 * core::f64::consts::PI * u2)
 }
 
 #[cfg(test)]

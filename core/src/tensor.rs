@@ -446,7 +446,7 @@ impl Tensor {
                 ),
             ));
         }
-        let len = libm::ceil((end - start) / step).max(0.0) as usize;
+        let len = crate::math::ceil((end - start) / step).max(0.0) as usize;
         Self::create(
             Op::Arange {
                 start,

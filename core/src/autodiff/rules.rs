@@ -371,13 +371,13 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
                 .mul(x)?
                 .mul_scalar(-0.5)?
                 .exp()?
-                .mul_scalar(1.0 / libm::sqrt(2.0 * PI))?;
+                .mul_scalar(1.0 / crate::math::sqrt(2.0 * PI))?;
             g.mul(&cdf.add(&x.mul(&pdf)?)?)
         }
         UnaryOp::GeluTanh => {
             // with u = c (x + a x^3), t = tanh(u):
             // d/dx x (1 + t) / 2 = (1 + t) / 2 + x (1 - t^2) c (1 + 3 a x^2) / 2
-            let (c, a) = (libm::sqrt(2.0 / PI), 0.044715);
+            let (c, a) = (crate::math::sqrt(2.0 / PI), 0.044715);
             let x2 = x.mul(x)?;
             let t = x
                 .mul(&x2.mul_scalar(a)?.add_scalar(1.0)?)?

@@ -438,7 +438,7 @@ impl Float for f32 {
         libm::logf(self)
     }
     fn sqrt(self) -> Self {
-        libm::sqrtf(self)
+        crate::math::sqrtf(self)
     }
     fn sin(self) -> Self {
         libm::sinf(self)
@@ -453,13 +453,13 @@ impl Float for f32 {
         libm::erff(self)
     }
     fn floor(self) -> Self {
-        libm::floorf(self)
+        crate::math::floorf(self)
     }
     fn ceil(self) -> Self {
-        libm::ceilf(self)
+        crate::math::ceilf(self)
     }
     fn rint(self) -> Self {
-        libm::rintf(self)
+        crate::math::rintf(self)
     }
     fn powf(self, p: Self) -> Self {
         libm::powf(self, p)
@@ -486,7 +486,7 @@ impl Float for f64 {
         libm::log(self)
     }
     fn sqrt(self) -> Self {
-        libm::sqrt(self)
+        crate::math::sqrt(self)
     }
     fn sin(self) -> Self {
         libm::sin(self)
@@ -501,13 +501,13 @@ impl Float for f64 {
         libm::erf(self)
     }
     fn floor(self) -> Self {
-        libm::floor(self)
+        crate::math::floor(self)
     }
     fn ceil(self) -> Self {
-        libm::ceil(self)
+        crate::math::ceil(self)
     }
     fn rint(self) -> Self {
-        libm::rint(self)
+        crate::math::rint(self)
     }
     fn powf(self, p: Self) -> Self {
         libm::pow(self, p)

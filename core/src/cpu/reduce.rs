@@ -322,7 +322,7 @@ pub(crate) fn normalize(x: &View<'_>, g: Option<&View<'_>>, eps: f64) -> Result<
                 .map(|&v| (v.into() - mean) * (v.into() - mean))
                 .sum::<f64>()
                 / n;
-            let rstd = 1.0 / libm::sqrt(var + eps);
+            let rstd = 1.0 / crate::math::sqrt(var + eps);
             for (h, &v) in hat.iter_mut().zip(row) {
                 *h = (v.into() - mean) * rstd;
             }

@@ -36,7 +36,7 @@ pub fn scaled_dot_product_attention(
 
 /// `1 / sqrt(D)`, what attention scales the queries of `D` features by.
 fn query_scale(d: usize) -> f64 {
-    1.0 / libm::sqrt(d.max(1) as f64)
+    1.0 / crate::math::sqrt(d.max(1) as f64)
 }
 
 /// [`scaled_dot_product_attention`] of queries already multiplied by [`query_scale`] (scaling

@@ -61,7 +61,7 @@ impl Init {
     /// for weights is uniform in `±1/sqrt(fan_in)`, the same bound PyTorch gives the biases.
     pub fn fan_in_uniform(&mut self, shape: impl Into<Shape>, fan_in: usize) -> Result<Tensor> {
         let bound = if fan_in > 0 {
-            1.0 / libm::sqrt(fan_in as f64)
+            1.0 / crate::math::sqrt(fan_in as f64)
         } else {
             0.0
         };

@@ -98,7 +98,7 @@ macro_rules! unary_table {
                 max: f64
             } clamp {
                 float: |v| clamp(v, T::from_f(min), T::from_f(max)),
-                int: |v| clamp(v, T::from_f64(libm::ceil(min)), T::from_f64(libm::floor(max))),
+                int: |v| clamp(v, T::from_f64($crate::math::ceil(min)), T::from_f64($crate::math::floor(max))),
                 ints: all,
                 wgsl: "min(max(v, c0), c1)",
                 consts: [min, max],

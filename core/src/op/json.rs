@@ -51,13 +51,23 @@ impl<'de> Deserialize<'de> for Op {
 
 /// A struct's (or struct variant's) fields, taken by name. Not inlined: each field is then a
 /// call, not a copy of its type's decoder (kiln-core is built at opt-level 3 for its kernels).
-pub(crate) struct Fields(Map<String, Value>);
+/// The map is dropped by one out-of-line call: its drop glue (a walk of the `BTreeMap`) was
+/// inlined at every return of every decoder (six copies in `op_from_value` alone).
+pub(crate) struct Fields(core::mem::ManuallyDrop<Map<String, Value>>);
+
+impl Drop for Fields {
+    #[inline(never)]
+    fn drop(&mut self) {
+        // SAFETY: the map is dropped here only, once, and never used afterwards.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.0) }
+    }
+}
 
 impl Fields {
     /// The fields of `v`, which must be an object (`what` names it in the error).
     pub(crate) fn of(v: Value, what: &str) -> Result<Fields, Error> {
         match v {
-            Value::Object(m) => Ok(Fields(m)),
+            Value::Object(m) => Ok(Fields(core::mem::ManuallyDrop::new(m))),
             other => Err(Error::custom(format!(
                 "{what} expects an object of fields, found {other}"
             ))),

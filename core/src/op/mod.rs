@@ -181,7 +181,7 @@ impl AdamParams {
         let t = self.step.min(i32::MAX as u64) as f64;
         let bc1 = 1.0 - libm::pow(self.beta1, t);
         let bc2 = 1.0 - libm::pow(self.beta2, t);
-        (self.lr / bc1, 1.0 / libm::sqrt(bc2))
+        (self.lr / bc1, 1.0 / crate::math::sqrt(bc2))
     }
 }
 
