@@ -64,7 +64,7 @@ stage "Rust tests: CPU oracle, autodiff, nn, model file, CLI, wgpu on lavapipe, 
 # One build with the CUDA (and NCCL) and HIP backends in: without their GPUs their tests check
 # the errors (and compile translated kernels with hipRTC), and the GPU tests skip with a notice.
 # A second test build without them took 5 minutes of a cold CI; the code without the features
-# was linted above and is built by the web stage's `kiln` binary.
+# (their "rebuild with `--features ...`" errors) was linted above.
 cargo test --workspace --features kiln/cuda,kiln/rocm,kiln/nccl
 
 if [ "${KILN_SKIP_WEB:-0}" = 1 ]; then
