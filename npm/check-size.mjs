@@ -1,6 +1,8 @@
 // Fails (exit 1) when a gzipped release .wasm of the package is larger than size-budget.json
 // allows: each module (the main one, its CPU-only and threaded builds, the ONNX converter that
 // npm/index.js loads lazily) has its own entry.
+// It also reports what a page that runs on the CPU downloads (issue 18): index.js as packed
+// (minified), the CPU-only glue and module.
 // Usage: node npm/check-size.mjs   (after scripts/build-web.sh built npm/dist)
 import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -24,4 +26,9 @@ for (const budget of modules) {
     failed = true;
   }
 }
+const { minifyEntry } = await import(new URL("../scripts/lib/minify-glue.mjs", here).href);
+const index = await minifyEntry(readFileSync(new URL("index.js", here), "utf8"));
+const page = [index, readFileSync(new URL("dist/kiln_web_cpu.js", here)), readFileSync(new URL("dist/kiln_web_cpu_bg.wasm", here))]
+  .map((bytes) => gzipSync(bytes, { level: 9 }).length);
+console.log(`the CPU page (index.js packed + kiln_web_cpu.js + its .wasm): ${page.join(" + ")} = ${kb(page[0] + page[1] + page[2])} gzipped`);
 if (failed) process.exit(1);

@@ -106,10 +106,11 @@ impl CharTokenizer {
         // decoder over the text: one JSON decoding path in the web package.
         let stored = |json| -> core::result::Result<Stored, serde_json::Error> {
             let mut f = Fields::of(serde_json::from_str(json)?, "tokenizer")?;
-            Ok(Stored {
-                kind: f.get("kind")?,
-                vocab: f.get("vocab")?,
-            })
+            let stored = Stored {
+                kind: f.get("kind"),
+                vocab: f.get("vocab"),
+            };
+            f.finish(stored)
         };
         let s = stored(json).map_err(|e| {
             bad(format!(

@@ -87,11 +87,12 @@ type Decoded<T> = core::result::Result<T, serde_json::Error>;
 /// A model file's graph from its JSON.
 pub(crate) fn graph_from_value(v: Value) -> Decoded<Graph> {
     let mut f = Fields::of(v, "graph")?;
-    Ok(Graph {
-        inputs: f.list("inputs", value_info)?,
-        nodes: f.list("nodes", node)?,
-        outputs: f.list("outputs", output)?,
-    })
+    let graph = Graph {
+        inputs: f.list("inputs", value_info),
+        nodes: f.list("nodes", node),
+        outputs: f.list("outputs", output),
+    };
+    f.finish(graph)
 }
 
 fn reference(v: Value) -> Decoded<Ref> {
@@ -124,31 +125,35 @@ fn reference(v: Value) -> Decoded<Ref> {
 
 fn node(v: Value) -> Decoded<GraphNode> {
     let mut f = Fields::of(v, "a node")?;
-    Ok(GraphNode {
+    let node = GraphNode {
         op: op_from_value(f.value("op")?)?,
-        inputs: f.list("inputs", reference)?,
-        batch: f.or_default("batch")?,
-    })
+        inputs: f.list("inputs", reference),
+        batch: f.or_default("batch"),
+    };
+    f.finish(node)
 }
 
-fn info(f: &mut Fields) -> Decoded<ValueInfo> {
-    Ok(ValueInfo {
-        name: f.get("name")?,
-        dtype: f.get("dtype")?,
-        shape: f.get("shape")?,
-    })
+fn info(f: &mut Fields) -> ValueInfo {
+    ValueInfo {
+        name: f.get("name"),
+        dtype: f.get("dtype"),
+        shape: f.get("shape"),
+    }
 }
 
 fn value_info(v: Value) -> Decoded<ValueInfo> {
-    info(&mut Fields::of(v, "an input")?)
+    let mut f = Fields::of(v, "an input")?;
+    let info = info(&mut f);
+    f.finish(info)
 }
 
 fn output(v: Value) -> Decoded<GraphOutput> {
     let mut f = Fields::of(v, "an output")?;
-    Ok(GraphOutput {
-        info: info(&mut f)?,
-        value: reference(f.value("value")?)?,
-    })
+    let output = GraphOutput {
+        info: info(&mut f),
+        value: f.with("value", reference, || Ref::Input(0)),
+    };
+    f.finish(output)
 }
 
 /// Every shape-describing integer of an op, in a fixed order (see the module docs).

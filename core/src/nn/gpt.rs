@@ -46,14 +46,15 @@ impl GptConfig {
     /// decoding path (the derived decoder over the text was a second one).
     fn from_json(json: &str) -> core::result::Result<GptConfig, serde_json::Error> {
         let mut f = Fields::of(serde_json::from_str(json)?, "GptConfig")?;
-        Ok(GptConfig {
-            vocab: f.get("vocab")?,
-            context: f.get("context")?,
-            dim: f.get("dim")?,
-            layers: f.get("layers")?,
-            heads: f.get("heads")?,
-            dropout: f.get("dropout")?,
-        })
+        let config = GptConfig {
+            vocab: f.get("vocab"),
+            context: f.get("context"),
+            dim: f.get("dim"),
+            layers: f.get("layers"),
+            heads: f.get("heads"),
+            dropout: f.get("dropout"),
+        };
+        f.finish(config)
     }
 }
 

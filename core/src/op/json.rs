@@ -51,15 +51,21 @@ impl<'de> Deserialize<'de> for Op {
 
 /// A struct's (or struct variant's) fields, taken by name. Not inlined: each field is then a
 /// call, not a copy of its type's decoder (kiln-core is built at opt-level 3 for its kernels).
-/// The map is dropped by one out-of-line call: its drop glue (a walk of the `BTreeMap`) was
-/// inlined at every return of every decoder (six copies in `op_from_value` alone).
-pub(crate) struct Fields(core::mem::ManuallyDrop<Map<String, Value>>);
+/// A field that cannot be read gives a placeholder and keeps the first such error, which
+/// [`Fields::finish`] returns: no early return per field, each of which dropped the fields read
+/// before it (the decoders' drop glue, in `op_from_value` above all). The map is dropped by one
+/// out-of-line call: its drop glue (a walk of the `BTreeMap`) was inlined at every return of
+/// every decoder.
+pub(crate) struct Fields {
+    map: core::mem::ManuallyDrop<Map<String, Value>>,
+    err: Option<Error>,
+}
 
 impl Drop for Fields {
     #[inline(never)]
     fn drop(&mut self) {
         // SAFETY: the map is dropped here only, once, and never used afterwards.
-        unsafe { core::mem::ManuallyDrop::drop(&mut self.0) }
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.map) }
     }
 }
 
@@ -67,51 +73,80 @@ impl Fields {
     /// The fields of `v`, which must be an object (`what` names it in the error).
     pub(crate) fn of(v: Value, what: &str) -> Result<Fields, Error> {
         match v {
-            Value::Object(m) => Ok(Fields(core::mem::ManuallyDrop::new(m))),
+            Value::Object(m) => Ok(Fields {
+                map: core::mem::ManuallyDrop::new(m),
+                err: None,
+            }),
             other => Err(Error::custom(format!(
                 "{what} expects an object of fields, found {other}"
             ))),
         }
     }
+    /// `value` built from the fields read, or the first field's error.
+    #[inline(never)]
+    pub(crate) fn finish<T>(mut self, value: T) -> Result<T, Error> {
+        match self.err.take() {
+            None => Ok(value),
+            Some(e) => Err(e),
+        }
+    }
+    /// `r`'s value, or `placeholder` with its error kept (the first one only).
+    fn keep<T>(&mut self, r: Result<T, Error>, placeholder: fn() -> T) -> T {
+        r.unwrap_or_else(|e| {
+            self.err.get_or_insert(e);
+            placeholder()
+        })
+    }
     /// The field `name`, taken out (a `null` left in its place: `remove` would bring
     /// `BTreeMap`'s rebalancing code into the web package, for these maps alone).
     #[inline(never)]
     pub(crate) fn value(&mut self, name: &str) -> Result<Value, Error> {
-        self.0
+        self.map
             .get_mut(name)
             .map(Value::take)
             .ok_or_else(|| Error::custom(format!("missing field `{name}`")))
     }
     /// The field `name`, read by [`FromJson`].
     #[inline(never)]
-    pub(crate) fn get<T: FromJson>(&mut self, name: &str) -> Result<T, Error> {
-        read(name, &self.value(name)?)
+    pub(crate) fn get<T: FromJson>(&mut self, name: &str) -> T {
+        let r = self.value(name).and_then(|v| read(name, &v));
+        self.keep(r, T::placeholder)
+    }
+    /// The field `name`, decoded by `decode` (`placeholder` if it cannot be).
+    #[inline(never)]
+    pub(crate) fn with<T>(
+        &mut self,
+        name: &str,
+        decode: fn(Value) -> Result<T, Error>,
+        placeholder: fn() -> T,
+    ) -> T {
+        let r = self.value(name).and_then(decode);
+        self.keep(r, placeholder)
     }
     /// An f64 field: a number, or `"inf"`, `"-inf"`, `"nan"` (see [`any_f64`](super::any_f64)).
     #[inline(never)]
-    fn f64(&mut self, name: &str) -> Result<f64, Error> {
-        any_f64_of(name, self.value(name)?)
+    fn f64(&mut self, name: &str) -> f64 {
+        let r = self.value(name).and_then(|v| any_f64_of(name, v));
+        self.keep(r, f64::placeholder)
     }
     /// A field that may be left out (`#[serde(default)]`).
     #[inline(never)]
-    pub(crate) fn or_default<T: FromJson + Default>(&mut self, name: &str) -> Result<T, Error> {
-        match self.0.get_mut(name).map(Value::take) {
+    pub(crate) fn or_default<T: FromJson + Default>(&mut self, name: &str) -> T {
+        let r = match self.map.get_mut(name).map(Value::take) {
             Some(v) => read(name, &v),
             None => Ok(T::default()),
-        }
+        };
+        self.keep(r, T::default)
     }
     /// An array field, each element decoded by `item`.
-    pub(crate) fn list<T>(
-        &mut self,
-        name: &str,
-        item: fn(Value) -> Result<T, Error>,
-    ) -> Result<alloc::vec::Vec<T>, Error> {
-        match self.value(name)? {
+    pub(crate) fn list<T>(&mut self, name: &str, item: fn(Value) -> Result<T, Error>) -> Vec<T> {
+        let r = self.value(name).and_then(|v| match v {
             Value::Array(items) => items.into_iter().map(item).collect(),
             other => Err(Error::custom(format!(
                 "{name} expects an array, found {other}"
             ))),
-        }
+        });
+        self.keep(r, Vec::new)
     }
 }
 
@@ -134,6 +169,8 @@ pub(crate) trait FromJson: Sized {
     fn from_json(v: &Value) -> Option<Self>;
     /// What a value must be, for errors (`"a whole number >= 0"`).
     fn expected() -> String;
+    /// A value that stands in for one that could not be read (see [`Fields`]).
+    fn placeholder() -> Self;
 }
 
 impl FromJson for usize {
@@ -142,6 +179,9 @@ impl FromJson for usize {
     }
     fn expected() -> String {
         "a whole number >= 0".into()
+    }
+    fn placeholder() -> Self {
+        0
     }
 }
 
@@ -152,6 +192,9 @@ impl FromJson for u64 {
     fn expected() -> String {
         "a whole number >= 0".into()
     }
+    fn placeholder() -> Self {
+        0
+    }
 }
 
 impl FromJson for bool {
@@ -160,6 +203,9 @@ impl FromJson for bool {
     }
     fn expected() -> String {
         "true or false".into()
+    }
+    fn placeholder() -> Self {
+        false
     }
 }
 
@@ -171,6 +217,9 @@ impl FromJson for f64 {
     fn expected() -> String {
         "a number".into()
     }
+    fn placeholder() -> Self {
+        0.0
+    }
 }
 
 impl FromJson for String {
@@ -179,6 +228,9 @@ impl FromJson for String {
     }
     fn expected() -> String {
         "a string".into()
+    }
+    fn placeholder() -> Self {
+        String::new()
     }
 }
 
@@ -190,6 +242,9 @@ impl FromJson for DType {
         let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
         format!("a dtype ({})", names.join(", "))
     }
+    fn placeholder() -> Self {
+        DType::F32
+    }
 }
 
 impl FromJson for Shape {
@@ -198,6 +253,9 @@ impl FromJson for Shape {
     }
     fn expected() -> String {
         Vec::<usize>::expected()
+    }
+    fn placeholder() -> Self {
+        Shape::default()
     }
 }
 
@@ -211,6 +269,9 @@ impl<T: FromJson> FromJson for Option<T> {
     fn expected() -> String {
         format!("{} or null", T::expected())
     }
+    fn placeholder() -> Self {
+        None
+    }
 }
 
 impl<T: FromJson> FromJson for Vec<T> {
@@ -219,6 +280,9 @@ impl<T: FromJson> FromJson for Vec<T> {
     }
     fn expected() -> String {
         format!("an array, each item {}", T::expected())
+    }
+    fn placeholder() -> Self {
+        Vec::new()
     }
 }
 
@@ -232,6 +296,9 @@ impl<T: FromJson + Copy + Default> FromJson for [T; 2] {
     fn expected() -> String {
         format!("an array of 2 items, each {}", T::expected())
     }
+    fn placeholder() -> Self {
+        [T::default(); 2]
+    }
 }
 
 /// serde's form of a pair: an array of 2.
@@ -241,6 +308,9 @@ impl<T: FromJson + Copy + Default> FromJson for (T, T) {
     }
     fn expected() -> String {
         <[T; 2]>::expected()
+    }
+    fn placeholder() -> Self {
+        (T::default(), T::default())
     }
 }
 
@@ -255,6 +325,9 @@ impl FromJson for Attrs {
     }
     fn expected() -> String {
         "an object of numbers".into()
+    }
+    fn placeholder() -> Self {
+        Attrs::new()
     }
 }
 
@@ -317,100 +390,101 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
         _ => {}
     }
     let mut f = Fields::of(payload, &name)?;
-    Ok(match name.as_str() {
+    let op = match name.as_str() {
         "full" => Op::Full {
-            shape: f.get("shape")?,
-            value: f.f64("value")?,
-            dtype: f.get("dtype")?,
+            shape: f.get("shape"),
+            value: f.f64("value"),
+            dtype: f.get("dtype"),
         },
         "arange" => Op::Arange {
-            start: f.f64("start")?,
-            step: f.f64("step")?,
-            len: f.get("len")?,
-            dtype: f.get("dtype")?,
+            start: f.f64("start"),
+            step: f.f64("step"),
+            len: f.get("len"),
+            dtype: f.get("dtype"),
         },
         "eye" => Op::Eye {
-            n: f.get("n")?,
-            m: f.get("m")?,
-            dtype: f.get("dtype")?,
+            n: f.get("n"),
+            m: f.get("m"),
+            dtype: f.get("dtype"),
         },
         "rand_uniform" => Op::RandUniform {
-            shape: f.get("shape")?,
-            low: f.f64("low")?,
-            high: f.f64("high")?,
-            seed: f.get("seed")?,
-            dtype: f.get("dtype")?,
+            shape: f.get("shape"),
+            low: f.f64("low"),
+            high: f.f64("high"),
+            seed: f.get("seed"),
+            dtype: f.get("dtype"),
         },
         "rand_normal" => Op::RandNormal {
-            shape: f.get("shape")?,
-            mean: f.f64("mean")?,
-            std: f.f64("std")?,
-            seed: f.get("seed")?,
-            dtype: f.get("dtype")?,
+            shape: f.get("shape"),
+            mean: f.f64("mean"),
+            std: f.f64("std"),
+            seed: f.get("seed"),
+            dtype: f.get("dtype"),
         },
         "cast" => Op::Cast {
-            dtype: f.get("dtype")?,
+            dtype: f.get("dtype"),
         },
         "reduce" => Op::Reduce {
             op: reduce_op(f.value("op")?)?,
-            axes: f.get("axes")?,
-            keepdim: f.get("keepdim")?,
+            axes: f.get("axes"),
+            keepdim: f.get("keepdim"),
         },
         "cumsum" => Op::Cumsum {
-            axis: f.get("axis")?,
-            reverse: f.get("reverse")?,
+            axis: f.get("axis"),
+            reverse: f.get("reverse"),
         },
         "softmax" => Op::Softmax {
-            axis: f.get("axis")?,
-            causal: f.or_default("causal")?,
+            axis: f.get("axis"),
+            causal: f.or_default("causal"),
         },
         "log_softmax" => Op::LogSoftmax {
-            axis: f.get("axis")?,
+            axis: f.get("axis"),
         },
-        "normalize" => Op::Normalize { eps: f.f64("eps")? },
-        "normalize_backward" => Op::NormalizeBackward { eps: f.f64("eps")? },
+        "normalize" => Op::Normalize { eps: f.f64("eps") },
+        "normalize_backward" => Op::NormalizeBackward { eps: f.f64("eps") },
         "reshape" => Op::Reshape {
-            shape: f.get("shape")?,
+            shape: f.get("shape"),
         },
         "permute" => Op::Permute {
-            dims: f.get("dims")?,
+            dims: f.get("dims"),
         },
         "slice" => Op::Slice {
-            ranges: f.list("ranges", slice_range)?,
+            ranges: f.list("ranges", slice_range),
         },
         "expand" => Op::Expand {
-            shape: f.get("shape")?,
+            shape: f.get("shape"),
         },
         "concat" => Op::Concat {
-            axis: f.get("axis")?,
+            axis: f.get("axis"),
         },
         "gather" => Op::Gather {
-            axis: f.get("axis")?,
+            axis: f.get("axis"),
         },
         "index_select" => Op::IndexSelect {
-            axis: f.get("axis")?,
+            axis: f.get("axis"),
         },
         "scatter_add" => Op::ScatterAdd {
-            axis: f.get("axis")?,
+            axis: f.get("axis"),
         },
         "pad" => Op::Pad {
-            pads: f.get("pads")?,
-            value: f.f64("value")?,
+            pads: f.get("pads"),
+            value: f.f64("value"),
         },
         "one_hot" => Op::OneHot {
-            classes: f.get("classes")?,
-            dtype: f.get("dtype")?,
+            classes: f.get("classes"),
+            dtype: f.get("dtype"),
         },
         "conv_transpose2d" => Op::ConvTranspose2d {
             params: conv2d_params(f.value("params")?)?,
-            output_padding: f.get("output_padding")?,
+            output_padding: f.get("output_padding"),
         },
         "conv2d_backward_weight" => Op::Conv2dBackwardWeight {
             params: conv2d_params(f.value("params")?)?,
-            kernel: f.get("kernel")?,
+            kernel: f.get("kernel"),
         },
         _ => return Err(Error::custom(format!("unknown op `{name}`"))),
-    })
+    };
+    f.finish(op)
 }
 
 /// A unary op: its name (`"relu"`), `{"powf": p}` or `{"clamp": {"min": .., "max": ..}}`.
@@ -420,10 +494,11 @@ fn unary(v: Value) -> Result<UnaryOp, Error> {
         "powf" => return any_f64_of("powf", payload).map(UnaryOp::Powf),
         "clamp" => {
             let mut f = Fields::of(payload, "clamp")?;
-            return Ok(UnaryOp::Clamp {
-                min: f.f64("min")?,
-                max: f.f64("max")?,
-            });
+            let clamp = UnaryOp::Clamp {
+                min: f.f64("min"),
+                max: f.f64("max"),
+            };
+            return f.finish(clamp);
         }
         _ => {}
     }
@@ -470,9 +545,8 @@ fn reduce_op(v: Value) -> Result<ReduceOp, Error> {
     let op = match name.as_str() {
         "var" => {
             let mut f = Fields::of(payload, "var")?;
-            return Ok(ReduceOp::Var {
-                correction: f.get("correction")?,
-            });
+            let correction = f.get("correction");
+            return f.finish(ReduceOp::Var { correction });
         }
         "sum" => ReduceOp::Sum,
         "mean" => ReduceOp::Mean,
@@ -495,9 +569,11 @@ fn pool2d(v: Value) -> Result<Pool2d, Error> {
     match name.as_str() {
         "max" => pool2d_params(payload).map(Pool2d::Max),
         "avg" => pool2d_params(payload).map(Pool2d::Avg),
-        "adaptive_avg" => Ok(Pool2d::AdaptiveAvg {
-            output: Fields::of(payload, "adaptive_avg")?.get("output")?,
-        }),
+        "adaptive_avg" => {
+            let mut f = Fields::of(payload, "adaptive_avg")?;
+            let output = f.get("output");
+            f.finish(Pool2d::AdaptiveAvg { output })
+        }
         _ => Err(Error::custom(format!(
             "unknown pooling `{name}`, expected one of max, avg, adaptive_avg"
         ))),
@@ -506,53 +582,58 @@ fn pool2d(v: Value) -> Result<Pool2d, Error> {
 
 fn pool2d_params(v: Value) -> Result<Pool2dParams, Error> {
     let mut f = Fields::of(v, "pooling parameters")?;
-    Ok(Pool2dParams {
-        kernel: f.get("kernel")?,
-        stride: f.get("stride")?,
-        padding: f.get("padding")?,
-        dilation: f.get("dilation")?,
-        count_include_pad: f.get("count_include_pad")?,
-    })
+    let params = Pool2dParams {
+        kernel: f.get("kernel"),
+        stride: f.get("stride"),
+        padding: f.get("padding"),
+        dilation: f.get("dilation"),
+        count_include_pad: f.get("count_include_pad"),
+    };
+    f.finish(params)
 }
 
 fn conv2d_params(v: Value) -> Result<Conv2dParams, Error> {
     let mut f = Fields::of(v, "convolution parameters")?;
-    Ok(Conv2dParams {
-        stride: f.get("stride")?,
-        padding: f.get("padding")?,
-        dilation: f.get("dilation")?,
-        groups: f.get("groups")?,
-    })
+    let params = Conv2dParams {
+        stride: f.get("stride"),
+        padding: f.get("padding"),
+        dilation: f.get("dilation"),
+        groups: f.get("groups"),
+    };
+    f.finish(params)
 }
 
 fn adam_params(v: Value) -> Result<AdamParams, Error> {
     let mut f = Fields::of(v, "Adam parameters")?;
-    Ok(AdamParams {
-        lr: f.get("lr")?,
-        beta1: f.get("beta1")?,
-        beta2: f.get("beta2")?,
-        eps: f.get("eps")?,
-        weight_decay: f.get("weight_decay")?,
-        decoupled: f.get("decoupled")?,
-        step: f.get("step")?,
-    })
+    let params = AdamParams {
+        lr: f.get("lr"),
+        beta1: f.get("beta1"),
+        beta2: f.get("beta2"),
+        eps: f.get("eps"),
+        weight_decay: f.get("weight_decay"),
+        decoupled: f.get("decoupled"),
+        step: f.get("step"),
+    };
+    f.finish(params)
 }
 
 fn slice_range(v: Value) -> Result<SliceRange, Error> {
     let mut f = Fields::of(v, "a slice range")?;
-    Ok(SliceRange {
-        start: f.get("start")?,
-        end: f.get("end")?,
-        step: f.get("step")?,
-    })
+    let params = SliceRange {
+        start: f.get("start"),
+        end: f.get("end"),
+        step: f.get("step"),
+    };
+    f.finish(params)
 }
 
 fn custom_call(v: Value) -> Result<CustomCall, Error> {
     let mut f = Fields::of(v, "a custom op call")?;
-    Ok(CustomCall {
-        name: f.get("name")?,
-        attrs: f.or_default("attrs")?,
-    })
+    let params = CustomCall {
+        name: f.get("name"),
+        attrs: f.or_default("attrs"),
+    };
+    f.finish(params)
 }
 
 #[cfg(test)]
@@ -679,12 +760,15 @@ mod tests {
             "{err}"
         );
         let mut f = Fields::of(json!({"dims": [1, -1]}), "test").unwrap();
-        let err = f.get::<Vec<usize>>("dims").unwrap_err().to_string();
+        assert!(f.get::<Vec<usize>>("dims").is_empty());
+        assert!(!f.or_default::<bool>("absent"));
+        f.get::<usize>("absent");
+        // The first error is the one returned.
+        let err = f.finish(()).unwrap_err().to_string();
         assert_eq!(
             err,
             "dims expects an array, each item a whole number >= 0, found [1,-1]"
         );
-        assert!(!f.or_default::<bool>("absent").unwrap());
     }
 
     /// Malformed parameters are errors that say what was wrong, never panics.
