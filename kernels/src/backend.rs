@@ -47,7 +47,8 @@ struct Inner {
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     limits: wgpu::Limits,
-    pipelines: Mutex<HashMap<KernelKey, wgpu::ComputePipeline>>,
+    /// Each kernel's pipeline and its bind group layout (asked of wgpu once, not per dispatch).
+    pipelines: Mutex<HashMap<KernelKey, Pipeline>>,
     /// Free buffers by bucket size, reused by later allocations.
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     allocated: AtomicU64,
@@ -68,6 +69,13 @@ struct Inner {
 /// [`Batch::recorded`]).
 const BATCH_OPS: usize = 8;
 
+type Pipeline = (wgpu::ComputePipeline, wgpu::BindGroupLayout);
+
+/// Bytes of one params buffer: the params of the dispatches recorded into a batch are packed
+/// into such buffers and written with one `write_buffer` each, not one per dispatch (wgpu makes
+/// and maps a staging buffer for every write).
+const PARAMS_CHUNK: u64 = 16 << 10;
+
 #[derive(Default)]
 struct Batch {
     encoder: Option<wgpu::CommandEncoder>,
@@ -75,10 +83,13 @@ struct Batch {
     /// Batches submitted since the last wait: the next holds `2^ramp` ops, at most
     /// [`BATCH_OPS`].
     ramp: u32,
-    /// Params buffers of the recorded ops, and free ones by size. A params buffer is written
-    /// with `write_buffer`, which lands before the next submission's commands, so one is only
-    /// reused once the ops that read it were submitted. (A buffer created per dispatch cost more
-    /// host time than a small kernel takes on the GPU.)
+    /// The params buffer being filled and its bytes so far (written when it is full or the
+    /// batch is submitted).
+    params: Option<(wgpu::Buffer, Vec<u8>)>,
+    /// Params buffers written for the recorded ops, and free ones by size. `write_buffer`
+    /// lands before the next submission's commands, so a buffer is only reused once the ops
+    /// that read it were submitted. (A buffer created per dispatch cost more host time than a
+    /// small kernel takes on the GPU.)
     params_in_use: Vec<wgpu::Buffer>,
     params_free: HashMap<u64, Vec<wgpu::Buffer>>,
 }
@@ -105,6 +116,7 @@ impl Batch {
 
     fn submit(&mut self, queue: &wgpu::Queue) {
         self.ops = 0;
+        self.write_params(queue);
         if let Some(e) = self.encoder.take() {
             queue.submit([e.finish()]);
         }
@@ -113,30 +125,52 @@ impl Batch {
         }
     }
 
-    /// A storage buffer holding `words`, for an op about to be recorded in this batch.
+    /// Where `words` are, for an op about to be recorded in this batch: a params buffer, and
+    /// the offset (a multiple of `align`) and size of their binding.
     fn params(
         &mut self,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         words: &[u32],
-    ) -> wgpu::Buffer {
+        align: u64,
+    ) -> (wgpu::Buffer, u64, u64) {
         let bytes: &[u8] = bytemuck::cast_slice(words);
+        // bound as a whole bucket, as a buffer of its own would be
         let size = bucket(bytes.len() as u64);
-        let buffer = self
-            .params_free
-            .get_mut(&size)
-            .and_then(Vec::pop)
-            .unwrap_or_else(|| {
-                device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("kiln params"),
-                    size,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            });
-        queue.write_buffer(&buffer, 0, bytes);
-        self.params_in_use.push(buffer.clone());
-        buffer
+        let at = match &self.params {
+            Some((b, staged)) => {
+                let at = (staged.len() as u64).next_multiple_of(align);
+                (at + size <= b.size()).then_some(at)
+            }
+            None => None,
+        };
+        let at = at.unwrap_or_else(|| {
+            self.write_params(queue);
+            let chunk = PARAMS_CHUNK.max(size);
+            let buffer =
+                (self.params_free.get_mut(&chunk).and_then(Vec::pop)).unwrap_or_else(|| {
+                    device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("kiln params"),
+                        size: chunk,
+                        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    })
+                });
+            self.params = Some((buffer, Vec::new()));
+            0
+        });
+        let (buffer, staged) = self.params.as_mut().expect("set just above");
+        staged.resize(at as usize, 0);
+        staged.extend_from_slice(bytes);
+        (buffer.clone(), at, size)
+    }
+
+    /// Writes the params buffer being filled.
+    fn write_params(&mut self, queue: &wgpu::Queue) {
+        if let Some((buffer, staged)) = self.params.take() {
+            queue.write_buffer(&buffer, 0, &staged);
+            self.params_in_use.push(buffer);
+        }
     }
 }
 
@@ -283,7 +317,7 @@ impl WgpuRuntime {
         take_gpu_error(&self.inner.error, op)
     }
 
-    fn pipeline(&self, key: &KernelKey) -> Result<wgpu::ComputePipeline> {
+    fn pipeline(&self, key: &KernelKey) -> Result<Pipeline> {
         if let Some(p) = self
             .inner
             .pipelines
@@ -328,10 +362,12 @@ impl WgpuRuntime {
             cache: None,
         });
         self.check(&label)?;
+        let layout = pipeline.get_bind_group_layout(0);
+        let entry = (pipeline, layout);
         if let Ok(mut c) = self.inner.pipelines.lock() {
-            c.insert(key.clone(), pipeline.clone());
+            c.insert(key.clone(), entry.clone());
         }
-        Ok(pipeline)
+        Ok(entry)
     }
 }
 
@@ -407,6 +443,7 @@ impl Runtime for WgpuRuntime {
             self.inner.batch.lock().map_err(|_| {
                 Error::device(name.to_string(), "the command batch lock is poisoned")
             })?;
+        let align = u64::from(self.inner.limits.min_storage_buffer_offset_alignment);
         let mut groups = Vec::with_capacity(dispatches.len());
         for (d, pipeline) in dispatches.iter().zip(pipelines) {
             // wgpu rejects an empty binding: a kernel without params still gets one word.
@@ -415,10 +452,14 @@ impl Runtime for WgpuRuntime {
             } else {
                 d.params
             };
-            let params = batch.params(device, &self.inner.queue, words);
+            let (params, offset, size) = batch.params(device, &self.inner.queue, words, align);
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
-                resource: params.as_entire_binding(),
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &params,
+                    offset,
+                    size: wgpu::BufferSize::new(size),
+                }),
             }];
             for (i, b) in d.buffers.iter().enumerate() {
                 entries.push(wgpu::BindGroupEntry {
@@ -426,9 +467,10 @@ impl Runtime for WgpuRuntime {
                     resource: b.buffer.as_entire_binding(),
                 });
             }
+            let (pipeline, layout) = pipeline;
             let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
-                layout: &pipeline.get_bind_group_layout(0),
+                layout: &layout,
                 entries: &entries,
             });
             groups.push((pipeline, group, d.workgroups));

@@ -84,6 +84,132 @@ fn unary_ops_forward_and_backward() {
     }
 }
 
+/// WGSL's accuracy for the f32 built-ins the unary ops call (the spec's floating-point accuracy
+/// table), over each bound's whole domain: every backend's translation must meet it, whatever
+/// faster forms of a function it picks (CUDA's `__expf`, a driver's approximations).
+#[test]
+fn float_functions_meet_wgsl_accuracy() {
+    let Some(dev) = dev() else { return };
+    // the bound on |got - want| at input x, for the f32 result `want`
+    type Bound = fn(f64, f64) -> f64;
+    fn ulp(want: f64) -> f64 {
+        let w = (want as f32).abs();
+        f64::from(f32::from_bits(w.to_bits() + 1) - w)
+    }
+    fn log_bound(x: f64, want: f64) -> f64 {
+        if (0.5..=2.0).contains(&x) {
+            2f64.powi(-21)
+        } else {
+            3.0 * ulp(want)
+        }
+    }
+    const LOG_BOUND: &str = "2^-21 absolute in [0.5, 2], else 3 ULP";
+    let pi = std::f64::consts::PI;
+    // (op, inputs from lo to hi, spread over the exponents (log) or evenly, bound, what WGSL says)
+    let cases: [(UnaryOp, f64, f64, bool, Bound, &str); 8] = [
+        (
+            UnaryOp::Exp,
+            -87.0,
+            88.0,
+            false,
+            |x, w| (3.0 + 2.0 * x.abs()) * ulp(w),
+            "3 + 2|x| ULP",
+        ),
+        (UnaryOp::Log, 0.5, 2.0, false, log_bound, LOG_BOUND),
+        (UnaryOp::Log, -126.0, 127.0, true, log_bound, LOG_BOUND),
+        (
+            UnaryOp::Sqrt,
+            -126.0,
+            127.0,
+            true,
+            |_, w| 4.5 * ulp(w),
+            "1 / inverseSqrt: 2 + 2.5 ULP",
+        ),
+        (
+            UnaryOp::Rsqrt,
+            -126.0,
+            127.0,
+            true,
+            |_, w| 2.0 * ulp(w),
+            "2 ULP",
+        ),
+        (
+            UnaryOp::Recip,
+            -126.0,
+            126.0,
+            true,
+            |_, w| 2.5 * ulp(w),
+            "2.5 ULP for |y| in [2^-126, 2^126]",
+        ),
+        (
+            UnaryOp::Sin,
+            -pi,
+            pi,
+            false,
+            |_, _| 2f64.powi(-11),
+            "2^-11 absolute in [-pi, pi]",
+        ),
+        (
+            UnaryOp::Cos,
+            -pi,
+            pi,
+            false,
+            |_, _| 2f64.powi(-11),
+            "2^-11 absolute in [-pi, pi]",
+        ),
+    ];
+    for (i, (op, lo, hi, log, bound, wgsl)) in cases.into_iter().enumerate() {
+        let mut xs: Vec<f32> = kiln_conformance::values(1 << 14, 40 + i as u64, lo, hi)
+            .into_iter()
+            .map(|v| if log { 2f64.powf(v) } else { v } as f32)
+            .collect();
+        let ends = [lo, hi].map(|v| if log { 2f64.powf(v) } else { v } as f32);
+        xs.extend(ends);
+        if log && op == UnaryOp::Recip {
+            // both signs of the divisor
+            xs.iter_mut().step_by(2).for_each(|x| *x = -*x);
+        }
+        let n = xs.len();
+        let got = Tensor::from_vec(xs.clone(), [n], &dev)
+            .and_then(|x| x.unary(op))
+            .and_then(|y| y.to_data())
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"))
+            .to_f64_vec();
+        let reference = |x: f64| match op {
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Recip => 1.0 / x,
+            UnaryOp::Sin => x.sin(),
+            _ => x.cos(),
+        };
+        let (mut worst, mut at) = (0.0, 0);
+        for (j, (&x, &g)) in xs.iter().zip(&got).enumerate() {
+            let (x, want) = (f64::from(x), reference(f64::from(x)));
+            let excess = (g - want).abs() / bound(x, want);
+            // a NaN (a wrong special case) fails
+            let excess = if excess.is_nan() {
+                f64::INFINITY
+            } else {
+                excess
+            };
+            if excess > worst {
+                (worst, at) = (excess, j);
+            }
+        }
+        let (x, g) = (f64::from(xs[at]), got[at]);
+        let want = reference(x);
+        assert!(
+            worst <= 1.0,
+            "{op:?}: at x = {x:e} WGSL allows {wgsl} ({:e}), found {g:e} against {want:e} (error {:e})",
+            bound(x, want),
+            (g - want).abs()
+        );
+        eprintln!("{op:?} ({wgsl}): worst error {worst:.3} of the bound over {n} inputs");
+    }
+}
+
 #[test]
 fn binary_compare_where_cast() {
     let Some(dev) = dev() else { return };
