@@ -188,7 +188,9 @@ __device__ inline float k_trunc(float x) { return truncf(x); }
 __device__ inline float k_ldexp(float x, int e) { return ldexpf(x, e); }
 // exp, log and log2 through the hardware's approximations: their errors (CUDA: 2 + 1.173|x| ULP;
 // 2^-21.4 absolute in [0.5, 2], else 3 ULP) are within WGSL's (3 + 2|x| ULP; 2^-21, else 3
-// ULP), which the conformance suite checks (`float_functions_meet_wgsl_accuracy`).
+// ULP), which the conformance suite checks (`float_functions_meet_wgsl_accuracy`; NVIDIA's Vulkan
+// driver gives the same values). With expf's exact path composed GELU's kernel took 1.034x a
+// copy's time on an H200 (ncu), 1.002x with __expf.
 __device__ inline float k_exp(float x) { return __expf(x); }
 __device__ inline float k_exp2(float x) { return exp2f(x); }
 __device__ inline float k_log(float x) { return __logf(x); }

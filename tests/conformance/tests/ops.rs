@@ -103,6 +103,28 @@ fn float_functions_meet_wgsl_accuracy() {
             3.0 * ulp(want)
         }
     }
+    // the distance from `want` to the end of WGSL's interval on the side of `below`, the
+    // interval rounded outward to f32 values as the WebGPU CTS checks it (NVIDIA's log, through
+    // Vulkan and CUDA alike, is 3.02 ULP off at 0.4477)
+    fn allowed(want: f64, bound: f64, below: bool) -> f64 {
+        if below {
+            let end = (want - bound) as f32;
+            let end = if f64::from(end) > want - bound {
+                end.next_down()
+            } else {
+                end
+            };
+            want - f64::from(end)
+        } else {
+            let end = (want + bound) as f32;
+            let end = if f64::from(end) < want + bound {
+                end.next_up()
+            } else {
+                end
+            };
+            f64::from(end) - want
+        }
+    }
     const LOG_BOUND: &str = "2^-21 absolute in [0.5, 2], else 3 ULP";
     let pi = std::f64::consts::PI;
     // (op, inputs from lo to hi, spread over the exponents (log) or evenly, bound, what WGSL says)
@@ -187,7 +209,7 @@ fn float_functions_meet_wgsl_accuracy() {
         let (mut worst, mut at) = (0.0, 0);
         for (j, (&x, &g)) in xs.iter().zip(&got).enumerate() {
             let (x, want) = (f64::from(x), reference(f64::from(x)));
-            let excess = (g - want).abs() / bound(x, want);
+            let excess = (g - want).abs() / allowed(want, bound(x, want), g < want);
             // a NaN (a wrong special case) fails
             let excess = if excess.is_nan() {
                 f64::INFINITY
@@ -202,11 +224,11 @@ fn float_functions_meet_wgsl_accuracy() {
         let want = reference(x);
         assert!(
             worst <= 1.0,
-            "{op:?}: at x = {x:e} WGSL allows {wgsl} ({:e}), found {g:e} against {want:e} (error {:e})",
+            "{op:?}: at x = {x:e} WGSL allows {wgsl} ({:e} rounded out to f32), found {g:e} against {want:e} (error {:e})",
             bound(x, want),
             (g - want).abs()
         );
-        eprintln!("{op:?} ({wgsl}): worst error {worst:.3} of the bound over {n} inputs");
+        eprintln!("{op:?} ({wgsl}): worst error {worst:.3} of the allowed over {n} inputs");
     }
 }
 
