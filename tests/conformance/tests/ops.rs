@@ -107,23 +107,15 @@ fn float_functions_meet_wgsl_accuracy() {
     // interval rounded outward to f32 values as the WebGPU CTS checks it (NVIDIA's log, through
     // Vulkan and CUDA alike, is 3.02 ULP off at 0.4477)
     fn allowed(want: f64, bound: f64, below: bool) -> f64 {
-        if below {
-            let end = (want - bound) as f32;
-            let end = if f64::from(end) > want - bound {
-                end.next_down()
-            } else {
-                end
-            };
-            want - f64::from(end)
+        // rounding down below `want` is rounding up above `-want`
+        let w = if below { -want } else { want };
+        let end = (w + bound) as f32;
+        let end = if f64::from(end) < w + bound {
+            end.next_up()
         } else {
-            let end = (want + bound) as f32;
-            let end = if f64::from(end) < want + bound {
-                end.next_up()
-            } else {
-                end
-            };
-            f64::from(end) - want
-        }
+            end
+        };
+        f64::from(end) - w
     }
     const LOG_BOUND: &str = "2^-21 absolute in [0.5, 2], else 3 ULP";
     let pi = std::f64::consts::PI;
