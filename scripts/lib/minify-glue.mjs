@@ -6,8 +6,8 @@
 // never renamed by a minifier, only the glue's local names. Uses Vite's bundler rolldown (oxc's
 // minifier) from tests/web/node_modules, which ensure_npm_tools installs.
 // The package's own entry files (npm/index.js, thread.js) are minified the same way into the
-// packed tarball only (scripts/build-web.sh), the readable source staying in the repository:
-// index.js 4.1 -> 1.7 KiB gzipped, of every page.
+// packed tarball only (scripts/build-web.sh, which says what it saves), the readable source
+// staying in the repository.
 //   node scripts/lib/minify-glue.mjs FILE...           minifies each glue FILE in place
 //   node scripts/lib/minify-glue.mjs --entry FILE...   the same for entry files (minifyEntry)
 // npm/check-types.mjs imports minifyGlue to compare npm/dist with a fresh wasm-bindgen run.
