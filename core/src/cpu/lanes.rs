@@ -47,6 +47,21 @@ mod imp {
         pub(in crate::cpu) fn mul(self, o: F4) -> F4 {
             F4(f32x4_mul(self.0, o.0))
         }
+        /// The larger lane of each pair, NaN where either is and `self`'s on ties, as
+        /// `Float::maximum` (`f32x4_max` would give +0 for -0 against +0).
+        #[inline(always)]
+        pub(in crate::cpu) fn maximum(self, o: F4) -> F4 {
+            let keep = v128_or(f32x4_ne(self.0, self.0), f32x4_le(o.0, self.0));
+            F4(v128_bitselect(self.0, o.0, keep))
+        }
+        /// The even lanes of `self` then `o`, and their odd lanes: neighbouring pairs split.
+        #[inline(always)]
+        pub(in crate::cpu) fn unzip(self, o: F4) -> (F4, F4) {
+            (
+                F4(i32x4_shuffle::<0, 2, 4, 6>(self.0, o.0)),
+                F4(i32x4_shuffle::<1, 3, 5, 7>(self.0, o.0)),
+            )
+        }
         /// Rows of a 4x4 block as its columns.
         #[inline(always)]
         pub(in crate::cpu) fn transpose([a, b, c, d]: [F4; 4]) -> [F4; 4] {
@@ -125,6 +140,21 @@ mod imp {
         #[inline(always)]
         pub(in crate::cpu) fn mul(self, o: F4) -> F4 {
             F4(core::array::from_fn(|i| self.0[i] * o.0[i]))
+        }
+        /// The larger lane of each pair, NaN where either is and `self`'s on ties.
+        #[inline(always)]
+        pub(in crate::cpu) fn maximum(self, o: F4) -> F4 {
+            use crate::cpu::num::Num;
+            F4(core::array::from_fn(|i| Num::maximum(self.0[i], o.0[i])))
+        }
+        /// The even lanes of `self` then `o`, and their odd lanes: neighbouring pairs split.
+        #[inline(always)]
+        pub(in crate::cpu) fn unzip(self, o: F4) -> (F4, F4) {
+            let all = [self.0, o.0].concat();
+            (
+                F4(core::array::from_fn(|i| all[2 * i])),
+                F4(core::array::from_fn(|i| all[2 * i + 1])),
+            )
         }
         /// Rows of a 4x4 block as its columns.
         #[inline(always)]

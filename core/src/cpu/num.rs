@@ -236,6 +236,8 @@ pub(crate) trait Float:
     /// (Winograd's convolution, [`super::winograd`], whose transforms' rounding f32 absorbs;
     /// f64 keeps the direct product as the reference).
     fn as_f32(v: &[Self]) -> Option<&[f32]>;
+    /// The values as f32, writable, when `Self` is f32.
+    fn as_f32_mut(v: &mut [Self]) -> Option<&mut [f32]>;
     /// `c = a b + beta * c` with arbitrary strides: the `gemm` crate on native `std` builds,
     /// [`Float::PORTABLE_GEMM`] elsewhere. `parallel`: spread it over the thread pool (callers already
     /// running one GEMM per thread pass `false`).
@@ -468,6 +470,9 @@ impl Float for f32 {
     fn as_f32(v: &[f32]) -> Option<&[f32]> {
         Some(v)
     }
+    fn as_f32_mut(v: &mut [f32]) -> Option<&mut [f32]> {
+        Some(v)
+    }
 }
 
 impl Float for f64 {
@@ -514,6 +519,9 @@ impl Float for f64 {
     }
     const PORTABLE_GEMM: MatrixMultiply<f64> = matrixmultiply::dgemm;
     fn as_f32(_: &[f64]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_mut(_: &mut [f64]) -> Option<&mut [f32]> {
         None
     }
 }

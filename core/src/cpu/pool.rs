@@ -1,6 +1,7 @@
 //! 2-D max/avg/adaptive-avg pooling over NCHW input and their gradients, one plane at a time.
 
 use super::conv::out_size;
+use super::lanes::F4;
 use super::num::Float;
 use super::par;
 use super::par::zeros;
@@ -297,13 +298,10 @@ fn tiled_plane<T: Float>(
     [kh, kw]: [usize; 2],
 ) {
     if g.is_none() && (kh, kw) == (2, 2) && ow > 0 {
-        // The forward 2x2 window (the common CNN pool): pairwise maxima, ties to the first.
         for (oy, d) in dst[..oh * ow].chunks_exact_mut(ow).enumerate() {
             let r0 = &plane[2 * oy * w..][..2 * ow];
             let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
-            for ((d, a), b) in d.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
-                *d = a[0].maximum(a[1]).maximum(b[0].maximum(b[1]));
-            }
+            max_2x2_row(r0, r1, d);
         }
         return;
     }
@@ -348,6 +346,36 @@ fn tiled_plane<T: Float>(
                 }
             }
         }
+    }
+}
+
+/// One output row `d` of the forward 2x2 window (the common CNN pool) from its two input rows:
+/// pairwise maxima, ties to the first. f32 rows take four windows per step in SIMD lanes: the
+/// scalar `maximum`s branch, and on a ReLU's output (half zeros) the branches mispredict (the
+/// MNIST CNN's pool at batch 64 in the page, one thread: 9.3-9.4 ms, then 1.3-1.8 ms).
+fn max_2x2_row<T: Float>(r0: &[T], r1: &[T], d: &mut [T]) {
+    let mut done = 0;
+    if let (Some(a), Some(b), Some(out)) = (T::as_f32(r0), T::as_f32(r1), T::as_f32_mut(d)) {
+        done = out.len() / 4 * 4;
+        let pairs = |s: &[f32]| {
+            // SAFETY: `s` holds eight values (a chunk of eight below).
+            let (even, odd) = unsafe { F4::load(s.as_ptr()).unzip(F4::load(s[4..].as_ptr())) };
+            even.maximum(odd)
+        };
+        for ((o, a), b) in out
+            .chunks_exact_mut(4)
+            .zip(a.chunks_exact(8))
+            .zip(b.chunks_exact(8))
+        {
+            // SAFETY: `o` holds four values.
+            unsafe { pairs(a).maximum(pairs(b)).store(o.as_mut_ptr()) };
+        }
+    }
+    let rows = r0[2 * done..]
+        .chunks_exact(2)
+        .zip(r1[2 * done..].chunks_exact(2));
+    for (d, (a, b)) in d[done..].iter_mut().zip(rows) {
+        *d = a[0].maximum(a[1]).maximum(b[0].maximum(b[1]));
     }
 }
 

@@ -154,6 +154,28 @@ test("conv2d and pooling match a JS reference", async () => {
       }
 });
 
+// The 2x2 max pool's SIMD rows (four windows per step, the rest one by one): odd sizes leave a
+// partial group and an unpooled row and column; ReLU-like zeros of both signs, ties and NaN
+// follow the scalar rule (first maximum on ties, NaN wins), checked bit for bit.
+test("maxPool2d 2x2 matches the scalar rule in SIMD lanes", () => {
+  const [N, C, H, W] = [2, 3, 11, 21];
+  const xv = rand(N * C * H * W, 31).map((v, i) => (i % 7 === 0 ? NaN : i % 5 === 0 ? -0 : Math.max(v, 0)));
+  const y = Tensor.from(xv, [N, C, H, W]).maxPool2d({ kernel: 2 });
+  const [oh, ow] = [5, 10];
+  assert.deepEqual(y.shape, [N, C, oh, ow]);
+  const max = (a, b) => (Number.isNaN(a) || b <= a ? a : b);
+  const show = (v) => (Object.is(v, -0) ? "-0" : String(v));
+  return y.data().then((d) => {
+    for (let p = 0; p < N * C; p++)
+      for (let i = 0; i < oh; i++)
+        for (let j = 0; j < ow; j++) {
+          const at = (u, v) => xv[(p * H + 2 * i + u) * W + 2 * j + v];
+          const want = max(max(at(0, 0), at(0, 1)), max(at(1, 0), at(1, 1)));
+          assert.ok(Object.is(d[(p * oh + i) * ow + j], want), `window ${p} ${i} ${j}: ${show(d[(p * oh + i) * ow + j])}, expected ${show(want)}`);
+        }
+  });
+});
+
 test("errors are JS Errors carrying kiln's message", () => {
   const a = Tensor.from(rand(6, 10), [2, 3]);
   const b = Tensor.from(rand(8, 11), [4, 2]);
