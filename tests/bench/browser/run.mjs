@@ -3,11 +3,13 @@
 // onnxruntime-web and TensorFlow.js, in headless Chromium, same weights, same MNIST test images.
 // Not a test and not run in CI: a script whose figures go in notes. See README.md.
 //
-//   node run.mjs [--runs 200] [--warmup 10] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
+//   node run.mjs [--runs 200] [--rounds 1] [--warmup 10] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
 //                [--gpu-b64-warmup 1] [--cold 3] [--batches 1,64] [--only kiln-cpu,kiln-cpu-2t,ort-wasm-2t,...] [--no-webgpu]
 //                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
 //   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--gelu-rounds 1] [--only ...]
 //                GELU on 2^p random inputs: kiln fused/unfused vs onnxruntime-web's Gelu (issue 19)
+//   node run.mjs --ab DIR [--ab-threads 1,1] [--ab-blocks 40] [--ab-per 20] [--batches 1,64] [--kiln DIR_A]
+//                two kiln builds' CPU modules timed in one page, in alternating blocks (issue 18)
 //   node run.mjs --dispatches [--batches 1,64] [--gpu-runs 3] [--no-fusion]
 //                kiln WebGPU's calls per MNIST forward and each dispatch's own time (issue 18)
 
@@ -30,8 +32,8 @@ const DEFAULTS = {
   kiln: join(ROOT, "npm"), model: join(ROOT, "demos/mnist/models/mnist.safetensors"),
   chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
   data: process.env.KILN_MNIST_DATA || "/work/shared/data/mnist", help: false,
-  gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30, "gelu-rounds": 1,
-  dispatches: false, "no-fusion": false,
+  rounds: 1, gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30, "gelu-rounds": 1,
+  dispatches: false, "no-fusion": false, ab: "", "ab-threads": "1,1", "ab-blocks": 40, "ab-per": 20,
 };
 const opt = { ...DEFAULTS };
 for (let i = 2; i < process.argv.length; i++) {
@@ -49,8 +51,8 @@ if (opt.help) {
   console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 10).join("\n"));
   process.exit(0);
 }
-for (const k of ["runs", "warmup", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds",
-  "gelu-runs", "gelu-warmup", "gelu-seconds", "gelu-rounds"]) opt[k] = Number(opt[k]);
+for (const k of ["runs", "rounds", "warmup", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds",
+  "gelu-runs", "gelu-warmup", "gelu-seconds", "gelu-rounds", "ab-blocks", "ab-per"]) opt[k] = Number(opt[k]);
 opt["gpu-runs"] = opt["gpu-runs"] == null ? opt.runs : Number(opt["gpu-runs"]);
 const BATCHES = String(opt.batches).split(",").map(Number);
 const JSON_OUT = opt.json || join(tmpdir(), `kiln-browser-bench-${Date.now()}.json`);
@@ -113,6 +115,7 @@ const MOUNTS = [
   ["/ort/", join(HERE, "node_modules/onnxruntime-web/dist")],
   ["/tfjs/", join(HERE, "node_modules/@tensorflow")],
   ["/data/", work],
+  ["/kiln-b/", opt.ab || opt.kiln],
 ];
 const FILES = {
   "/bench.html": join(HERE, "bench.html"),
@@ -122,6 +125,8 @@ const FILES = {
   "/dispatches.html": join(HERE, "dispatches.html"),
   "/dispatches.mjs": join(HERE, "dispatches.mjs"),
   "/page.mjs": join(HERE, "page.mjs"),
+  "/ab.html": join(HERE, "ab.html"),
+  "/ab.mjs": join(HERE, "ab.mjs"),
   "/data/mnist.safetensors": opt.model,
 };
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript",
@@ -298,6 +303,26 @@ if (opt.gelu) {
   process.exit(0);
 }
 
+// ---- --ab DIR: two kiln builds (--kiln = A, DIR = B) timed in one page, in alternating blocks ----
+if (opt.ab) {
+  const [ta, tb] = String(opt["ab-threads"]).split(",");
+  const browser = await launch();
+  for (const batch of BATCHES) {
+    const page = await (await browser.newContext()).newPage();
+    await page.goto(`${BASE}/ab.html?ta=${ta}&tb=${tb ?? ta}&batch=${batch}&blocks=${opt["ab-blocks"]}&per=${opt["ab-per"]}`);
+    await page.waitForFunction(() => window.__ab, null, { timeout: 30 * 60e3, polling: 200 });
+    const r = await page.evaluate(() => window.__ab);
+    if (r.error) { console.error(r.error); process.exit(1); }
+    console.log(`batch ${batch}: A (${ta}) ${r.a.toFixed(3)} ms, B (${tb ?? ta}) ${r.b.toFixed(3)} ms; B/A, median of ` +
+      `${opt["ab-blocks"]} blocks of ${opt["ab-per"]} forwards each: ${r.ratio.toFixed(3)} (10-90%: ` +
+      `${r.p10.toFixed(3)}-${r.p90.toFixed(3)}); logits max |A - B| ${r.diff.toExponential(2)}`);
+    await page.context().close();
+  }
+  await browser.close();
+  console.log(`uptime after: ${spawnSync("uptime", { encoding: "utf8" }).stdout.trim()}`);
+  process.exit(0);
+}
+
 // ---- --dispatches: one kiln WebGPU forward's calls, and each dispatch replayed alone ------------
 if (opt.dispatches) {
   const runs = opt["gpu-runs"] === opt.runs ? 3 : opt["gpu-runs"];
@@ -326,15 +351,16 @@ if (!existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm")))
   console.log(`note: ${opt.kiln}/dist/kiln_web_bg.wasm is missing: build it with 'bash scripts/build-web.sh'; kiln rows are skipped`);
 
 const browser = await launch();
+// Warm figures and logits: one page (its own context) per library/backend/thread count, all open
+// at once, so that the rounds can take turns.
+const open = [];
 for (const c of configs) {
   const r = { ...c, batches: {}, cold: null, bytes: null };
   results.push(r);
-  const tc = Date.now();
   if (c.lib === "kiln" && !existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm"))) {
     r.skipped = "kiln package not built (bash scripts/build-web.sh)";
     continue;
   }
-  // Warm figures and logits: one page (new context) for this library/backend/thread count.
   let p;
   try {
     p = await openPage(browser, c, null);
@@ -347,24 +373,52 @@ for (const c of configs) {
     adapter: p.st.adapter, crossOriginIsolated: p.st.crossOriginIsolated,
     hardwareConcurrencyOverride: p.st.hardwareConcurrencyOverride });
   try {
-    const logits = Float32Array.from(await p.page.evaluate((n) => window.__bench.logits(n), images));
-    r.logits = Array.from(logits);
+    r.logits = Array.from(Float32Array.from(await p.page.evaluate((n) => window.__bench.logits(n), images)));
     r.first = p.st.first;
-    for (const b of BATCHES) {
-      const gpu = c.group === "webgpu";
-      const runs = gpu ? (b > 1 ? opt["gpu-b64-runs"] : opt["gpu-runs"]) : opt.runs;
-      const warmup = gpu ? (b > 1 ? opt["gpu-b64-warmup"] : opt["gpu-warmup"]) : opt.warmup;
-      const times = await p.page.evaluate(([n, w, k, ms]) => window.__bench.time(n, w, k, ms),
-        [b, warmup, runs, opt["max-seconds"] * 1000]);
-      r.batches[b] = { median: median(times), p90: pct(times, 90), min: Math.min(...times), runs: times.length,
-        requestedRuns: runs, warmup, times };
-      console.log(`[${c.id}] batch ${b}: median ${median(times).toFixed(2)} ms, p90 ${pct(times, 90).toFixed(2)} ms over ${times.length} runs (${warmup} warm-up)`);
-    }
+    open.push({ r, p });
   } catch (e) {
     r.error = String(e.message || e);
     console.log(`[${c.id}] failed: ${r.error}`);
+    await p.context.close();
   }
+}
+// --rounds R: each row's runs in R turns, the rows taking turns (in a rotating order), so that a
+// machine whose speed drifts over minutes (this VM's did by up to 1.8x for one build) slows every
+// row alike. Warm-up: the full count before a row's first turn, up to 10 runs before the others.
+for (let round = 0; round < opt.rounds; round++) {
+  for (let i = 0; i < open.length; i++) {
+    const { r, p } = open[(i + round) % open.length];
+    if (r.error) continue;
+    try {
+      for (const b of BATCHES) {
+        const gpu = r.group === "webgpu";
+        const runs = Math.ceil((gpu ? (b > 1 ? opt["gpu-b64-runs"] : opt["gpu-runs"]) : opt.runs) / opt.rounds);
+        const full = gpu ? (b > 1 ? opt["gpu-b64-warmup"] : opt["gpu-warmup"]) : opt.warmup;
+        const warmup = round === 0 ? full : Math.min(full, 10);
+        const times = await p.page.evaluate(([n, w, k, ms]) => window.__bench.time(n, w, k, ms),
+          [b, warmup, runs, (opt["max-seconds"] * 1000) / opt.rounds]);
+        const x = (r.batches[b] ??= { times: [], roundMedians: [], requestedRuns: 0, warmup: full });
+        x.times.push(...times);
+        x.roundMedians.push(median(times));
+        x.requestedRuns += runs;
+      }
+    } catch (e) {
+      r.error = String(e.message || e);
+      console.log(`[${r.id}] failed: ${r.error}`);
+    }
+  }
+}
+for (const { r, p } of open) {
   await p.context.close();
+  for (const [b, x] of Object.entries(r.batches)) {
+    Object.assign(x, { median: median(x.times), p90: pct(x.times, 90), min: Math.min(...x.times), runs: x.times.length });
+    const turns = opt.rounds > 1 ? `; turns' medians ${x.roundMedians.map((m) => m.toFixed(2)).join(", ")}` : "";
+    console.log(`[${r.id}] batch ${b}: median ${x.median.toFixed(2)} ms, p90 ${x.p90.toFixed(2)} ms over ${x.runs} runs (${x.warmup} warm-up)${turns}`);
+  }
+}
+for (const r of results.filter((r) => !r.skipped)) {
+  const c = r;
+  const tc = Date.now();
   // Cold start: a fresh browser (so a fresh context, page and caches) per sample.
   const colds = [];
   let bytes = null;
