@@ -468,6 +468,8 @@ impl Op {
 }
 
 /// An error for a wrong number of inputs.
+#[cold]
+#[inline(never)]
 pub(crate) fn arity(op: &Op, want: usize, got: usize) -> Error {
     Error::invalid(op.name(), format!("expects {want} inputs, got {got}"))
 }
