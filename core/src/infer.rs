@@ -25,36 +25,26 @@ pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Vec<Meta>> {
 /// [`infer`] without the check that the output fits in memory.
 fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
     let name = op.name();
-    let want = |n: usize| {
-        if inputs.len() == n {
-            Ok(())
-        } else {
-            Err(arity(op, n, inputs.len()))
-        }
-    };
+    // One check of the input count for every op with a fixed one, not one in each arm.
+    if let Some(n) = op.arity().filter(|&n| n != inputs.len()) {
+        return Err(arity(op, n, inputs.len()));
+    }
     match op {
         Op::Full { shape, dtype, .. }
         | Op::RandUniform { shape, dtype, .. }
         | Op::RandNormal { shape, dtype, .. } => {
-            want(0)?;
             if matches!(op, Op::RandUniform { .. } | Op::RandNormal { .. }) && !dtype.is_float() {
-                return Err(fail(ErrorKind::DType,
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
                     format_args!("random values need a float dtype, got {dtype}"),
                 ));
             }
             Ok((*dtype, shape.clone()))
         }
-        Op::Arange { len, dtype, .. } => {
-            want(0)?;
-            Ok((*dtype, Shape::from([*len])))
-        }
-        Op::Eye { n, m, dtype } => {
-            want(0)?;
-            Ok((*dtype, Shape::from([*n, *m])))
-        }
+        Op::Arange { len, dtype, .. } => Ok((*dtype, Shape::from([*len]))),
+        Op::Eye { n, m, dtype } => Ok((*dtype, Shape::from([*n, *m]))),
         Op::Unary(u) => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             if !u.dtypes().contains(dt) {
                 let want = match u.dtypes().last() {
@@ -62,7 +52,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                     Some(DType::I32) => "a float or i32",
                     _ => "a float",
                 };
-                return Err(fail(ErrorKind::DType,
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
                     format_args!("expects {want} tensor, got {dt}"),
                 ));
@@ -70,13 +61,17 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, s.clone()))
         }
         Op::Binary(_) | Op::Compare(_) => {
-            want(2)?;
             let dt = same_dtype(name, inputs)?;
             if dt == DType::Bool {
-                return Err(fail(ErrorKind::DType,name, format_args!("expects numeric tensors, got bool")));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects numeric tensors, got bool"),
+                ));
             }
             if matches!(op, Op::Binary(b) if b.float_only()) && !dt.is_float() {
-                return Err(fail(ErrorKind::DType,
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
                     format_args!("expects float tensors, got {dt}"),
                 ));
@@ -92,9 +87,9 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             ))
         }
         Op::Where => {
-            want(3)?;
             if inputs[0].0 != DType::Bool {
-                return Err(fail(ErrorKind::DType,
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
                     format_args!("condition must be bool, got {}", inputs[0].0),
                 ));
@@ -104,29 +99,31 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             let s = Shape::broadcast(&s, &inputs[2].1, name)?;
             Ok((dt, s))
         }
-        Op::Cast { dtype } => {
-            want(1)?;
-            Ok((*dtype, inputs[0].1.clone()))
-        }
+        Op::Cast { dtype } => Ok((*dtype, inputs[0].1.clone())),
         Op::Reduce {
             op: r,
             axes,
             keepdim,
         } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             check_axes(name, axes, s)?;
             if matches!(r, ReduceOp::Mean | ReduceOp::Var { .. }) && !dt.is_float() {
-                return Err(fail(ErrorKind::DType,
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
                     format_args!("expects a float tensor, got {dt}"),
                 ));
             }
             if *dt == DType::Bool && !matches!(r, ReduceOp::Max | ReduceOp::Min) {
-                return Err(fail(ErrorKind::DType,name, format_args!("expects a numeric tensor, got bool")));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects a numeric tensor, got bool"),
+                ));
             }
             if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) && axes.len() != 1 {
-                return Err(fail(ErrorKind::InvalidArgument,
+                return Err(fail(
+                    ErrorKind::InvalidArgument,
                     name,
                     format_args!("reduces exactly one axis, got {axes:?}"),
                 ));
@@ -136,7 +133,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                 ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin
             ) && reduced_all(axes, s).iter().any(|&a| s.dims()[a] == 0)
             {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!("cannot reduce an empty axis of shape {s}"),
                 ));
@@ -149,23 +147,26 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((out_dt, reduced_shape(s, axes, *keepdim)))
         }
         Op::Cumsum { axis, .. } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             check_axis(name, *axis, s)?;
             if *dt == DType::Bool {
-                return Err(fail(ErrorKind::DType,name, format_args!("expects a numeric tensor, got bool")));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects a numeric tensor, got bool"),
+                ));
             }
             Ok((*dt, s.clone()))
         }
         Op::Softmax { axis, .. } | Op::LogSoftmax { axis } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             check_axis(name, *axis, s)?;
             float(name, *dt)?;
             if let Op::Softmax { causal: true, .. } = op {
                 let d = s.dims();
                 if d.len() < 2 || *axis != d.len() - 1 || d[d.len() - 2] > d[d.len() - 1] {
-                    return Err(fail(ErrorKind::Shape,
+                    return Err(fail(
+                        ErrorKind::Shape,
                         name,
                         format_args!(
                             "causal softmax expects [.., Tq, Tk] with Tq <= Tk along the last \
@@ -182,11 +183,11 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             } else {
                 2
             };
-            want(n)?;
             let (dt, s) = &inputs[0];
             float(name, *dt)?;
             if s.rank() == 0 || inputs.iter().any(|(d, t)| d != dt || t != s) {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!(
                         "expects {n} float tensors of one shape and rank >= 1, found {}",
@@ -201,18 +202,21 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, s.clone()))
         }
         Op::Matmul => {
-            want(2)?;
             let dt = same_dtype(name, inputs)?;
             if dt == DType::Bool {
-                return Err(fail(ErrorKind::DType,name, format_args!("expects numeric tensors, got bool")));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects numeric tensors, got bool"),
+                ));
             }
             Ok((dt, matmul_shape(&inputs[0].1, &inputs[1].1)?))
         }
         Op::Reshape { shape } => {
-            want(1)?;
             let s = &inputs[0].1;
             if s.numel() != shape.numel() {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!(
                         "cannot reshape {s} ({} elements) to {shape} ({} elements)",
@@ -224,27 +228,25 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((inputs[0].0, shape.clone()))
         }
         Op::Permute { dims } => {
-            want(1)?;
             let l = crate::Layout::contiguous(inputs[0].1.clone()).permute(dims)?;
             Ok((inputs[0].0, l.shape().clone()))
         }
         Op::Slice { ranges } => {
-            want(1)?;
             let l = crate::Layout::contiguous(inputs[0].1.clone()).slice(ranges)?;
             Ok((inputs[0].0, l.shape().clone()))
         }
         Op::Expand { shape } => {
-            want(1)?;
             crate::Layout::contiguous(inputs[0].1.clone()).broadcast_to(shape)?;
             Ok((inputs[0].0, shape.clone()))
         }
-        Op::Contiguous => {
-            want(1)?;
-            Ok(inputs[0].clone())
-        }
+        Op::Contiguous => Ok(inputs[0].clone()),
         Op::Concat { axis } => {
             if inputs.is_empty() {
-                return Err(fail(ErrorKind::InvalidArgument,name, format_args!("needs at least one tensor")));
+                return Err(fail(
+                    ErrorKind::InvalidArgument,
+                    name,
+                    format_args!("needs at least one tensor"),
+                ));
             }
             let dt = same_dtype(name, inputs)?;
             let first = &inputs[0].1;
@@ -259,7 +261,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                         .enumerate()
                         .all(|(a, (x, y))| a == *axis || x == y);
                 if !ok {
-                    return Err(fail(ErrorKind::Shape,
+                    return Err(fail(
+                        ErrorKind::Shape,
                         name,
                         format_args!(
                             "tensor {i} has shape {s} but tensor 0 has {first}; all must match except axis {axis}"
@@ -271,13 +274,13 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, Shape::new(dims)))
         }
         Op::Gather { axis } => {
-            want(2)?;
             let (dt, s) = &inputs[0];
             let (it, is) = &inputs[1];
             index_dtype(name, *it)?;
             check_axis(name, *axis, s)?;
             if is.rank() != s.rank() {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!("index {is} must have the rank of input {s}"),
                 ));
@@ -289,7 +292,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                 .enumerate()
                 .any(|(a, (i, x))| a != *axis && i > x)
             {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!("index {is} is larger than input {s} outside axis {axis}"),
                 ));
@@ -297,13 +301,13 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, is.clone()))
         }
         Op::IndexSelect { axis } => {
-            want(2)?;
             let (dt, s) = &inputs[0];
             let (it, is) = &inputs[1];
             index_dtype(name, *it)?;
             check_axis(name, *axis, s)?;
             if is.rank() != 1 {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!("index must be rank 1, got {is}"),
                 ));
@@ -313,20 +317,21 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, Shape::new(dims)))
         }
         Op::ScatterAdd { axis } => {
-            want(3)?;
             let (dt, s) = &inputs[0];
             let (it, is) = &inputs[1];
             let (st, ss) = &inputs[2];
             index_dtype(name, *it)?;
             check_axis(name, *axis, s)?;
             if st != dt || *dt == DType::Bool {
-                return Err(fail(ErrorKind::DType,
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
                     format_args!("input is {dt} and src is {st}; they must be one numeric dtype"),
                 ));
             }
             if is.rank() != s.rank() || ss.rank() != s.rank() {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!("input {s}, index {is} and src {ss} must have one rank"),
                 ));
@@ -339,7 +344,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                 .enumerate()
                 .all(|(a, ((i, src), x))| i <= src && (a == *axis || i <= x));
             if !fits {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!(
                         "index {is} must fit in src {ss} and, outside axis {axis}, in input {s}"
@@ -349,10 +355,10 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, s.clone()))
         }
         Op::Pad { pads, .. } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             if pads.len() > s.rank() {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!("{} (before, after) pairs given for shape {s}", pads.len()),
                 ));
@@ -366,7 +372,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, Shape::new(dims)))
         }
         Op::OneHot { classes, dtype } => {
-            want(1)?;
             let (it, s) = &inputs[0];
             index_dtype(name, *it)?;
             let mut dims = s.dims().to_vec();
@@ -374,7 +379,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dtype, Shape::new(dims)))
         }
         Op::Conv2d(p) => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let (x, w) = (
                 rank4(name, "input", &inputs[0].1)?,
@@ -382,7 +386,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             );
             check_groups(name, p.groups, x[1], w[0])?;
             if w[1] * p.groups != x[1] {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!(
                         "input {} has {} channels but weight {} expects {} (x {} groups)",
@@ -398,7 +403,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             params: p,
             output_padding,
         } => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let (x, w) = (
                 rank4(name, "input", &inputs[0].1)?,
@@ -406,7 +410,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             );
             check_groups(name, p.groups, x[1], w[1] * p.groups)?;
             if w[0] != x[1] {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!(
                         "input {} has {} channels but weight {} expects {}",
@@ -423,7 +428,8 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                     || full <= 2 * p.padding[i]
                     || x[2 + i] == 0
                 {
-                    return Err(fail(ErrorKind::Shape,
+                    return Err(fail(
+                        ErrorKind::Shape,
                         name,
                         format_args!(
                             "output padding {output_padding:?} / padding {:?} do not fit input {}",
@@ -436,7 +442,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, Shape::from([x[0], w[1] * p.groups, out(0)?, out(1)?])))
         }
         Op::Conv2dBackwardWeight { params: p, kernel } => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let (x, g) = (
                 rank4(name, "input", &inputs[0].1)?,
@@ -449,7 +454,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             ))
         }
         Op::Pool2d(pool) => {
-            want(1)?;
             let dt = inputs[0].0;
             float(name, dt)?;
             let x = rank4(name, "input", &inputs[0].1)?;
@@ -457,13 +461,13 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, Shape::from([x[0], x[1], oh, ow])))
         }
         Op::Pool2dBackward(pool) => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let x = rank4(name, "input", &inputs[0].1)?;
             let [oh, ow] = pooled_size(name, pool, x)?;
             let want_grad = Shape::from([x[0], x[1], oh, ow]);
             if inputs[1].1 != want_grad {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!(
                         "grad_out must have the pooled shape {want_grad}, got {}",
@@ -474,21 +478,25 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, inputs[0].1.clone()))
         }
         Op::AdamStep(_) => {
-            if inputs.len() != 5 {
-                want(4)?;
+            if !matches!(inputs.len(), 4 | 5) {
+                return Err(arity(op, 4, inputs.len()));
             }
             let dt = same_float(name, inputs)?;
             let s = &inputs[0].1;
             if let Some((_, scale)) = inputs.get(4).filter(|(_, sc)| sc.rank() != 0) {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
                     format_args!("expects a rank-0 gradient scale, got shape {scale}"),
                 ));
             }
             if let Some((_, other)) = inputs[..4].iter().find(|(_, o)| o != s) {
-                return Err(fail(ErrorKind::Shape,
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format_args!("expects param, grad and moments of one shape, got {s} and {other}"),
+                    format_args!(
+                        "expects param, grad and moments of one shape, got {s} and {other}"
+                    ),
                 ));
             }
             Ok((dt, s.clone()))
@@ -574,7 +582,8 @@ fn same_dtype(name: &'static str, inputs: &[Meta]) -> Result<DType> {
     let dt = inputs[0].0;
     if inputs.iter().any(|(d, _)| *d != dt) {
         let dts: Vec<_> = inputs.iter().map(|(d, _)| d.name()).collect();
-        return Err(fail(ErrorKind::DType,
+        return Err(fail(
+            ErrorKind::DType,
             name,
             format_args!("inputs must share one dtype, got {}", dts.join(" and ")),
         ));
@@ -592,7 +601,8 @@ fn float(name: &'static str, dt: DType) -> Result<()> {
     if dt.is_float() {
         Ok(())
     } else {
-        Err(fail(ErrorKind::DType,
+        Err(fail(
+            ErrorKind::DType,
             name,
             format_args!("expects a float tensor, got {dt}"),
         ))
@@ -603,7 +613,8 @@ fn index_dtype(name: &'static str, dt: DType) -> Result<()> {
     if dt.is_int() {
         Ok(())
     } else {
-        Err(fail(ErrorKind::DType,
+        Err(fail(
+            ErrorKind::DType,
             name,
             format_args!("index must be i32 or u32, got {dt}"),
         ))
@@ -612,7 +623,8 @@ fn index_dtype(name: &'static str, dt: DType) -> Result<()> {
 
 fn check_axis(name: &'static str, axis: usize, s: &Shape) -> Result<()> {
     if axis >= s.rank() {
-        return Err(fail(ErrorKind::Index,
+        return Err(fail(
+            ErrorKind::Index,
             name,
             format_args!("axis {axis} is out of range for shape {s}"),
         ));
@@ -624,7 +636,8 @@ fn check_axes(name: &'static str, axes: &[usize], s: &Shape) -> Result<()> {
     for (i, &a) in axes.iter().enumerate() {
         check_axis(name, a, s)?;
         if i > 0 && axes[i - 1] >= a {
-            return Err(fail(ErrorKind::InvalidArgument,
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 name,
                 format_args!("axes {axes:?} must be sorted and unique"),
             ));
@@ -634,15 +647,23 @@ fn check_axes(name: &'static str, axes: &[usize], s: &Shape) -> Result<()> {
 }
 
 fn rank4(name: &'static str, what: &str, s: &Shape) -> Result<[usize; 4]> {
-    <[usize; 4]>::try_from(s.dims())
-        .map_err(|_| fail(ErrorKind::Shape,name, format_args!("{what} must be 4-D (N, C, H, W), got {s}")))
+    <[usize; 4]>::try_from(s.dims()).map_err(|_| {
+        fail(
+            ErrorKind::Shape,
+            name,
+            format_args!("{what} must be 4-D (N, C, H, W), got {s}"),
+        )
+    })
 }
 
 fn check_groups(name: &'static str, groups: usize, cin: usize, cout: usize) -> Result<()> {
     if groups == 0 || !cin.is_multiple_of(groups) || !cout.is_multiple_of(groups) {
-        return Err(fail(ErrorKind::InvalidArgument,
+        return Err(fail(
+            ErrorKind::InvalidArgument,
             name,
-            format_args!("groups {groups} must divide input channels {cin} and output channels {cout}"),
+            format_args!(
+                "groups {groups} must divide input channels {cin} and output channels {cout}"
+            ),
         ));
     }
     Ok(())
@@ -657,11 +678,16 @@ fn conv_out(
     dil: usize,
 ) -> Result<usize> {
     if stride == 0 || dil == 0 {
-        return Err(fail(ErrorKind::InvalidArgument,name, format_args!("stride and dilation must be positive")));
+        return Err(fail(
+            ErrorKind::InvalidArgument,
+            name,
+            format_args!("stride and dilation must be positive"),
+        ));
     }
     let span = dil * (k.max(1) - 1) + 1;
     if k == 0 || size + 2 * pad < span {
-        return Err(fail(ErrorKind::Shape,
+        return Err(fail(
+            ErrorKind::Shape,
             name,
             format_args!(
                 "kernel {k} (dilation {dil}) does not fit input size {size} with padding {pad}"
@@ -680,7 +706,8 @@ fn pooled_size(name: &'static str, pool: &crate::Pool2d, x: [usize; 4]) -> Resul
         }
         crate::Pool2d::AdaptiveAvg { output } => {
             if output.contains(&0) {
-                return Err(fail(ErrorKind::InvalidArgument,
+                return Err(fail(
+                    ErrorKind::InvalidArgument,
                     name,
                     format_args!("output size {output:?} must be positive"),
                 ));
@@ -693,7 +720,8 @@ fn pooled_size(name: &'static str, pool: &crate::Pool2d, x: [usize; 4]) -> Resul
 fn pool_out(name: &'static str, p: &crate::Pool2dParams, x: [usize; 4]) -> Result<(usize, usize)> {
     for i in 0..2 {
         if p.padding[i] * 2 > p.kernel[i] {
-            return Err(fail(ErrorKind::InvalidArgument,
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 name,
                 format_args!(
                     "padding {:?} must be at most half of kernel {:?}",
