@@ -1,7 +1,8 @@
 //! Output dtype/shape of every op, and the validation of its inputs.
 
+use crate::error::fail;
 use crate::op::{Meta, Op, ReduceOp, arity};
-use crate::{DType, Error, ErrorKind, Result, Shape};
+use crate::{DType, ErrorKind, Result, Shape};
 use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
@@ -503,15 +504,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
         }
         Op::Custom(c) => crate::op::custom::infer(c, inputs),
     }
-}
-
-/// The error of a failed check, formatted out of line: the checks run once per op and rarely
-/// fail, so about 30 messages share one copy of the formatting and the error's construction
-/// instead of each inlining its own into `Tensor::run` (issue 18, bytes).
-#[cold]
-#[inline(never)]
-fn fail(kind: ErrorKind, name: &'static str, message: fmt::Arguments<'_>) -> Error {
-    Error::new(kind, name, alloc::fmt::format(message))
 }
 
 /// The shape left after reducing `axes` (all axes when empty).
