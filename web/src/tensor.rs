@@ -43,7 +43,7 @@ impl Tensor {
             Some(h) => ledger::get(h as u32, op),
             None => Err(invalid(
                 op,
-                format!("expected a Tensor, got {}", js::type_name(v)),
+                format_args!("expected a Tensor, got {}", js::type_name(v)),
             )),
         }
     }
@@ -52,7 +52,7 @@ impl Tensor {
         if !Array::is_array(v) {
             return Err(invalid(
                 op,
-                format!("expected an array of Tensors, got {}", js::type_name(v)),
+                format_args!("expected an array of Tensors, got {}", js::type_name(v)),
             ));
         }
         Array::from(v)
@@ -98,7 +98,7 @@ fn dtype_arg(v: &JsValue, op: &'static str) -> JsResult<Option<DType>> {
         .ok_or_else(|| {
             invalid(
                 op,
-                format!(
+                format_args!(
                     "dtype must be one of \"f32\", \"f64\", \"f16\", \"i32\", \"u32\", \"bool\", got {}",
                     v.as_string().unwrap_or_else(|| js::type_name(v))
                 ),
@@ -169,7 +169,7 @@ pub(crate) fn data_from_js(
         } else {
             return Err(invalid(
                 op,
-                format!(
+                format_args!(
                     "data must be a TypedArray, an array or a number, got {}",
                     js::type_name(data)
                 ),
@@ -236,7 +236,7 @@ fn flatten(
     let ragged = || {
         invalid(
             op,
-            "nested arrays must be rectangular (every row the same length)",
+            format_args!("nested arrays must be rectangular (every row the same length)"),
         )
     };
     if Array::is_array(v) {
@@ -260,7 +260,7 @@ fn flatten(
     } else {
         return Err(invalid(
             op,
-            format!(
+            format_args!(
                 "array elements must be numbers or booleans, got {}",
                 js::type_name(v)
             ),
@@ -332,7 +332,7 @@ fn pool_params(options: &JsValue, op: &'static str) -> JsResult<Pool2dParams> {
     if kernel.is_undefined() {
         return Err(invalid(
             op,
-            "options.kernel (a number or [h, w]) is required",
+            format_args!("options.kernel (a number or [h, w]) is required"),
         ));
     }
     let kernel = js::pair(&kernel, [1, 1], op, "kernel")?;
@@ -644,7 +644,8 @@ impl Tensor {
     }
     /// Converts to another dtype.
     pub fn cast(&self, dtype: &JsValue) -> JsResult<Tensor> {
-        let d = dtype_arg(dtype, "cast")?.ok_or_else(|| invalid("cast", "a dtype is required"))?;
+        let d = dtype_arg(dtype, "cast")?
+            .ok_or_else(|| invalid("cast", format_args!("a dtype is required")))?;
         self.map("cast", &|t| t.cast(d))
     }
 
@@ -750,7 +751,7 @@ impl Tensor {
         if !Array::is_array(ranges) {
             return Err(invalid(
                 op,
-                "ranges must be an array of [start, end, step?] or null",
+                format_args!("ranges must be an array of [start, end, step?] or null"),
             ));
         }
         let ranges = Array::from(ranges);
@@ -790,7 +791,7 @@ impl Tensor {
                 _ => {
                     return Err(invalid(
                         op,
-                        format!(
+                        format_args!(
                             "range for axis {axis} must be [start, end] or [start, end, step > 0], got {v:?}"
                         ),
                     ));
@@ -823,7 +824,10 @@ impl Tensor {
     pub fn pad(&self, pads: &JsValue, value: Option<f64>) -> JsResult<Tensor> {
         let flat = js::sizes(&Array::from(pads).flat(1).into(), "pad", "pads")?;
         if flat.len() % 2 != 0 {
-            return Err(invalid("pad", "pads must be [before, after] pairs"));
+            return Err(invalid(
+                "pad",
+                format_args!("pads must be [before, after] pairs"),
+            ));
         }
         let pairs: Vec<(usize, usize)> = flat.chunks_exact(2).map(|c| (c[0], c[1])).collect();
         self.map("pad", &|t| t.pad(&pairs, value.unwrap_or(0.0)))
