@@ -11,14 +11,13 @@
 
 use crate::error::{ErrorKind, fail};
 use crate::op::Op;
-use crate::op::json::{Fields, FromJson, from_value_impls, not_a, op_from_value};
+use crate::op::json::{Fields, FromJson, bad, from_value_impls, not_a, op_from_value};
 use crate::{DType, Error, Result, Shape, Tensor, TensorId};
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde::Serialize;
-use serde::de::Error as _;
 use serde_json::Value;
 
 /// Where a node input comes from.
@@ -100,7 +99,7 @@ fn reference(v: Value) -> Decoded<Ref> {
     let (kind, at) = match v {
         Value::Object(m) if m.len() == 1 => m.into_iter().next().unwrap_or_default(),
         other => {
-            return Err(serde_json::Error::custom(format!(
+            return Err(bad(format_args!(
                 "expected a reference ({{\"input\": i}}, {{\"tensor\": name}} or {{\"node\": i}}), found {other}"
             )));
         }
@@ -110,9 +109,7 @@ fn reference(v: Value) -> Decoded<Ref> {
         "tensor" => String::from_json(&at).map(Ref::Tensor),
         "node" => usize::from_json(&at).map(Ref::Node),
         _ => {
-            return Err(serde_json::Error::custom(format!(
-                "unknown reference `{kind}`"
-            )));
+            return Err(bad(format_args!("unknown reference `{kind}`")));
         }
     };
     read.ok_or_else(|| {
