@@ -741,3 +741,98 @@ fn pool_out(name: &'static str, p: &crate::Pool2dParams, x: [usize; 4]) -> Resul
         )?,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::AdamParams;
+
+    fn meta(dtype: DType, dims: &[usize]) -> Meta {
+        (dtype, Shape::from(dims))
+    }
+
+    fn message(op: &Op, inputs: &[Meta]) -> (ErrorKind, alloc::string::String) {
+        use alloc::string::ToString;
+        let e = infer(op, inputs).unwrap_err();
+        (e.kind(), e.to_string())
+    }
+
+    /// The input count is checked once, through `Op::arity`, before any arm reads an input.
+    #[test]
+    fn wrong_input_counts_name_the_op_and_both_counts() {
+        let x = meta(DType::F32, &[2, 3]);
+        let bad = ErrorKind::InvalidArgument;
+        assert_eq!(
+            message(&Op::Matmul, core::slice::from_ref(&x)),
+            (bad, "matmul: expects 2 inputs, got 1".into())
+        );
+        assert_eq!(
+            message(&Op::Normalize { eps: 1e-5 }, &[x.clone(), x.clone()]),
+            (bad, "normalize: expects 1 inputs, got 2".into())
+        );
+        assert_eq!(
+            message(&Op::Where, &[]),
+            (bad, "where: expects 3 inputs, got 0".into())
+        );
+        let adam = Op::AdamStep(AdamParams {
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            step: 1,
+        });
+        assert_eq!(
+            message(&adam, &[x.clone(), x.clone(), x.clone()]),
+            (bad, "adam_step: expects 4 inputs, got 3".into())
+        );
+        assert_eq!(
+            infer(&adam, &[x.clone(), x.clone(), x.clone(), x.clone()])
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            message(&Op::Concat { axis: 0 }, &[]),
+            (bad, "concat: needs at least one tensor".into())
+        );
+    }
+
+    /// Messages formatted out of line (`error::fail`) keep what was expected and what was found.
+    #[test]
+    fn failed_checks_keep_their_messages() {
+        assert_eq!(
+            message(
+                &Op::Reshape {
+                    shape: Shape::from([4usize])
+                },
+                &[meta(DType::F32, &[2, 3])]
+            ),
+            (
+                ErrorKind::Shape,
+                "reshape: cannot reshape [2, 3] (6 elements) to [4] (4 elements)".into()
+            )
+        );
+        assert_eq!(
+            message(
+                &Op::Matmul,
+                &[meta(DType::F32, &[2, 3]), meta(DType::F32, &[4, 5])]
+            ),
+            (
+                ErrorKind::Shape,
+                "matmul: lhs [2, 3] and rhs [4, 5]: inner dimensions 3 and 4 differ".into()
+            )
+        );
+        assert_eq!(
+            message(
+                &Op::Binary(crate::BinaryOp::Add),
+                &[meta(DType::F32, &[2]), meta(DType::I32, &[2])]
+            ),
+            (
+                ErrorKind::DType,
+                "add: inputs must share one dtype, got f32 and i32".into()
+            )
+        );
+    }
+}
