@@ -156,6 +156,16 @@ impl Error {
     }
 }
 
+/// An error whose message is formatted out of line: the checks that raise it (an op's inputs,
+/// a model file's fields) run once per op or file and rarely fail, so their messages share one
+/// copy of the formatting and of the error's construction instead of each inlining its own
+/// (issue 18, bytes).
+#[cold]
+#[inline(never)]
+pub(crate) fn fail(kind: ErrorKind, op: &'static str, message: fmt::Arguments<'_>) -> Error {
+    Error::new(kind, op, alloc::fmt::format(message))
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.op, self.message)

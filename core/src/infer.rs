@@ -1,9 +1,11 @@
 //! Output dtype/shape of every op, and the validation of its inputs.
 
+use crate::error::fail;
 use crate::op::{Meta, Op, ReduceOp, arity};
-use crate::{DType, Error, Result, Shape};
+use crate::{DType, ErrorKind, Result, Shape};
 use alloc::format;
 use alloc::vec::Vec;
+use core::fmt;
 
 pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Vec<Meta>> {
     let (dtype, shape) = infer_unsized(op, inputs)?;
@@ -24,36 +26,26 @@ pub(crate) fn infer(op: &Op, inputs: &[Meta]) -> Result<Vec<Meta>> {
 /// [`infer`] without the check that the output fits in memory.
 fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
     let name = op.name();
-    let want = |n: usize| {
-        if inputs.len() == n {
-            Ok(())
-        } else {
-            Err(arity(op, n, inputs.len()))
-        }
-    };
+    // One check of the input count for every op with a fixed one, not one in each arm.
+    if let Some(n) = op.arity().filter(|&n| n != inputs.len()) {
+        return Err(arity(op, n, inputs.len()));
+    }
     match op {
         Op::Full { shape, dtype, .. }
         | Op::RandUniform { shape, dtype, .. }
         | Op::RandNormal { shape, dtype, .. } => {
-            want(0)?;
             if matches!(op, Op::RandUniform { .. } | Op::RandNormal { .. }) && !dtype.is_float() {
-                return Err(Error::dtype(
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
-                    format!("random values need a float dtype, got {dtype}"),
+                    format_args!("random values need a float dtype, got {dtype}"),
                 ));
             }
             Ok((*dtype, shape.clone()))
         }
-        Op::Arange { len, dtype, .. } => {
-            want(0)?;
-            Ok((*dtype, Shape::from([*len])))
-        }
-        Op::Eye { n, m, dtype } => {
-            want(0)?;
-            Ok((*dtype, Shape::from([*n, *m])))
-        }
+        Op::Arange { len, dtype, .. } => Ok((*dtype, Shape::from([*len]))),
+        Op::Eye { n, m, dtype } => Ok((*dtype, Shape::from([*n, *m]))),
         Op::Unary(u) => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             if !u.dtypes().contains(dt) {
                 let want = match u.dtypes().last() {
@@ -61,23 +53,28 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                     Some(DType::I32) => "a float or i32",
                     _ => "a float",
                 };
-                return Err(Error::dtype(
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
-                    format!("expects {want} tensor, got {dt}"),
+                    format_args!("expects {want} tensor, got {dt}"),
                 ));
             }
             Ok((*dt, s.clone()))
         }
         Op::Binary(_) | Op::Compare(_) => {
-            want(2)?;
             let dt = same_dtype(name, inputs)?;
             if dt == DType::Bool {
-                return Err(Error::dtype(name, "expects numeric tensors, got bool"));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects numeric tensors, got bool"),
+                ));
             }
             if matches!(op, Op::Binary(b) if b.float_only()) && !dt.is_float() {
-                return Err(Error::dtype(
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
-                    format!("expects float tensors, got {dt}"),
+                    format_args!("expects float tensors, got {dt}"),
                 ));
             }
             let s = Shape::broadcast(&inputs[0].1, &inputs[1].1, name)?;
@@ -91,11 +88,11 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             ))
         }
         Op::Where => {
-            want(3)?;
             if inputs[0].0 != DType::Bool {
-                return Err(Error::dtype(
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
-                    format!("condition must be bool, got {}", inputs[0].0),
+                    format_args!("condition must be bool, got {}", inputs[0].0),
                 ));
             }
             let dt = same_dtype(name, &inputs[1..])?;
@@ -103,31 +100,33 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             let s = Shape::broadcast(&s, &inputs[2].1, name)?;
             Ok((dt, s))
         }
-        Op::Cast { dtype } => {
-            want(1)?;
-            Ok((*dtype, inputs[0].1.clone()))
-        }
+        Op::Cast { dtype } => Ok((*dtype, inputs[0].1.clone())),
         Op::Reduce {
             op: r,
             axes,
             keepdim,
         } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             check_axes(name, axes, s)?;
             if matches!(r, ReduceOp::Mean | ReduceOp::Var { .. }) && !dt.is_float() {
-                return Err(Error::dtype(
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
-                    format!("expects a float tensor, got {dt}"),
+                    format_args!("expects a float tensor, got {dt}"),
                 ));
             }
             if *dt == DType::Bool && !matches!(r, ReduceOp::Max | ReduceOp::Min) {
-                return Err(Error::dtype(name, "expects a numeric tensor, got bool"));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects a numeric tensor, got bool"),
+                ));
             }
             if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) && axes.len() != 1 {
-                return Err(Error::invalid(
+                return Err(fail(
+                    ErrorKind::InvalidArgument,
                     name,
-                    format!("reduces exactly one axis, got {axes:?}"),
+                    format_args!("reduces exactly one axis, got {axes:?}"),
                 ));
             }
             if matches!(
@@ -135,9 +134,10 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                 ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin
             ) && reduced_all(axes, s).iter().any(|&a| s.dims()[a] == 0)
             {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("cannot reduce an empty axis of shape {s}"),
+                    format_args!("cannot reduce an empty axis of shape {s}"),
                 ));
             }
             let out_dt = if matches!(r, ReduceOp::ArgMax | ReduceOp::ArgMin) {
@@ -148,25 +148,28 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((out_dt, reduced_shape(s, axes, *keepdim)))
         }
         Op::Cumsum { axis, .. } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             check_axis(name, *axis, s)?;
             if *dt == DType::Bool {
-                return Err(Error::dtype(name, "expects a numeric tensor, got bool"));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects a numeric tensor, got bool"),
+                ));
             }
             Ok((*dt, s.clone()))
         }
         Op::Softmax { axis, .. } | Op::LogSoftmax { axis } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             check_axis(name, *axis, s)?;
             float(name, *dt)?;
             if let Op::Softmax { causal: true, .. } = op {
                 let d = s.dims();
                 if d.len() < 2 || *axis != d.len() - 1 || d[d.len() - 2] > d[d.len() - 1] {
-                    return Err(Error::shape(
+                    return Err(fail(
+                        ErrorKind::Shape,
                         name,
-                        format!(
+                        format_args!(
                             "causal softmax expects [.., Tq, Tk] with Tq <= Tk along the last \
                              axis, found shape {s} and axis {axis}"
                         ),
@@ -181,13 +184,13 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             } else {
                 2
             };
-            want(n)?;
             let (dt, s) = &inputs[0];
             float(name, *dt)?;
             if s.rank() == 0 || inputs.iter().any(|(d, t)| d != dt || t != s) {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!(
+                    format_args!(
                         "expects {n} float tensors of one shape and rank >= 1, found {}",
                         inputs
                             .iter()
@@ -200,20 +203,23 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, s.clone()))
         }
         Op::Matmul => {
-            want(2)?;
             let dt = same_dtype(name, inputs)?;
             if dt == DType::Bool {
-                return Err(Error::dtype(name, "expects numeric tensors, got bool"));
+                return Err(fail(
+                    ErrorKind::DType,
+                    name,
+                    format_args!("expects numeric tensors, got bool"),
+                ));
             }
             Ok((dt, matmul_shape(&inputs[0].1, &inputs[1].1)?))
         }
         Op::Reshape { shape } => {
-            want(1)?;
             let s = &inputs[0].1;
             if s.numel() != shape.numel() {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!(
+                    format_args!(
                         "cannot reshape {s} ({} elements) to {shape} ({} elements)",
                         s.numel(),
                         shape.numel()
@@ -223,27 +229,25 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((inputs[0].0, shape.clone()))
         }
         Op::Permute { dims } => {
-            want(1)?;
             let l = crate::Layout::contiguous(inputs[0].1.clone()).permute(dims)?;
             Ok((inputs[0].0, l.shape().clone()))
         }
         Op::Slice { ranges } => {
-            want(1)?;
             let l = crate::Layout::contiguous(inputs[0].1.clone()).slice(ranges)?;
             Ok((inputs[0].0, l.shape().clone()))
         }
         Op::Expand { shape } => {
-            want(1)?;
             crate::Layout::contiguous(inputs[0].1.clone()).broadcast_to(shape)?;
             Ok((inputs[0].0, shape.clone()))
         }
-        Op::Contiguous => {
-            want(1)?;
-            Ok(inputs[0].clone())
-        }
+        Op::Contiguous => Ok(inputs[0].clone()),
         Op::Concat { axis } => {
             if inputs.is_empty() {
-                return Err(Error::invalid(name, "needs at least one tensor"));
+                return Err(fail(
+                    ErrorKind::InvalidArgument,
+                    name,
+                    format_args!("needs at least one tensor"),
+                ));
             }
             let dt = same_dtype(name, inputs)?;
             let first = &inputs[0].1;
@@ -258,9 +262,10 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                         .enumerate()
                         .all(|(a, (x, y))| a == *axis || x == y);
                 if !ok {
-                    return Err(Error::shape(
+                    return Err(fail(
+                        ErrorKind::Shape,
                         name,
-                        format!(
+                        format_args!(
                             "tensor {i} has shape {s} but tensor 0 has {first}; all must match except axis {axis}"
                         ),
                     ));
@@ -270,15 +275,15 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, Shape::new(dims)))
         }
         Op::Gather { axis } => {
-            want(2)?;
             let (dt, s) = &inputs[0];
             let (it, is) = &inputs[1];
             index_dtype(name, *it)?;
             check_axis(name, *axis, s)?;
             if is.rank() != s.rank() {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("index {is} must have the rank of input {s}"),
+                    format_args!("index {is} must have the rank of input {s}"),
                 ));
             }
             if is
@@ -288,23 +293,24 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                 .enumerate()
                 .any(|(a, (i, x))| a != *axis && i > x)
             {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("index {is} is larger than input {s} outside axis {axis}"),
+                    format_args!("index {is} is larger than input {s} outside axis {axis}"),
                 ));
             }
             Ok((*dt, is.clone()))
         }
         Op::IndexSelect { axis } => {
-            want(2)?;
             let (dt, s) = &inputs[0];
             let (it, is) = &inputs[1];
             index_dtype(name, *it)?;
             check_axis(name, *axis, s)?;
             if is.rank() != 1 {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("index must be rank 1, got {is}"),
+                    format_args!("index must be rank 1, got {is}"),
                 ));
             }
             let mut dims = s.dims().to_vec();
@@ -312,22 +318,23 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, Shape::new(dims)))
         }
         Op::ScatterAdd { axis } => {
-            want(3)?;
             let (dt, s) = &inputs[0];
             let (it, is) = &inputs[1];
             let (st, ss) = &inputs[2];
             index_dtype(name, *it)?;
             check_axis(name, *axis, s)?;
             if st != dt || *dt == DType::Bool {
-                return Err(Error::dtype(
+                return Err(fail(
+                    ErrorKind::DType,
                     name,
-                    format!("input is {dt} and src is {st}; they must be one numeric dtype"),
+                    format_args!("input is {dt} and src is {st}; they must be one numeric dtype"),
                 ));
             }
             if is.rank() != s.rank() || ss.rank() != s.rank() {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("input {s}, index {is} and src {ss} must have one rank"),
+                    format_args!("input {s}, index {is} and src {ss} must have one rank"),
                 ));
             }
             let fits = is
@@ -338,9 +345,10 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                 .enumerate()
                 .all(|(a, ((i, src), x))| i <= src && (a == *axis || i <= x));
             if !fits {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!(
+                    format_args!(
                         "index {is} must fit in src {ss} and, outside axis {axis}, in input {s}"
                     ),
                 ));
@@ -348,12 +356,12 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, s.clone()))
         }
         Op::Pad { pads, .. } => {
-            want(1)?;
             let (dt, s) = &inputs[0];
             if pads.len() > s.rank() {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("{} (before, after) pairs given for shape {s}", pads.len()),
+                    format_args!("{} (before, after) pairs given for shape {s}", pads.len()),
                 ));
             }
             let dims = s
@@ -365,7 +373,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dt, Shape::new(dims)))
         }
         Op::OneHot { classes, dtype } => {
-            want(1)?;
             let (it, s) = &inputs[0];
             index_dtype(name, *it)?;
             let mut dims = s.dims().to_vec();
@@ -373,7 +380,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((*dtype, Shape::new(dims)))
         }
         Op::Conv2d(p) => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let (x, w) = (
                 rank4(name, "input", &inputs[0].1)?,
@@ -381,9 +387,10 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             );
             check_groups(name, p.groups, x[1], w[0])?;
             if w[1] * p.groups != x[1] {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!(
+                    format_args!(
                         "input {} has {} channels but weight {} expects {} (x {} groups)",
                         inputs[0].1, x[1], inputs[1].1, w[1], p.groups
                     ),
@@ -397,7 +404,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             params: p,
             output_padding,
         } => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let (x, w) = (
                 rank4(name, "input", &inputs[0].1)?,
@@ -405,9 +411,10 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             );
             check_groups(name, p.groups, x[1], w[1] * p.groups)?;
             if w[0] != x[1] {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!(
+                    format_args!(
                         "input {} has {} channels but weight {} expects {}",
                         inputs[0].1, x[1], inputs[1].1, w[0]
                     ),
@@ -422,9 +429,10 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
                     || full <= 2 * p.padding[i]
                     || x[2 + i] == 0
                 {
-                    return Err(Error::shape(
+                    return Err(fail(
+                        ErrorKind::Shape,
                         name,
-                        format!(
+                        format_args!(
                             "output padding {output_padding:?} / padding {:?} do not fit input {}",
                             p.padding, inputs[0].1
                         ),
@@ -435,7 +443,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, Shape::from([x[0], w[1] * p.groups, out(0)?, out(1)?])))
         }
         Op::Conv2dBackwardWeight { params: p, kernel } => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let (x, g) = (
                 rank4(name, "input", &inputs[0].1)?,
@@ -448,7 +455,6 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             ))
         }
         Op::Pool2d(pool) => {
-            want(1)?;
             let dt = inputs[0].0;
             float(name, dt)?;
             let x = rank4(name, "input", &inputs[0].1)?;
@@ -456,15 +462,15 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, Shape::from([x[0], x[1], oh, ow])))
         }
         Op::Pool2dBackward(pool) => {
-            want(2)?;
             let dt = same_float(name, inputs)?;
             let x = rank4(name, "input", &inputs[0].1)?;
             let [oh, ow] = pooled_size(name, pool, x)?;
             let want_grad = Shape::from([x[0], x[1], oh, ow]);
             if inputs[1].1 != want_grad {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!(
+                    format_args!(
                         "grad_out must have the pooled shape {want_grad}, got {}",
                         inputs[1].1
                     ),
@@ -473,21 +479,25 @@ fn infer_unsized(op: &Op, inputs: &[Meta]) -> Result<Meta> {
             Ok((dt, inputs[0].1.clone()))
         }
         Op::AdamStep(_) => {
-            if inputs.len() != 5 {
-                want(4)?;
+            if !matches!(inputs.len(), 4 | 5) {
+                return Err(arity(op, 4, inputs.len()));
             }
             let dt = same_float(name, inputs)?;
             let s = &inputs[0].1;
             if let Some((_, scale)) = inputs.get(4).filter(|(_, sc)| sc.rank() != 0) {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("expects a rank-0 gradient scale, got shape {scale}"),
+                    format_args!("expects a rank-0 gradient scale, got shape {scale}"),
                 ));
             }
             if let Some((_, other)) = inputs[..4].iter().find(|(_, o)| o != s) {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     name,
-                    format!("expects param, grad and moments of one shape, got {s} and {other}"),
+                    format_args!(
+                        "expects param, grad and moments of one shape, got {s} and {other}"
+                    ),
                 ));
             }
             Ok((dt, s.clone()))
@@ -519,10 +529,15 @@ fn reduced_all(axes: &[usize], s: &Shape) -> Vec<usize> {
 
 /// Output shape of `matmul` with NumPy's rules for rank-1 operands and broadcast batch dims.
 pub fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape> {
-    let err =
-        |m: alloc::string::String| Error::shape("matmul", format!("lhs {a} and rhs {b}: {m}"));
+    let err = |m: fmt::Arguments<'_>| {
+        fail(
+            ErrorKind::Shape,
+            "matmul",
+            format_args!("lhs {a} and rhs {b}: {m}"),
+        )
+    };
     if a.rank() == 0 || b.rank() == 0 {
-        return Err(err("operands must have rank >= 1".into()));
+        return Err(err(format_args!("operands must have rank >= 1")));
     }
     let ad: Vec<usize> = if a.rank() == 1 {
         alloc::vec![1, a.dims()[0]]
@@ -537,14 +552,14 @@ pub fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape> {
     let (m, k) = (ad[ad.len() - 2], ad[ad.len() - 1]);
     let (k2, n) = (bd[bd.len() - 2], bd[bd.len() - 1]);
     if k != k2 {
-        return Err(err(format!("inner dimensions {k} and {k2} differ")));
+        return Err(err(format_args!("inner dimensions {k} and {k2} differ")));
     }
     let batch = Shape::broadcast(
         &Shape::from(&ad[..ad.len() - 2]),
         &Shape::from(&bd[..bd.len() - 2]),
         "matmul",
     )
-    .map_err(|_| err("batch dimensions cannot be broadcast".into()))?;
+    .map_err(|_| err(format_args!("batch dimensions cannot be broadcast")))?;
     let mut dims = batch.dims().to_vec();
     if a.rank() > 1 {
         dims.push(m);
@@ -559,9 +574,10 @@ fn same_dtype(name: &'static str, inputs: &[Meta]) -> Result<DType> {
     let dt = inputs[0].0;
     if inputs.iter().any(|(d, _)| *d != dt) {
         let dts: Vec<_> = inputs.iter().map(|(d, _)| d.name()).collect();
-        return Err(Error::dtype(
+        return Err(fail(
+            ErrorKind::DType,
             name,
-            format!("inputs must share one dtype, got {}", dts.join(" and ")),
+            format_args!("inputs must share one dtype, got {}", dts.join(" and ")),
         ));
     }
     Ok(dt)
@@ -577,9 +593,10 @@ fn float(name: &'static str, dt: DType) -> Result<()> {
     if dt.is_float() {
         Ok(())
     } else {
-        Err(Error::dtype(
+        Err(fail(
+            ErrorKind::DType,
             name,
-            format!("expects a float tensor, got {dt}"),
+            format_args!("expects a float tensor, got {dt}"),
         ))
     }
 }
@@ -588,18 +605,20 @@ fn index_dtype(name: &'static str, dt: DType) -> Result<()> {
     if dt.is_int() {
         Ok(())
     } else {
-        Err(Error::dtype(
+        Err(fail(
+            ErrorKind::DType,
             name,
-            format!("index must be i32 or u32, got {dt}"),
+            format_args!("index must be i32 or u32, got {dt}"),
         ))
     }
 }
 
 fn check_axis(name: &'static str, axis: usize, s: &Shape) -> Result<()> {
     if axis >= s.rank() {
-        return Err(Error::index(
+        return Err(fail(
+            ErrorKind::Index,
             name,
-            format!("axis {axis} is out of range for shape {s}"),
+            format_args!("axis {axis} is out of range for shape {s}"),
         ));
     }
     Ok(())
@@ -609,9 +628,10 @@ fn check_axes(name: &'static str, axes: &[usize], s: &Shape) -> Result<()> {
     for (i, &a) in axes.iter().enumerate() {
         check_axis(name, a, s)?;
         if i > 0 && axes[i - 1] >= a {
-            return Err(Error::invalid(
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 name,
-                format!("axes {axes:?} must be sorted and unique"),
+                format_args!("axes {axes:?} must be sorted and unique"),
             ));
         }
     }
@@ -619,15 +639,23 @@ fn check_axes(name: &'static str, axes: &[usize], s: &Shape) -> Result<()> {
 }
 
 fn rank4(name: &'static str, what: &str, s: &Shape) -> Result<[usize; 4]> {
-    <[usize; 4]>::try_from(s.dims())
-        .map_err(|_| Error::shape(name, format!("{what} must be 4-D (N, C, H, W), got {s}")))
+    <[usize; 4]>::try_from(s.dims()).map_err(|_| {
+        fail(
+            ErrorKind::Shape,
+            name,
+            format_args!("{what} must be 4-D (N, C, H, W), got {s}"),
+        )
+    })
 }
 
 fn check_groups(name: &'static str, groups: usize, cin: usize, cout: usize) -> Result<()> {
     if groups == 0 || !cin.is_multiple_of(groups) || !cout.is_multiple_of(groups) {
-        return Err(Error::invalid(
+        return Err(fail(
+            ErrorKind::InvalidArgument,
             name,
-            format!("groups {groups} must divide input channels {cin} and output channels {cout}"),
+            format_args!(
+                "groups {groups} must divide input channels {cin} and output channels {cout}"
+            ),
         ));
     }
     Ok(())
@@ -642,13 +670,18 @@ fn conv_out(
     dil: usize,
 ) -> Result<usize> {
     if stride == 0 || dil == 0 {
-        return Err(Error::invalid(name, "stride and dilation must be positive"));
+        return Err(fail(
+            ErrorKind::InvalidArgument,
+            name,
+            format_args!("stride and dilation must be positive"),
+        ));
     }
     let span = dil * (k.max(1) - 1) + 1;
     if k == 0 || size + 2 * pad < span {
-        return Err(Error::shape(
+        return Err(fail(
+            ErrorKind::Shape,
             name,
-            format!(
+            format_args!(
                 "kernel {k} (dilation {dil}) does not fit input size {size} with padding {pad}"
             ),
         ));
@@ -665,9 +698,10 @@ fn pooled_size(name: &'static str, pool: &crate::Pool2d, x: [usize; 4]) -> Resul
         }
         crate::Pool2d::AdaptiveAvg { output } => {
             if output.contains(&0) {
-                return Err(Error::invalid(
+                return Err(fail(
+                    ErrorKind::InvalidArgument,
                     name,
-                    format!("output size {output:?} must be positive"),
+                    format_args!("output size {output:?} must be positive"),
                 ));
             }
             Ok(*output)
@@ -678,9 +712,10 @@ fn pooled_size(name: &'static str, pool: &crate::Pool2d, x: [usize; 4]) -> Resul
 fn pool_out(name: &'static str, p: &crate::Pool2dParams, x: [usize; 4]) -> Result<(usize, usize)> {
     for i in 0..2 {
         if p.padding[i] * 2 > p.kernel[i] {
-            return Err(Error::invalid(
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 name,
-                format!(
+                format_args!(
                     "padding {:?} must be at most half of kernel {:?}",
                     p.padding, p.kernel
                 ),
@@ -705,4 +740,99 @@ fn pool_out(name: &'static str, p: &crate::Pool2dParams, x: [usize; 4]) -> Resul
             p.dilation[1],
         )?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::AdamParams;
+
+    fn meta(dtype: DType, dims: &[usize]) -> Meta {
+        (dtype, Shape::from(dims))
+    }
+
+    fn message(op: &Op, inputs: &[Meta]) -> (ErrorKind, alloc::string::String) {
+        use alloc::string::ToString;
+        let e = infer(op, inputs).unwrap_err();
+        (e.kind(), e.to_string())
+    }
+
+    /// The input count is checked once, through `Op::arity`, before any arm reads an input.
+    #[test]
+    fn wrong_input_counts_name_the_op_and_both_counts() {
+        let x = meta(DType::F32, &[2, 3]);
+        let bad = ErrorKind::InvalidArgument;
+        assert_eq!(
+            message(&Op::Matmul, core::slice::from_ref(&x)),
+            (bad, "matmul: expects 2 inputs, got 1".into())
+        );
+        assert_eq!(
+            message(&Op::Normalize { eps: 1e-5 }, &[x.clone(), x.clone()]),
+            (bad, "normalize: expects 1 inputs, got 2".into())
+        );
+        assert_eq!(
+            message(&Op::Where, &[]),
+            (bad, "where: expects 3 inputs, got 0".into())
+        );
+        let adam = Op::AdamStep(AdamParams {
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            step: 1,
+        });
+        assert_eq!(
+            message(&adam, &[x.clone(), x.clone(), x.clone()]),
+            (bad, "adam_step: expects 4 inputs, got 3".into())
+        );
+        assert_eq!(
+            infer(&adam, &[x.clone(), x.clone(), x.clone(), x.clone()])
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            message(&Op::Concat { axis: 0 }, &[]),
+            (bad, "concat: needs at least one tensor".into())
+        );
+    }
+
+    /// Messages formatted out of line (`error::fail`) keep what was expected and what was found.
+    #[test]
+    fn failed_checks_keep_their_messages() {
+        assert_eq!(
+            message(
+                &Op::Reshape {
+                    shape: Shape::from([4usize])
+                },
+                &[meta(DType::F32, &[2, 3])]
+            ),
+            (
+                ErrorKind::Shape,
+                "reshape: cannot reshape [2, 3] (6 elements) to [4] (4 elements)".into()
+            )
+        );
+        assert_eq!(
+            message(
+                &Op::Matmul,
+                &[meta(DType::F32, &[2, 3]), meta(DType::F32, &[4, 5])]
+            ),
+            (
+                ErrorKind::Shape,
+                "matmul: lhs [2, 3] and rhs [4, 5]: inner dimensions 3 and 4 differ".into()
+            )
+        );
+        assert_eq!(
+            message(
+                &Op::Binary(crate::BinaryOp::Add),
+                &[meta(DType::F32, &[2]), meta(DType::I32, &[2])]
+            ),
+            (
+                ErrorKind::DType,
+                "add: inputs must share one dtype, got f32 and i32".into()
+            )
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Shapes, strides and views: the metadata that lets one storage back many tensors.
 
-use crate::{Error, Result};
+use crate::Result;
+use crate::error::{ErrorKind, fail};
 use alloc::vec::Vec;
 use core::fmt;
 use serde::{Deserialize, Serialize};
@@ -47,9 +48,10 @@ impl Shape {
             .try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d))
             .filter(|&n| n <= isize::MAX as usize)
             .ok_or_else(|| {
-                Error::shape(
+                fail(
+                    ErrorKind::Shape,
                     op,
-                    alloc::format!("shape {self} of {dtype} does not fit in memory"),
+                    format_args!("shape {self} of {dtype} does not fit in memory"),
                 )
             })
     }
@@ -87,9 +89,10 @@ impl Shape {
                 (1, y) => y,
                 (x, 1) => x,
                 _ => {
-                    return Err(Error::shape(
+                    return Err(fail(
+                        ErrorKind::Shape,
                         op,
-                        alloc::format!(
+                        format_args!(
                             "shapes {a} and {b} cannot be broadcast: dimension {i} is {da} vs {db}"
                         ),
                     ));
@@ -105,9 +108,10 @@ pub fn resolve_axis(axis: isize, rank: usize, op: &'static str) -> Result<usize>
     let r = rank as isize;
     let a = if axis < 0 { axis + r } else { axis };
     if a < 0 || a >= r {
-        return Err(Error::index(
+        return Err(fail(
+            ErrorKind::Index,
             op,
-            alloc::format!("axis {axis} is out of range for rank {rank}"),
+            format_args!("axis {axis} is out of range for rank {rank}"),
         ));
     }
     Ok(a as usize)
@@ -248,9 +252,10 @@ impl Layout {
                 .iter()
                 .any(|&d| d >= rank || core::mem::replace(&mut seen[d], true))
         {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "permute",
-                alloc::format!(
+                format_args!(
                     "dims {dims:?} are not a permutation of 0..{rank} for shape {}",
                     self.shape
                 ),
@@ -266,9 +271,10 @@ impl Layout {
     pub fn broadcast_to(&self, shape: &Shape) -> Result<Layout> {
         let (r, n) = (self.shape.rank(), shape.rank());
         let err = || {
-            Error::shape(
+            fail(
+                ErrorKind::Shape,
                 "expand",
-                alloc::format!("shape {} cannot be expanded to {shape}", self.shape),
+                format_args!("shape {} cannot be expanded to {shape}", self.shape),
             )
         };
         if n < r {
@@ -294,9 +300,10 @@ impl Layout {
     /// Takes `ranges[i]` along axis `i` (missing trailing axes are taken whole).
     pub fn slice(&self, ranges: &[SliceRange]) -> Result<Layout> {
         if ranges.len() > self.shape.rank() {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "slice",
-                alloc::format!("{} ranges given for shape {}", ranges.len(), self.shape),
+                format_args!("{} ranges given for shape {}", ranges.len(), self.shape),
             ));
         }
         let mut shape = self.shape.0.clone();
@@ -304,15 +311,12 @@ impl Layout {
         let mut offset = self.offset as isize;
         for (i, r) in ranges.iter().enumerate() {
             if r.step == 0 || r.start > r.end || r.end > shape[i] {
-                return Err(Error::index(
+                return Err(fail(
+                    ErrorKind::Index,
                     "slice",
-                    alloc::format!(
+                    format_args!(
                         "range {}..{} step {} is invalid for axis {i} of size {} (shape {})",
-                        r.start,
-                        r.end,
-                        r.step,
-                        shape[i],
-                        self.shape
+                        r.start, r.end, r.step, shape[i], self.shape
                     ),
                 ));
             }

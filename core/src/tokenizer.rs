@@ -13,6 +13,7 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 
+use crate::error::{ErrorKind, fail};
 use crate::op::json::Fields;
 use crate::{Error, Result, SortedMap};
 use alloc::format;
@@ -62,9 +63,10 @@ impl CharTokenizer {
         text.chars()
             .map(|c| {
                 self.ids.get(&c).copied().ok_or_else(|| {
-                    Error::invalid(
+                    fail(
+                        ErrorKind::InvalidArgument,
                         "tokenizer",
-                        format!(
+                        format_args!(
                             "expected characters of the model's vocabulary ({} characters), \
                              found {c:?}",
                             self.chars.len()
@@ -80,9 +82,10 @@ impl CharTokenizer {
         ids.iter()
             .map(|&i| {
                 self.chars.get(i as usize).copied().ok_or_else(|| {
-                    Error::index(
+                    fail(
+                        ErrorKind::Index,
                         "tokenizer",
-                        format!("token {i} of a vocabulary of {}", self.chars.len()),
+                        format_args!("token {i} of a vocabulary of {}", self.chars.len()),
                     )
                 })
             })

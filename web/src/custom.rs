@@ -83,7 +83,7 @@ fn attrs_from_js(v: &JsValue, op: &'static str) -> JsResult<Attrs> {
     let o = v.dyn_ref::<Object>().ok_or_else(|| {
         invalid(
             op,
-            format!(
+            format_args!(
                 "attrs must be an object of numbers, got {}",
                 js::type_name(v)
             ),
@@ -96,7 +96,7 @@ fn attrs_from_js(v: &JsValue, op: &'static str) -> JsResult<Attrs> {
         let value = kv.get(1).as_f64().ok_or_else(|| {
             invalid(
                 op,
-                format!(
+                format_args!(
                     "attribute {key:?} must be a number, got {}",
                     js::type_name(&kv.get(1))
                 ),
@@ -270,7 +270,7 @@ fn function(spec: &JsValue, key: &str) -> JsResult<Option<Function>> {
     v.dyn_into::<Function>().map(Some).map_err(|v| {
         invalid(
             "registerOp",
-            format!("{key} must be a function, got {}", js::type_name(&v)),
+            format_args!("{key} must be a function, got {}", js::type_name(&v)),
         )
     })
 }
@@ -283,7 +283,7 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
     let name = js::get(spec, "name").as_string().ok_or_else(|| {
         invalid(
             op,
-            format!(
+            format_args!(
                 "spec.name must be a string, got {}",
                 js::type_name(&js::get(spec, "name"))
             ),
@@ -292,13 +292,13 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
     let cpu = function(spec, "cpu")?.ok_or_else(|| {
         invalid(
             op,
-            format!("{name}: spec.cpu (the reference implementation) is required"),
+            format_args!("{name}: spec.cpu (the reference implementation) is required"),
         )
     })?;
     if !js::get(spec, "backward").is_undefined() {
         return Err(invalid(
             op,
-            format!(
+            format_args!(
                 "{name}: spec.backward is not supported: JS ops have no gradient in the page yet \
                  (kiln-ml runs ops forward only; remove backward)"
             ),
@@ -311,7 +311,7 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
         None => {
             return Err(invalid(
                 op,
-                format!(
+                format_args!(
                     "{name}: spec.wgsl must be a string, got {}",
                     js::type_name(&wgsl)
                 ),
@@ -327,7 +327,7 @@ pub fn register_op(spec: &JsValue) -> JsResult<()> {
         Some(n) => {
             return Err(invalid(
                 op,
-                format!(
+                format_args!(
                     "{name}: spec.workgroupSize must be an integer in 1..=1024, got {}",
                     Num(n)
                 ),
@@ -369,7 +369,7 @@ pub fn custom_op(name: &str, inputs: &JsValue, attrs: &JsValue) -> JsResult<Tens
     if xs.is_empty() {
         return Err(invalid(
             op,
-            format!("{name}: needs at least one input Tensor"),
+            format_args!("{name}: needs at least one input Tensor"),
         ));
     }
     let attrs = attrs_from_js(attrs, op)?;

@@ -106,12 +106,12 @@ impl Device {
                 Some(gpu) => Ok(Wanted::Given(Device::from_kiln(gpu.get(fusion), reason))),
                 None => Err(invalid(
                     op,
-                    "WebGPU is not initialised; call `await Device.webgpu()` first",
+                    format_args!("WebGPU is not initialised; call `await Device.webgpu()` first"),
                 )),
             },
             _ => Err(invalid(
                 op,
-                format!(
+                format_args!(
                     "options.device must be a Device, \"cpu\", \"webgpu\" or \"auto\", got {}",
                     d.as_string()
                         .map(|s| format!("{s:?}"))
@@ -126,7 +126,9 @@ impl Device {
             Wanted::Given(d) => Ok(d.inner),
             Wanted::Auto { .. } => Err(invalid(
                 op,
-                "options.device \"auto\" is only for Model.load; pass `await Device.auto()` here",
+                format_args!(
+                    "options.device \"auto\" is only for Model.load; pass `await Device.auto()` here"
+                ),
             )),
         }
     }
@@ -149,7 +151,7 @@ impl Device {
         let fusion = fusion_option(&options, &JsValue::UNDEFINED);
         let dev = webgpu_device(fusion)
             .await
-            .map_err(|why| invalid("Device.webgpu", why))?;
+            .map_err(|why| invalid("Device.webgpu", format_args!("{why}")))?;
         Ok(Device::from_kiln(dev, "requested explicitly"))
     }
 

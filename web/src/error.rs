@@ -3,6 +3,7 @@
 
 use js_sys::{Error as JsErr, Reflect};
 use kiln_core::Error;
+use std::fmt;
 use wasm_bindgen::JsValue;
 
 /// What every exported function returns on failure.
@@ -31,7 +32,11 @@ impl<T> IntoJs<T> for kiln_core::Result<T> {
     }
 }
 
-/// A kiln `InvalidArgument` error raised by `op`, as a JS `Error`.
-pub fn invalid(op: &'static str, message: impl Into<String>) -> JsValue {
-    to_js(&Error::invalid(op, message.into()))
+/// A kiln `InvalidArgument` error raised by `op`, as a JS `Error`. Out of line, with the
+/// message formatted here: one copy of the formatting serves every argument check of the
+/// exports (issue 18, bytes).
+#[cold]
+#[inline(never)]
+pub fn invalid(op: &'static str, message: fmt::Arguments<'_>) -> JsValue {
+    to_js(&Error::invalid(op, fmt::format(message)))
 }

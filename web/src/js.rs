@@ -49,7 +49,7 @@ pub fn ints(v: &JsValue, op: &'static str, what: &str) -> crate::error::JsResult
     let bad = || {
         crate::error::invalid(
             op,
-            format!(
+            format_args!(
                 "{what} must be an integer or an array of integers, got {}",
                 type_name(v)
             ),
@@ -77,7 +77,7 @@ pub fn sizes(v: &JsValue, op: &'static str, what: &str) -> crate::error::JsResul
         .into_iter()
         .map(|i| {
             usize::try_from(i).map_err(|_| {
-                crate::error::invalid(op, format!("{what} must not be negative, got {i}"))
+                crate::error::invalid(op, format_args!("{what} must not be negative, got {i}"))
             })
         })
         .collect()
@@ -98,7 +98,7 @@ pub fn pair(
         [a, b] => Ok([*a, *b]),
         other => Err(crate::error::invalid(
             op,
-            format!(
+            format_args!(
                 "{what} must be a number or [h, w], got {} values",
                 other.len()
             ),

@@ -65,7 +65,9 @@ pub fn get(handle: u32, op: &'static str) -> JsResult<KTensor> {
         Some(Entry::Tensor(t)) => Ok(t.clone()),
         _ => Err(crate::error::invalid(
             op,
-            "this Tensor was disposed; create a new one or keep it alive until you are done",
+            format_args!(
+                "this Tensor was disposed; create a new one or keep it alive until you are done"
+            ),
         )),
     })
 }

@@ -40,7 +40,7 @@ impl Model {
     fn with<T>(&self, op: &'static str, f: impl FnOnce(&KModel) -> JsResult<T>) -> JsResult<T> {
         match &*self.inner.borrow() {
             Some(m) => f(m),
-            None => Err(invalid(op, "this Model was disposed")),
+            None => Err(invalid(op, format_args!("this Model was disposed"))),
         }
     }
 }
@@ -83,7 +83,7 @@ pub(crate) async fn source_bytes(source: &JsValue, op: &'static str) -> JsResult
     } else {
         return Err(invalid(
             op,
-            format!(
+            format_args!(
                 "source must be a URL, a Response, an ArrayBuffer or a Uint8Array, got {}",
                 js::type_name(source)
             ),
@@ -152,7 +152,7 @@ impl Model {
                         if v.is_undefined() {
                             return Err(invalid(
                                 op,
-                                format!("no tensor given for input {:?}", s.name),
+                                format_args!("no tensor given for input {:?}", s.name),
                             ));
                         }
                         Tensor::from_js(&v, op)

@@ -43,7 +43,7 @@ impl Tensor {
             Some(h) => ledger::get(h as u32, op),
             None => Err(invalid(
                 op,
-                format!("expected a Tensor, got {}", js::type_name(v)),
+                format_args!("expected a Tensor, got {}", js::type_name(v)),
             )),
         }
     }
@@ -52,7 +52,7 @@ impl Tensor {
         if !Array::is_array(v) {
             return Err(invalid(
                 op,
-                format!("expected an array of Tensors, got {}", js::type_name(v)),
+                format_args!("expected an array of Tensors, got {}", js::type_name(v)),
             ));
         }
         Array::from(v)
@@ -60,18 +60,23 @@ impl Tensor {
             .map(|t| Self::from_js(&t, op))
             .collect()
     }
+    // `map` and `with_other` take their op as `&dyn Fn` and stay out of line: one copy of the
+    // handle lookup, error conversion and wrapping serves every export that calls them, where
+    // a generic `f` put a copy in each (issue 18, bytes).
+    #[inline(never)]
     fn map(
         &self,
         op: &'static str,
-        f: impl FnOnce(&KTensor) -> kiln_core::Result<KTensor>,
+        f: &dyn Fn(&KTensor) -> kiln_core::Result<KTensor>,
     ) -> JsResult<Tensor> {
         Ok(Tensor::wrap(f(&self.kiln(op)?).js()?))
     }
+    #[inline(never)]
     fn with_other(
         &self,
         op: &'static str,
         other: &JsValue,
-        f: impl FnOnce(&KTensor, &KTensor) -> kiln_core::Result<KTensor>,
+        f: &dyn Fn(&KTensor, &KTensor) -> kiln_core::Result<KTensor>,
     ) -> JsResult<Tensor> {
         let t = self.kiln(op)?;
         let o = match other.as_f64() {
@@ -93,7 +98,7 @@ fn dtype_arg(v: &JsValue, op: &'static str) -> JsResult<Option<DType>> {
         .ok_or_else(|| {
             invalid(
                 op,
-                format!(
+                format_args!(
                     "dtype must be one of \"f32\", \"f64\", \"f16\", \"i32\", \"u32\", \"bool\", got {}",
                     v.as_string().unwrap_or_else(|| js::type_name(v))
                 ),
@@ -164,7 +169,7 @@ pub(crate) fn data_from_js(
         } else {
             return Err(invalid(
                 op,
-                format!(
+                format_args!(
                     "data must be a TypedArray, an array or a number, got {}",
                     js::type_name(data)
                 ),
@@ -231,7 +236,7 @@ fn flatten(
     let ragged = || {
         invalid(
             op,
-            "nested arrays must be rectangular (every row the same length)",
+            format_args!("nested arrays must be rectangular (every row the same length)"),
         )
     };
     if Array::is_array(v) {
@@ -255,7 +260,7 @@ fn flatten(
     } else {
         return Err(invalid(
             op,
-            format!(
+            format_args!(
                 "array elements must be numbers or booleans, got {}",
                 js::type_name(v)
             ),
@@ -327,7 +332,7 @@ fn pool_params(options: &JsValue, op: &'static str) -> JsResult<Pool2dParams> {
     if kernel.is_undefined() {
         return Err(invalid(
             op,
-            "options.kernel (a number or [h, w]) is required",
+            format_args!("options.kernel (a number or [h, w]) is required"),
         ));
     }
     let kernel = js::pair(&kernel, [1, 1], op, "kernel")?;
@@ -355,7 +360,7 @@ macro_rules! unary_exports {
         impl Tensor {
             #[doc = concat!("Elementwise `", stringify!($method), "`.")]
             pub fn $method(&self) -> JsResult<Tensor> {
-                self.map(stringify!($method), |t| t.unary(UnaryOp::$var))
+                self.map(stringify!($method), &|t| t.unary(UnaryOp::$var))
             }
         }
     };
@@ -381,7 +386,7 @@ macro_rules! binary_exports {
                 #[doc = concat!("Elementwise `", $js, "` with a Tensor or a number, broadcasting.")]
                 #[wasm_bindgen(js_name = $js)]
                 pub fn $method(&self, other: &JsValue) -> JsResult<Tensor> {
-                    self.with_other($js, other, |a, b| a.binary(BinaryOp::$var, b))
+                    self.with_other($js, other, &|a, b| a.binary(BinaryOp::$var, b))
                 }
             )*
         }
@@ -400,7 +405,7 @@ macro_rules! compare_exports {
             $(
                 #[doc = concat!("Elementwise `", stringify!($method), "` with a Tensor or a number, broadcasting.")]
                 pub fn $method(&self, other: &JsValue) -> JsResult<Tensor> {
-                    self.with_other(stringify!($method), other, |a, b| a.compare(CmpOp::$var, b))
+                    self.with_other(stringify!($method), other, &|a, b| a.compare(CmpOp::$var, b))
                 }
             )*
         }
@@ -589,7 +594,7 @@ impl Tensor {
     /// A second handle on the same data (dispose each separately).
     #[wasm_bindgen(js_name = clone)]
     pub fn clone_handle(&self) -> JsResult<Tensor> {
-        self.map("clone", |t| Ok(t.clone()))
+        self.map("clone", &|t| Ok(t.clone()))
     }
     /// `Tensor(f32 [2, 3] on cpu)`.
     #[wasm_bindgen(js_name = toString)]
@@ -609,7 +614,7 @@ impl Tensor {
 
     /// `min(max(x, min), max)`.
     pub fn clamp(&self, min: f64, max: f64) -> JsResult<Tensor> {
-        self.map("clamp", |t| t.clamp(min, max))
+        self.map("clamp", &|t| t.clamp(min, max))
     }
     /// `cond ? a : b` elementwise, with this bool tensor as `cond`; `a`, `b` Tensors or numbers.
     #[wasm_bindgen(js_name = "where")]
@@ -639,8 +644,9 @@ impl Tensor {
     }
     /// Converts to another dtype.
     pub fn cast(&self, dtype: &JsValue) -> JsResult<Tensor> {
-        let d = dtype_arg(dtype, "cast")?.ok_or_else(|| invalid("cast", "a dtype is required"))?;
-        self.map("cast", |t| t.cast(d))
+        let d = dtype_arg(dtype, "cast")?
+            .ok_or_else(|| invalid("cast", format_args!("a dtype is required")))?;
+        self.map("cast", &|t| t.cast(d))
     }
 
     // ------------------------------------------------------------------ reductions
@@ -648,27 +654,27 @@ impl Tensor {
     /// Sum over `axes` (a number or an array; all axes when omitted).
     pub fn sum(&self, axes: &JsValue, keepdim: Option<bool>) -> JsResult<Tensor> {
         let a = axes_arg(axes, "sum")?;
-        self.map("sum", |t| t.sum(&a, keepdim.unwrap_or(false)))
+        self.map("sum", &|t| t.sum(&a, keepdim.unwrap_or(false)))
     }
     /// Mean over `axes` (all when omitted).
     pub fn mean(&self, axes: &JsValue, keepdim: Option<bool>) -> JsResult<Tensor> {
         let a = axes_arg(axes, "mean")?;
-        self.map("mean", |t| t.mean(&a, keepdim.unwrap_or(false)))
+        self.map("mean", &|t| t.mean(&a, keepdim.unwrap_or(false)))
     }
     /// Maximum over `axes` (all when omitted).
     pub fn max(&self, axes: &JsValue, keepdim: Option<bool>) -> JsResult<Tensor> {
         let a = axes_arg(axes, "max")?;
-        self.map("max", |t| t.max(&a, keepdim.unwrap_or(false)))
+        self.map("max", &|t| t.max(&a, keepdim.unwrap_or(false)))
     }
     /// Minimum over `axes` (all when omitted).
     pub fn min(&self, axes: &JsValue, keepdim: Option<bool>) -> JsResult<Tensor> {
         let a = axes_arg(axes, "min")?;
-        self.map("min", |t| t.min(&a, keepdim.unwrap_or(false)))
+        self.map("min", &|t| t.min(&a, keepdim.unwrap_or(false)))
     }
     /// Product over `axes` (all when omitted).
     pub fn prod(&self, axes: &JsValue, keepdim: Option<bool>) -> JsResult<Tensor> {
         let a = axes_arg(axes, "prod")?;
-        self.map("prod", |t| t.prod(&a, keepdim.unwrap_or(false)))
+        self.map("prod", &|t| t.prod(&a, keepdim.unwrap_or(false)))
     }
     /// Variance over `axes` with `correction` (default 1, unbiased).
     pub fn var(
@@ -678,34 +684,34 @@ impl Tensor {
         keepdim: Option<bool>,
     ) -> JsResult<Tensor> {
         let a = axes_arg(axes, "var")?;
-        self.map("var", |t| {
+        self.map("var", &|t| {
             t.var(&a, correction.unwrap_or(1), keepdim.unwrap_or(false))
         })
     }
     /// Index of the maximum along `axis` (default -1), as i32.
     pub fn argmax(&self, axis: Option<i32>, keepdim: Option<bool>) -> JsResult<Tensor> {
-        self.map("argmax", |t| {
+        self.map("argmax", &|t| {
             t.argmax(axis_arg(axis), keepdim.unwrap_or(false))
         })
     }
     /// Index of the minimum along `axis` (default -1), as i32.
     pub fn argmin(&self, axis: Option<i32>, keepdim: Option<bool>) -> JsResult<Tensor> {
-        self.map("argmin", |t| {
+        self.map("argmin", &|t| {
             t.argmin(axis_arg(axis), keepdim.unwrap_or(false))
         })
     }
     /// Softmax along `axis` (default -1).
     pub fn softmax(&self, axis: Option<i32>) -> JsResult<Tensor> {
-        self.map("softmax", |t| t.softmax(axis_arg(axis)))
+        self.map("softmax", &|t| t.softmax(axis_arg(axis)))
     }
     /// Log-softmax along `axis` (default -1).
     #[wasm_bindgen(js_name = logSoftmax)]
     pub fn log_softmax(&self, axis: Option<i32>) -> JsResult<Tensor> {
-        self.map("logSoftmax", |t| t.log_softmax(axis_arg(axis)))
+        self.map("logSoftmax", &|t| t.log_softmax(axis_arg(axis)))
     }
     /// Inclusive running sum along `axis` (default -1).
     pub fn cumsum(&self, axis: Option<i32>) -> JsResult<Tensor> {
-        self.map("cumsum", |t| t.cumsum(axis_arg(axis)))
+        self.map("cumsum", &|t| t.cumsum(axis_arg(axis)))
     }
 
     // ------------------------------------------------------------------ linear algebra
@@ -713,7 +719,7 @@ impl Tensor {
     /// Matrix product with NumPy semantics (batched, broadcast).
     pub fn matmul(&self, other: &JsValue) -> JsResult<Tensor> {
         let o = Self::from_js(other, "matmul")?;
-        self.map("matmul", |t| t.matmul(&o))
+        self.map("matmul", &|t| t.matmul(&o))
     }
 
     // ------------------------------------------------------------------ views
@@ -724,16 +730,16 @@ impl Tensor {
             .into_iter()
             .map(|d| d as isize)
             .collect();
-        self.map("reshape", |t| t.reshape_infer(&dims))
+        self.map("reshape", &|t| t.reshape_infer(&dims))
     }
     /// Reorders axes: output axis `i` is input axis `dims[i]`.
     pub fn permute(&self, dims: &JsValue) -> JsResult<Tensor> {
         let d = js::sizes(dims, "permute", "dims")?;
-        self.map("permute", |t| t.permute(&d))
+        self.map("permute", &|t| t.permute(&d))
     }
     /// Swaps two axes (the last two by default).
     pub fn transpose(&self, a: Option<i32>, b: Option<i32>) -> JsResult<Tensor> {
-        self.map("transpose", |t| {
+        self.map("transpose", &|t| {
             t.transpose(a.unwrap_or(-2) as isize, b.unwrap_or(-1) as isize)
         })
     }
@@ -745,7 +751,7 @@ impl Tensor {
         if !Array::is_array(ranges) {
             return Err(invalid(
                 op,
-                "ranges must be an array of [start, end, step?] or null",
+                format_args!("ranges must be an array of [start, end, step?] or null"),
             ));
         }
         let ranges = Array::from(ranges);
@@ -785,7 +791,7 @@ impl Tensor {
                 _ => {
                     return Err(invalid(
                         op,
-                        format!(
+                        format_args!(
                             "range for axis {axis} must be [start, end] or [start, end, step > 0], got {v:?}"
                         ),
                     ));
@@ -797,43 +803,46 @@ impl Tensor {
     }
     /// Merges axes `start..=end` (defaults: all) into one.
     pub fn flatten(&self, start: Option<i32>, end: Option<i32>) -> JsResult<Tensor> {
-        self.map("flatten", |t| {
+        self.map("flatten", &|t| {
             t.flatten(start.unwrap_or(0) as isize, end.unwrap_or(-1) as isize)
         })
     }
     /// Removes an axis of size 1.
     pub fn squeeze(&self, axis: i32) -> JsResult<Tensor> {
-        self.map("squeeze", |t| t.squeeze(axis as isize))
+        self.map("squeeze", &|t| t.squeeze(axis as isize))
     }
     /// Inserts an axis of size 1.
     pub fn unsqueeze(&self, axis: i32) -> JsResult<Tensor> {
-        self.map("unsqueeze", |t| t.unsqueeze(axis as isize))
+        self.map("unsqueeze", &|t| t.unsqueeze(axis as isize))
     }
     /// Broadcasts to `shape` without copying.
     pub fn expand(&self, shape: &JsValue) -> JsResult<Tensor> {
         let s = js::sizes(shape, "expand", "shape")?;
-        self.map("expand", |t| t.expand(s))
+        self.map("expand", &|t| t.expand(&s[..]))
     }
     /// Constant padding: `[before, after]` pairs for the leading axes.
     pub fn pad(&self, pads: &JsValue, value: Option<f64>) -> JsResult<Tensor> {
         let flat = js::sizes(&Array::from(pads).flat(1).into(), "pad", "pads")?;
         if flat.len() % 2 != 0 {
-            return Err(invalid("pad", "pads must be [before, after] pairs"));
+            return Err(invalid(
+                "pad",
+                format_args!("pads must be [before, after] pairs"),
+            ));
         }
         let pairs: Vec<(usize, usize)> = flat.chunks_exact(2).map(|c| (c[0], c[1])).collect();
-        self.map("pad", |t| t.pad(&pairs, value.unwrap_or(0.0)))
+        self.map("pad", &|t| t.pad(&pairs, value.unwrap_or(0.0)))
     }
     /// One-hot encoding of an integer tensor: a new last axis of `classes`.
     #[wasm_bindgen(js_name = oneHot)]
     pub fn one_hot(&self, classes: usize, dtype: &JsValue) -> JsResult<Tensor> {
         let d = dtype_arg(dtype, "oneHot")?.unwrap_or(DType::F32);
-        self.map("oneHot", |t| t.one_hot(classes, d))
+        self.map("oneHot", &|t| t.one_hot(classes, d))
     }
     /// Rows along `axis` picked by a rank-1 integer tensor.
     #[wasm_bindgen(js_name = indexSelect)]
     pub fn index_select(&self, axis: i32, index: &JsValue) -> JsResult<Tensor> {
         let i = Self::from_js(index, "indexSelect")?;
-        self.map("indexSelect", |t| t.index_select(axis as isize, &i))
+        self.map("indexSelect", &|t| t.index_select(axis as isize, &i))
     }
 
     // ------------------------------------------------------------------ convolution and pooling
@@ -849,24 +858,24 @@ impl Tensor {
             Some(Self::from_js(bias, op)?)
         };
         let p = conv_params(options, op)?;
-        self.map(op, |t| t.conv2d(&w, b.as_ref(), p))
+        self.map(op, &|t| t.conv2d(&w, b.as_ref(), p))
     }
     /// 2-D max pooling; `options`: `{kernel, stride = kernel, padding, dilation}`.
     #[wasm_bindgen(js_name = maxPool2d)]
     pub fn max_pool2d(&self, options: &JsValue) -> JsResult<Tensor> {
         let p = pool_params(options, "maxPool2d")?;
-        self.map("maxPool2d", |t| t.max_pool2d(p))
+        self.map("maxPool2d", &|t| t.max_pool2d(p))
     }
     /// 2-D average pooling; `options`: `{kernel, stride = kernel, padding, countIncludePad = true}`.
     #[wasm_bindgen(js_name = avgPool2d)]
     pub fn avg_pool2d(&self, options: &JsValue) -> JsResult<Tensor> {
         let p = pool_params(options, "avgPool2d")?;
-        self.map("avgPool2d", |t| t.avg_pool2d(p))
+        self.map("avgPool2d", &|t| t.avg_pool2d(p))
     }
     /// Adaptive average pooling to `output` (`[h, w]` or a number).
     #[wasm_bindgen(js_name = adaptiveAvgPool2d)]
     pub fn adaptive_avg_pool2d(&self, output: &JsValue) -> JsResult<Tensor> {
         let o = js::pair(output, [1, 1], "adaptiveAvgPool2d", "output")?;
-        self.map("adaptiveAvgPool2d", |t| t.adaptive_avg_pool2d(o))
+        self.map("adaptiveAvgPool2d", &|t| t.adaptive_avg_pool2d(o))
     }
 }

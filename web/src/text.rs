@@ -85,21 +85,26 @@ impl TextModel {
             if let Some(v) = v.filter(|v| !(v.fract() == 0.0 && *v >= 0.0 && *v <= 9e15)) {
                 return Err(invalid(
                     op,
-                    format!("options.{name} must be a whole number >= 0, got {}", Num(v)),
+                    format_args!("options.{name} must be a whole number >= 0, got {}", Num(v)),
                 ));
             }
         }
         if !(temperature >= 0.0 && temperature.is_finite()) {
             return Err(invalid(
                 op,
-                format!("options.temperature must be >= 0, got {}", Num(temperature)),
+                format_args!("options.temperature must be >= 0, got {}", Num(temperature)),
             ));
         }
         let on_token = js::get(&options, "onToken");
         let on_token = match on_token.dyn_ref::<js_sys::Function>() {
             Some(f) => Some(f.clone()),
             None if on_token.is_undefined() || on_token.is_null() => None,
-            None => return Err(invalid(op, "options.onToken must be a function")),
+            None => {
+                return Err(invalid(
+                    op,
+                    format_args!("options.onToken must be a function"),
+                ));
+            }
         };
         let sampling = Sampling {
             temperature,
@@ -108,7 +113,7 @@ impl TextModel {
         };
         let held = self.inner.borrow().clone();
         let Some(held) = held else {
-            return Err(invalid(op, "this TextModel was disposed"));
+            return Err(invalid(op, format_args!("this TextModel was disposed")));
         };
         let (model, tok) = &*held;
         let mut g = Generator::new(model, &tok.encode(&prompt).js()?, sampling).js()?;
@@ -150,7 +155,7 @@ impl TextModel {
         let mut inner = self.inner.try_borrow_mut().map_err(|_| {
             invalid(
                 "TextModel.dispose",
-                "cannot dispose while generate() is running",
+                format_args!("cannot dispose while generate() is running"),
             )
         })?;
         inner.take();
@@ -163,7 +168,10 @@ impl TextModel {
     fn with<T>(&self, f: impl FnOnce(&Gpt, &CharTokenizer) -> T) -> JsResult<T> {
         match self.inner.borrow().as_deref() {
             Some((m, t)) => Ok(f(m, t)),
-            None => Err(invalid("TextModel", "this TextModel was disposed")),
+            None => Err(invalid(
+                "TextModel",
+                format_args!("this TextModel was disposed"),
+            )),
         }
     }
 }

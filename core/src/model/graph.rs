@@ -9,15 +9,15 @@
 //! (`[slot, k]`) and recomputed from the actual batch size when the graph runs. A shape integer
 //! that changes in any other way is an error at save time.
 
+use crate::error::{ErrorKind, fail};
 use crate::op::Op;
-use crate::op::json::{Fields, FromJson, from_value_impls, not_a, op_from_value};
+use crate::op::json::{Fields, FromJson, bad, from_value_impls, not_a, op_from_value};
 use crate::{DType, Error, Result, Shape, Tensor, TensorId};
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde::Serialize;
-use serde::de::Error as _;
 use serde_json::Value;
 
 /// Where a node input comes from.
@@ -99,7 +99,7 @@ fn reference(v: Value) -> Decoded<Ref> {
     let (kind, at) = match v {
         Value::Object(m) if m.len() == 1 => m.into_iter().next().unwrap_or_default(),
         other => {
-            return Err(serde_json::Error::custom(format!(
+            return Err(bad(format_args!(
                 "expected a reference ({{\"input\": i}}, {{\"tensor\": name}} or {{\"node\": i}}), found {other}"
             )));
         }
@@ -109,9 +109,7 @@ fn reference(v: Value) -> Decoded<Ref> {
         "tensor" => String::from_json(&at).map(Ref::Tensor),
         "node" => usize::from_json(&at).map(Ref::Node),
         _ => {
-            return Err(serde_json::Error::custom(format!(
-                "unknown reference `{kind}`"
-            )));
+            return Err(bad(format_args!("unknown reference `{kind}`")));
         }
     };
     read.ok_or_else(|| {
@@ -278,9 +276,10 @@ pub(crate) fn collect(
 pub(crate) fn mark_batch(a: &mut Trace, b: &Trace, batch: usize) -> Result<()> {
     let op = "save_model";
     let differ = |what: String| {
-        Error::invalid(
+        fail(
+            ErrorKind::InvalidArgument,
             op,
-            format!(
+            format_args!(
                 "the forward pass differs between batch sizes {batch} and {}: {what}; models \
                  must run the same ops for every batch size (is dropout or batch norm still in \
                  training mode?)",
@@ -351,9 +350,10 @@ impl Graph {
             .filter(|n| crate::op::custom::lookup(n).is_err())
             .collect();
         if !missing.is_empty() {
-            return Err(Error::unsupported(
+            return Err(fail(
+                ErrorKind::Unsupported,
                 op,
-                format!(
+                format_args!(
                     "the model uses custom ops that are not registered in this process: [{}]; \
                      register them before loading (kiln::register_op in Rust, registerOp in JS)",
                     missing.join(", ")
@@ -369,9 +369,10 @@ impl Graph {
             if ok {
                 Ok(())
             } else {
-                Err(Error::format(
+                Err(fail(
+                    ErrorKind::Format,
                     op,
-                    format!(
+                    format_args!(
                         "{at} refers to {r:?}, which does not exist (graph has {} inputs, \
                          {before} nodes before it)",
                         self.inputs.len()
@@ -385,9 +386,10 @@ impl Graph {
             }
             let slots = slot_values(&n.op).len();
             if let Some([s, _]) = n.batch.iter().find(|[s, _]| *s >= slots) {
-                return Err(Error::format(
+                return Err(fail(
+                    ErrorKind::Format,
                     op,
-                    format!(
+                    format_args!(
                         "node {i} ({}) marks shape slot {s} as batch-sized but has {slots} slots",
                         n.op.name()
                     ),
@@ -434,7 +436,13 @@ impl Graph {
                 Ref::Tensor(n) => tensors.get(n).cloned(),
                 Ref::Node(j) => values.get(*j).cloned().flatten(),
             };
-            found.ok_or_else(|| Error::format("Model::run", format!("missing value {r:?}")))
+            found.ok_or_else(|| {
+                fail(
+                    ErrorKind::Format,
+                    "Model::run",
+                    format_args!("missing value {r:?}"),
+                )
+            })
         };
         for (i, n) in self.nodes.iter().enumerate() {
             let op = if n.batch.is_empty() {
@@ -493,9 +501,10 @@ pub(crate) fn upgrade_v1(graph: &mut serde_json::Value) -> Result<()> {
             "avg_pool2d" => "avg",
             "adaptive_avg_pool2d" => "adaptive_avg",
             n if n.ends_with("pool2d_backward") => {
-                return Err(Error::format(
+                return Err(fail(
+                    ErrorKind::Format,
                     "graph",
-                    format!("version 1 node {n} cannot be upgraded; save the model again"),
+                    format_args!("version 1 node {n} cannot be upgraded; save the model again"),
                 ));
             }
             _ => continue,

@@ -26,7 +26,8 @@ mod safetensors;
 pub use graph::{Graph, GraphNode, GraphOutput, Ref, ValueInfo};
 pub use safetensors::{SafeTensors, decode_safetensors, encode_safetensors};
 
-use crate::{Device, Error, Result, Tensor};
+use crate::error::{ErrorKind, fail};
+use crate::{Device, Result, Tensor};
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -61,9 +62,10 @@ impl Model {
         match file.metadata.get(KEY_FORMAT).map(String::as_str) {
             Some("kiln") => {}
             found => {
-                return Err(Error::format(
+                return Err(fail(
+                    ErrorKind::Format,
                     op,
-                    format!(
+                    format_args!(
                         "not a kiln model file: metadata {KEY_FORMAT} is {found:?}, expected \
                          \"kiln\" (a bare state_dict loads with load_safetensors and \
                          Module::load_named)"
@@ -75,20 +77,28 @@ impl Model {
         match version.and_then(|v| v.parse::<u32>().ok()) {
             Some(v) if (1..=FORMAT_VERSION).contains(&v) => {}
             _ => {
-                return Err(Error::format(
+                return Err(fail(
+                    ErrorKind::Format,
                     op,
-                    format!(
+                    format_args!(
                         "{KEY_VERSION} is {version:?}; this build reads versions 1 to {FORMAT_VERSION}"
                     ),
                 ));
             }
         }
-        let json = file
-            .metadata
-            .get(KEY_GRAPH)
-            .ok_or_else(|| Error::format(op, format!("metadata has no {KEY_GRAPH}")))?;
+        let json = file.metadata.get(KEY_GRAPH).ok_or_else(|| {
+            fail(
+                ErrorKind::Format,
+                op,
+                format_args!("metadata has no {KEY_GRAPH}"),
+            )
+        })?;
         let invalid = |e: serde_json::Error| {
-            Error::format(op, format!("{KEY_GRAPH} is not a valid graph: {e}"))
+            fail(
+                ErrorKind::Format,
+                op,
+                format_args!("{KEY_GRAPH} is not a valid graph: {e}"),
+            )
         };
         let mut graph_json: serde_json::Value = serde_json::from_str(json).map_err(invalid)?;
         if version == Some(&"1".into()) {
@@ -110,9 +120,10 @@ impl Model {
         let op = "Model::run";
         let specs = &self.graph.inputs;
         if inputs.len() != specs.len() {
-            return Err(Error::invalid(
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 op,
-                format!("expects {} inputs, got {}", specs.len(), inputs.len()),
+                format_args!("expects {} inputs, got {}", specs.len(), inputs.len()),
             ));
         }
         let mut batch = None;
@@ -123,9 +134,10 @@ impl Model {
                     .zip(&spec.shape)
                     .all(|(d, s)| s.is_none_or(|s| s == *d));
             if !fits || x.dtype() != spec.dtype {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     op,
-                    format!(
+                    format_args!(
                         "input {} expects {} {}, got {} {}",
                         spec.name,
                         spec.dtype,
@@ -138,9 +150,10 @@ impl Model {
             if spec.shape.first() == Some(&None) {
                 let b = x.dims()[0];
                 if batch.is_some_and(|prev| prev != b) {
-                    return Err(Error::shape(
+                    return Err(fail(
+                        ErrorKind::Shape,
                         op,
-                        format!("inputs disagree on the batch size ({batch:?} and {b})"),
+                        format_args!("inputs disagree on the batch size ({batch:?} and {b})"),
                     ));
                 }
                 batch = Some(b);
@@ -158,9 +171,10 @@ impl Model {
         let mut out = self.run(core::slice::from_ref(x))?;
         match (out.pop(), out.is_empty()) {
             (Some(y), true) => Ok(y),
-            _ => Err(Error::invalid(
+            _ => Err(fail(
+                ErrorKind::InvalidArgument,
                 "Model::forward",
-                format!(
+                format_args!(
                     "the model has {} outputs; use run",
                     self.graph.outputs.len()
                 ),

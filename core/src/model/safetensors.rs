@@ -2,6 +2,7 @@
 //! length, a JSON header mapping each tensor name to `{dtype, shape, data_offsets}` plus an
 //! optional `__metadata__` string map, then the raw little-endian tensor bytes.
 
+use crate::error::{ErrorKind, fail};
 use crate::{DType, Error, Result, Shape, TensorData};
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -69,9 +70,10 @@ pub fn encode_safetensors(
     let mut sorted: Vec<&(String, TensorData)> = tensors.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(Error::invalid(
+        return Err(fail(
+            ErrorKind::InvalidArgument,
             "save_safetensors",
-            format!("tensor name {} appears twice", w[0].0),
+            format_args!("tensor name {} appears twice", w[0].0),
         ));
     }
     let mut header = Map::new();
@@ -99,8 +101,13 @@ pub fn encode_safetensors(
         header.insert(name.clone(), entry);
         offset += len;
     }
-    let mut json = serde_json::to_string(&Value::Object(header))
-        .map_err(|e| Error::invalid("save_safetensors", format!("header: {e}")))?;
+    let mut json = serde_json::to_string(&Value::Object(header)).map_err(|e| {
+        fail(
+            ErrorKind::InvalidArgument,
+            "save_safetensors",
+            format_args!("header: {e}"),
+        )
+    })?;
     while json.len() % 8 != 0 {
         json.push(' ');
     }
@@ -119,9 +126,10 @@ pub fn encode_safetensors(
 /// what was expected and what was found.
 pub fn decode_safetensors(bytes: &[u8]) -> Result<SafeTensors> {
     let Some(len_bytes) = bytes.get(..8) else {
-        return Err(Error::format(
+        return Err(fail(
+            ErrorKind::Format,
             OP,
-            format!(
+            format_args!(
                 "file is {} bytes, expected at least 8 for the header length",
                 bytes.len()
             ),
@@ -132,19 +140,30 @@ pub fn decode_safetensors(bytes: &[u8]) -> Result<SafeTensors> {
     let header_len = u64::from_le_bytes(len8);
     let available = (bytes.len() - 8) as u64;
     if header_len > MAX_HEADER || header_len > available {
-        return Err(Error::format(
+        return Err(fail(
+            ErrorKind::Format,
             OP,
-            format!(
+            format_args!(
                 "header length field says {header_len} bytes, but {available} bytes follow \
                  (limit {MAX_HEADER}); the file is truncated or not safetensors"
             ),
         ));
     }
     let header_end = 8 + header_len as usize;
-    let header = core::str::from_utf8(&bytes[8..header_end])
-        .map_err(|e| Error::format(OP, format!("header is not UTF-8: {e}")))?;
-    let header: Value = serde_json::from_str(header)
-        .map_err(|e| Error::format(OP, format!("header is not valid JSON: {e}")))?;
+    let header = core::str::from_utf8(&bytes[8..header_end]).map_err(|e| {
+        fail(
+            ErrorKind::Format,
+            OP,
+            format_args!("header is not UTF-8: {e}"),
+        )
+    })?;
+    let header: Value = serde_json::from_str(header).map_err(|e| {
+        fail(
+            ErrorKind::Format,
+            OP,
+            format_args!("header is not valid JSON: {e}"),
+        )
+    })?;
     let Value::Object(header) = header else {
         return Err(Error::format(
             OP,
@@ -177,9 +196,10 @@ fn parse_metadata(v: Value) -> Result<BTreeMap<String, String>> {
         match v {
             Value::String(s) => out.insert(k, s),
             other => {
-                return Err(Error::format(
+                return Err(fail(
+                    ErrorKind::Format,
                     OP,
-                    format!("__metadata__ value of {k} must be a string, found {other}"),
+                    format_args!("__metadata__ value of {k} must be a string, found {other}"),
                 ));
             }
         };
@@ -206,15 +226,24 @@ fn file_dtype(tag: &str) -> Option<(usize, DType)> {
 
 fn parse_tensor(name: &str, entry: &Value, data: &[u8]) -> Result<TensorData> {
     let field = |key: &str| {
-        entry
-            .get(key)
-            .ok_or_else(|| Error::format("entry", format!("missing \"{key}\" in {entry}")))
+        entry.get(key).ok_or_else(|| {
+            fail(
+                ErrorKind::Format,
+                "entry",
+                format_args!("missing \"{key}\" in {entry}"),
+            )
+        })
     };
     let tag = field("dtype")?
         .as_str()
         .ok_or_else(|| Error::format("entry", "dtype must be a string"))?;
-    let (size, dtype) = file_dtype(tag)
-        .ok_or_else(|| Error::unsupported("entry", format!("dtype {tag} is not supported")))?;
+    let (size, dtype) = file_dtype(tag).ok_or_else(|| {
+        fail(
+            ErrorKind::Unsupported,
+            "entry",
+            format_args!("dtype {tag} is not supported"),
+        )
+    })?;
     let dims: Vec<usize> = field("shape")?
         .as_array()
         .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
@@ -224,20 +253,28 @@ fn parse_tensor(name: &str, entry: &Value, data: &[u8]) -> Result<TensorData> {
         .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
         .ok_or_else(|| Error::format("entry", "data_offsets must be two integers"))?;
     let &[start, end] = offsets.as_slice() else {
-        return Err(Error::format(
+        return Err(fail(
+            ErrorKind::Format,
             "entry",
-            format!("data_offsets must be two integers, found {}", offsets.len()),
+            format_args!("data_offsets must be two integers, found {}", offsets.len()),
         ));
     };
     let numel = dims
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .ok_or_else(|| Error::format("entry", format!("shape {dims:?} overflows")))?;
+        .ok_or_else(|| {
+            fail(
+                ErrorKind::Format,
+                "entry",
+                format_args!("shape {dims:?} overflows"),
+            )
+        })?;
     let want = numel.checked_mul(size);
     if start > end || end > data.len() || want != Some(end - start) {
-        return Err(Error::format(
+        return Err(fail(
+            ErrorKind::Format,
             "entry",
-            format!(
+            format_args!(
                 "{tag} shape {dims:?} needs {} bytes, but data_offsets are [{start}, {end}] \
                  in a data section of {} bytes",
                 want.map_or_else(|| "too many".to_string(), |w| w.to_string()),
@@ -261,9 +298,10 @@ fn parse_tensor(name: &str, entry: &Value, data: &[u8]) -> Result<TensorData> {
                 b.copy_from_slice(c);
                 let v = i64::from_le_bytes(b);
                 if i32::try_from(v).is_err() {
-                    return Err(Error::unsupported(
+                    return Err(fail(
+                        ErrorKind::Unsupported,
                         "entry",
-                        format!("I64 value {v} of {name} does not fit in i32"),
+                        format_args!("I64 value {v} of {name} does not fit in i32"),
                     ));
                 }
                 vals.push(v as f64);

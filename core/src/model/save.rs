@@ -6,6 +6,7 @@ use super::graph::{Trace, collect, mark_batch};
 use super::{FORMAT_VERSION, KEY_FORMAT, KEY_GRAPH, KEY_VERSION, encode_safetensors};
 use super::{Graph, GraphOutput, ValueInfo, decode_safetensors};
 use crate::autodiff::{no_grad, tracing};
+use crate::error::{ErrorKind, fail};
 use crate::nn::{Forward, Module};
 use crate::optim::{Optimizer, OptimizerState};
 use crate::{Device, Error, Result, Tensor, TensorId};
@@ -52,9 +53,10 @@ fn trace_batch<M: Module + Forward + ?Sized>(
     let batch = match sample.dims().first() {
         Some(&b) if b > 0 => b,
         _ => {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 op,
-                format!(
+                format_args!(
                     "the sample input needs a non-empty batch axis first, got shape {}",
                     sample.shape()
                 ),
@@ -145,14 +147,20 @@ pub fn save_model_batch<M: Module + Forward + ?Sized>(
     let mut metadata = extra_metadata.clone();
     for key in [KEY_FORMAT, KEY_VERSION, KEY_GRAPH] {
         if metadata.contains_key(key) {
-            return Err(Error::invalid(
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 "save_model",
-                format!("metadata key {key} is reserved for the model file format"),
+                format_args!("metadata key {key} is reserved for the model file format"),
             ));
         }
     }
-    let json = serde_json::to_string(&graph)
-        .map_err(|e| Error::invalid("save_model", format!("graph JSON: {e}")))?;
+    let json = serde_json::to_string(&graph).map_err(|e| {
+        fail(
+            ErrorKind::InvalidArgument,
+            "save_model",
+            format_args!("graph JSON: {e}"),
+        )
+    })?;
     metadata.insert(KEY_FORMAT.into(), "kiln".into());
     metadata.insert(KEY_VERSION.into(), FORMAT_VERSION.to_string());
     metadata.insert(KEY_GRAPH.into(), json);

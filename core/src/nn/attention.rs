@@ -3,8 +3,8 @@
 
 use super::init::mix;
 use super::{Dropout, Forward, GELUTanh, Init, LayerNorm, Linear, expect_rank};
-use crate::{Error, Result, Tensor};
-use alloc::format;
+use crate::error::{ErrorKind, fail};
+use crate::{Result, Tensor};
 
 /// `softmax(q kᵀ / sqrt(D)) v` over the last two axes, with any leading (batch, head) axes
 /// broadcast: `q` is `[.., Tq, D]`, `k` and `v` are `[.., Tk, D]`, the result `[.., Tq, D]`.
@@ -50,9 +50,10 @@ fn attention(
     dropout: Option<&Dropout>,
 ) -> Result<Tensor> {
     let bad = |why: &str| {
-        Err(Error::shape(
+        Err(fail(
+            ErrorKind::Shape,
             "scaled_dot_product_attention",
-            format!("{why}: q {}, k {}, v {}", q.shape(), k.shape(), v.shape()),
+            format_args!("{why}: q {}, k {}, v {}", q.shape(), k.shape(), v.shape()),
         ))
     };
     if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
@@ -141,9 +142,10 @@ impl KvCache {
     /// them (`[B, H, T, Dh]` views).
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         if k.rank() != 4 || k.dims() != v.dims() || k.dtype() != v.dtype() {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "KvCache",
-                format!(
+                format_args!(
                     "expected keys and values of one shape [B, H, T, Dh] and dtype, found {} {} and {} {}",
                     k.shape(),
                     k.dtype(),
@@ -154,9 +156,10 @@ impl KvCache {
         }
         let (b, h, t, dh) = (k.dims()[0], k.dims()[1], k.dims()[2], k.dims()[3]);
         if self.len + t > self.capacity {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "KvCache",
-                format!(
+                format_args!(
                     "expected at most {} positions, found {} ({} cached, {t} new)",
                     self.capacity,
                     self.len + t,
@@ -173,9 +176,10 @@ impl KvCache {
         let (keys, values) = match &mut self.buffers {
             Some((keys, values)) if fits(keys) => (keys, values),
             Some((keys, _)) if self.len > 0 => {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     "KvCache",
-                    format!(
+                    format_args!(
                         "expected new positions of [B, H, Dh] = {:?} ({}), found {} ({})",
                         &keys.dims()[1..],
                         keys.dtype(),
@@ -245,9 +249,10 @@ impl MultiHeadAttention {
         seed: u64,
     ) -> Result<Self> {
         if heads == 0 || !dim.is_multiple_of(heads) {
-            return Err(Error::invalid(
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 "MultiHeadAttention",
-                format!("dim {dim} must be a multiple of heads {heads}"),
+                format_args!("dim {dim} must be a multiple of heads {heads}"),
             ));
         }
         Ok(MultiHeadAttention {
@@ -286,9 +291,10 @@ impl MultiHeadAttention {
         expect_rank(x, &[3], "MultiHeadAttention")?;
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
         if self.qkv.in_features() != c {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "MultiHeadAttention",
-                format!(
+                format_args!(
                     "expects inputs of {} features, got shape {}",
                     self.qkv.in_features(),
                     x.shape()

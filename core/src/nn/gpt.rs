@@ -3,6 +3,7 @@
 //! token costs one position. The model file holds the weights, the [`GptConfig`] and the
 //! tokenizer, so generation needs nothing else.
 
+use crate::error::{ErrorKind, fail};
 use crate::model::load_safetensors;
 use crate::nn::{
     Embedding, Forward, Init, KvCache, LayerNorm, Module, Param, TransformerBlock, loss,
@@ -13,7 +14,6 @@ use crate::tokenizer::{self, CharTokenizer};
 use crate::{DType, Device, Error, Result, Tensor};
 #[cfg(feature = "std")]
 use alloc::collections::BTreeMap;
-use alloc::format;
 #[cfg(feature = "std")]
 use alloc::string::{String, ToString};
 use alloc::vec;
@@ -79,9 +79,10 @@ impl Gpt {
     pub fn new(config: GptConfig, init: &mut Init, seed: u64) -> Result<Gpt> {
         let c = &config;
         if c.vocab == 0 || c.context == 0 || c.layers == 0 {
-            return Err(Error::invalid(
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 "Gpt",
-                format!(
+                format_args!(
                     "expected a non-zero vocabulary, context and depth, found vocab {}, \
                      context {} and {} layers",
                     c.vocab, c.context, c.layers
@@ -114,9 +115,10 @@ impl Gpt {
     fn embed(&self, ids: &Tensor, start: usize) -> Result<Tensor> {
         let t = ids.dim(-1)?;
         if start + t > self.config.context {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "Gpt",
-                format!(
+                format_args!(
                     "expected at most {} positions, found {} (start {start})",
                     self.config.context,
                     start + t
@@ -142,9 +144,10 @@ impl Gpt {
     /// continue from the caches' length.
     pub fn forward_cached(&self, ids: &Tensor, caches: &mut [KvCache]) -> Result<Tensor> {
         if caches.len() != self.blocks.len() {
-            return Err(Error::invalid(
+            return Err(fail(
+                ErrorKind::InvalidArgument,
                 "Gpt",
-                format!(
+                format_args!(
                     "expected {} caches, found {}",
                     self.blocks.len(),
                     caches.len()
@@ -189,19 +192,26 @@ impl Gpt {
         let file = load_safetensors(bytes)?;
         let get = |key: &str| {
             file.metadata.get(key).ok_or_else(|| {
-                Error::format(
+                fail(
+                    ErrorKind::Format,
                     "Gpt",
-                    format!("expected a GPT model file (metadata key {key}), found none"),
+                    format_args!("expected a GPT model file (metadata key {key}), found none"),
                 )
             })
         };
-        let config = GptConfig::from_json(get(CONFIG_KEY)?)
-            .map_err(|e| Error::format("Gpt", format!("bad {CONFIG_KEY}: {e}")))?;
+        let config = GptConfig::from_json(get(CONFIG_KEY)?).map_err(|e| {
+            fail(
+                ErrorKind::Format,
+                "Gpt",
+                format_args!("bad {CONFIG_KEY}: {e}"),
+            )
+        })?;
         let tok = CharTokenizer::from_json(get(tokenizer::METADATA_KEY)?)?;
         if tok.vocab_size() != config.vocab {
-            return Err(Error::format(
+            return Err(fail(
+                ErrorKind::Format,
                 "Gpt",
-                format!(
+                format_args!(
                     "the tokenizer has {} tokens but the model {}",
                     tok.vocab_size(),
                     config.vocab

@@ -1,28 +1,31 @@
 //! Loss functions, mean-reduced over the batch as PyTorch's defaults.
 
-use crate::{Error, Result, Tensor};
-use alloc::format;
+use crate::error::{ErrorKind, fail};
+use crate::{Result, Tensor};
 
 fn check_targets(scores: &Tensor, targets: &Tensor, op: &'static str) -> Result<()> {
     if scores.rank() != 2 {
-        return Err(Error::shape(
+        return Err(fail(
+            ErrorKind::Shape,
             op,
-            format!(
+            format_args!(
                 "expects scores of shape [batch, classes], got {}",
                 scores.shape()
             ),
         ));
     }
     if !targets.dtype().is_int() {
-        return Err(Error::dtype(
+        return Err(fail(
+            ErrorKind::DType,
             op,
-            format!("expects integer class indices, got {}", targets.dtype()),
+            format_args!("expects integer class indices, got {}", targets.dtype()),
         ));
     }
     if targets.dims() != [scores.dims()[0]] {
-        return Err(Error::shape(
+        return Err(fail(
+            ErrorKind::Shape,
             op,
-            format!(
+            format_args!(
                 "expects targets of shape [{}] for scores {}, got {}",
                 scores.dims()[0],
                 scores.shape(),
@@ -48,9 +51,10 @@ pub fn nll(log_probs: &Tensor, targets: &Tensor) -> Result<Tensor> {
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor, label_smoothing: f64) -> Result<Tensor> {
     check_targets(logits, targets, "cross_entropy")?;
     if !(0.0..1.0).contains(&label_smoothing) {
-        return Err(Error::invalid(
+        return Err(fail(
+            ErrorKind::InvalidArgument,
             "cross_entropy",
-            format!("label_smoothing must be in [0, 1), got {label_smoothing}"),
+            format_args!("label_smoothing must be in [0, 1), got {label_smoothing}"),
         ));
     }
     let logp = logits.log_softmax(-1)?;
@@ -66,9 +70,10 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor, label_smoothing: f64) ->
 /// Mean squared error of two tensors of one shape.
 pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
     if pred.shape() != target.shape() {
-        return Err(Error::shape(
+        return Err(fail(
+            ErrorKind::Shape,
             "mse",
-            format!(
+            format_args!(
                 "prediction {} and target {} differ in shape",
                 pred.shape(),
                 target.shape()
@@ -83,9 +88,10 @@ pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 /// `max(x, 0) - x * t + log(1 + e^-|x|)`, averaged over all elements.
 pub fn bce_with_logits(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     if logits.shape() != targets.shape() {
-        return Err(Error::shape(
+        return Err(fail(
+            ErrorKind::Shape,
             "bce_with_logits",
-            format!(
+            format_args!(
                 "logits {} and targets {} differ in shape",
                 logits.shape(),
                 targets.shape()

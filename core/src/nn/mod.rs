@@ -49,7 +49,8 @@ pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm, RmsNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d};
 pub use sequential::Sequential;
 
-use crate::{Error, Result, Tensor};
+use crate::error::{ErrorKind, fail};
+use crate::{Result, Tensor};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -208,9 +209,10 @@ pub trait Module {
             problems.push(format!("unexpected {name}"));
         }
         if !problems.is_empty() {
-            return Err(Error::format(
+            return Err(fail(
+                ErrorKind::Format,
                 "load_named",
-                format!(
+                format_args!(
                     "{} problem(s) loading tensors: {}",
                     problems.len(),
                     problems.join("; ")
@@ -320,9 +322,10 @@ pub(crate) fn expect_rank(x: &Tensor, ranks: &[usize], layer: &'static str) -> R
     if ranks.contains(&x.rank()) {
         Ok(())
     } else {
-        Err(Error::shape(
+        Err(fail(
+            ErrorKind::Shape,
             layer,
-            format!(
+            format_args!(
                 "expects an input of rank {ranks:?}, got shape {}",
                 x.shape()
             ),

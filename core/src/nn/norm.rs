@@ -2,8 +2,8 @@
 
 use super::{Forward, Init, Param, expect_rank};
 use crate::autodiff::no_grad;
+use crate::error::{ErrorKind, fail};
 use crate::{DType, Error, Result, Tensor};
-use alloc::format;
 use alloc::vec::Vec;
 
 /// Batch normalisation over the channel axis 1, as `torch.nn.BatchNorm1d/2d`: inputs `[N, C]`,
@@ -57,9 +57,10 @@ impl Forward for BatchNorm {
         expect_rank(x, &[2, 3, 4], "BatchNorm")?;
         let c = self.weight.tensor().numel();
         if x.dims()[1] != c {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "BatchNorm",
-                format!("expects {c} channels on axis 1, got shape {}", x.shape()),
+                format_args!("expects {c} channels on axis 1, got shape {}", x.shape()),
             ));
         }
         // Per-channel vectors broadcast as [1, C, 1, ...].
@@ -70,9 +71,10 @@ impl Forward for BatchNorm {
         let (mean, var) = if self.training {
             let n = x.numel() / c.max(1);
             if n < 2 {
-                return Err(Error::shape(
+                return Err(fail(
+                    ErrorKind::Shape,
                     "BatchNorm",
-                    format!(
+                    format_args!(
                         "training needs more than one value per channel, got shape {}",
                         x.shape()
                     ),
@@ -139,9 +141,10 @@ impl Forward for LayerNorm {
         let w = self.weight.tensor();
         let k = w.rank();
         if x.rank() < k || x.dims()[x.rank() - k..] != *w.dims() {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "LayerNorm",
-                format!(
+                format_args!(
                     "expects inputs ending in {}, got shape {}",
                     w.shape(),
                     x.shape()
@@ -198,9 +201,10 @@ impl Forward for RmsNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let w = self.weight.tensor();
         if x.dims().last() != w.dims().last() {
-            return Err(Error::shape(
+            return Err(fail(
+                ErrorKind::Shape,
                 "RmsNorm",
-                format!(
+                format_args!(
                     "expects inputs ending in {}, got shape {}",
                     w.shape(),
                     x.shape()

@@ -35,6 +35,7 @@
 //! ```
 
 use crate::error::Num;
+use crate::error::{ErrorKind, fail};
 use crate::op::{Meta, Op};
 use crate::{Error, Result, SortedMap, Tensor, TensorData};
 use alloc::boxed::Box;
@@ -165,9 +166,10 @@ pub fn register_op(op: Arc<dyn CustomOp>) -> Result<()> {
     let name = op.name();
     let ok = |c: char| c.is_ascii_alphanumeric() || "_.:-".contains(c);
     if name.is_empty() || !name.chars().all(ok) {
-        return Err(Error::invalid(
+        return Err(fail(
+            ErrorKind::InvalidArgument,
             "register_op",
-            format!(
+            format_args!(
                 "a custom op's name must be letters, digits, '_', '.', ':' or '-', got {name:?}"
             ),
         ));

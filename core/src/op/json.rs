@@ -22,6 +22,14 @@ use alloc::vec::Vec;
 use serde::de::{Deserialize, Deserializer, Error as _};
 use serde_json::{Error, Map, Value};
 
+/// A decoding error, its message formatted out of line: one copy of the formatting for every
+/// decoder's messages instead of one inlined at each (issue 18, bytes).
+#[cold]
+#[inline(never)]
+pub(crate) fn bad(message: core::fmt::Arguments<'_>) -> Error {
+    Error::custom(message)
+}
+
 /// `Deserialize` for types whose decoder is a function over a `serde_json::Value`.
 macro_rules! from_value_impls {
     ($($t:ty => $f:path),* $(,)?) => {$(
@@ -77,7 +85,7 @@ impl Fields {
                 map: core::mem::ManuallyDrop::new(m),
                 err: None,
             }),
-            other => Err(Error::custom(format!(
+            other => Err(bad(format_args!(
                 "{what} expects an object of fields, found {other}"
             ))),
         }
@@ -104,7 +112,7 @@ impl Fields {
         self.map
             .get_mut(name)
             .map(Value::take)
-            .ok_or_else(|| Error::custom(format!("missing field `{name}`")))
+            .ok_or_else(|| bad(format_args!("missing field `{name}`")))
     }
     /// The field `name`, read by [`FromJson`].
     #[inline(never)]
@@ -142,9 +150,7 @@ impl Fields {
     pub(crate) fn list<T>(&mut self, name: &str, item: fn(Value) -> Result<T, Error>) -> Vec<T> {
         let r = self.value(name).and_then(|v| match v {
             Value::Array(items) => items.into_iter().map(item).collect(),
-            other => Err(Error::custom(format!(
-                "{name} expects an array, found {other}"
-            ))),
+            other => Err(bad(format_args!("{name} expects an array, found {other}"))),
         });
         self.keep(r, Vec::new)
     }
@@ -158,7 +164,7 @@ fn read<T: FromJson>(name: &str, v: &Value) -> Result<T, Error> {
 /// The error for a value `v` of `what` that is not `expected`.
 #[inline(never)]
 pub(crate) fn not_a(what: &str, expected: String, v: &Value) -> Error {
-    Error::custom(format!("{what} expects {expected}, found {v}"))
+    bad(format_args!("{what} expects {expected}, found {v}"))
 }
 
 /// A value read from JSON by hand, as its derived or built-in `Deserialize` reads it, but
@@ -346,7 +352,7 @@ fn tagged(v: Value, what: &str) -> Result<(String, Value), Error> {
     match v {
         Value::String(name) => Ok((name, Value::Null)),
         Value::Object(m) if m.len() == 1 => Ok(m.into_iter().next().unwrap_or_default()),
-        other => Err(Error::custom(format!(
+        other => Err(bad(format_args!(
             "expected {what} (a name or an object of one key), found {other}"
         ))),
     }
@@ -356,9 +362,7 @@ fn tagged(v: Value, what: &str) -> Result<(String, Value), Error> {
 fn no_fields<T>(name: &str, payload: Value, unit: T) -> Result<T, Error> {
     match payload {
         Value::Null => Ok(unit),
-        other => Err(Error::custom(format!(
-            "{name} takes no fields, found {other}"
-        ))),
+        other => Err(bad(format_args!("{name} takes no fields, found {other}"))),
     }
 }
 
@@ -482,7 +486,7 @@ pub(crate) fn op_from_value(v: Value) -> Result<Op, Error> {
             params: conv2d_params(f.value("params")?)?,
             kernel: f.get("kernel"),
         },
-        _ => return Err(Error::custom(format!("unknown op `{name}`"))),
+        _ => return Err(bad(format_args!("unknown op `{name}`"))),
     };
     f.finish(op)
 }
@@ -509,7 +513,7 @@ fn unary(v: Value) -> Result<UnaryOp, Error> {
         Some(&op) => no_fields(&name, payload, op),
         None => {
             let names: Vec<&str> = ops.iter().map(UnaryOp::name).collect();
-            Err(Error::custom(format!(
+            Err(bad(format_args!(
                 "unknown unary op `{name}`, expected one of {}",
                 names.join(", ")
             )))
@@ -533,7 +537,7 @@ fn unit_of<T: Copy>(
         .collect();
     match names.iter().position(|n| *n == name) {
         Some(i) => no_fields(&name, payload, all[i]),
-        None => Err(Error::custom(format!(
+        None => Err(bad(format_args!(
             "unknown {what} `{name}`, expected one of {}",
             names.join(", ")
         ))),
@@ -556,7 +560,7 @@ fn reduce_op(v: Value) -> Result<ReduceOp, Error> {
         "arg_max" => ReduceOp::ArgMax,
         "arg_min" => ReduceOp::ArgMin,
         _ => {
-            return Err(Error::custom(format!(
+            return Err(bad(format_args!(
                 "unknown reduction `{name}`, expected one of sum, mean, max, min, prod, var, arg_max, arg_min"
             )));
         }
@@ -574,7 +578,7 @@ fn pool2d(v: Value) -> Result<Pool2d, Error> {
             let output = f.get("output");
             f.finish(Pool2d::AdaptiveAvg { output })
         }
-        _ => Err(Error::custom(format!(
+        _ => Err(bad(format_args!(
             "unknown pooling `{name}`, expected one of max, avg, adaptive_avg"
         ))),
     }

@@ -404,6 +404,30 @@ pub enum Op {
 pub type Meta = (DType, Shape);
 
 impl Op {
+    /// Number of inputs the op takes (`None`: one or more for `Concat`, four or five for
+    /// `AdamStep`, any number for a custom op, each checked where its output is inferred).
+    pub fn arity(&self) -> Option<usize> {
+        Some(match self {
+            Op::Full { .. }
+            | Op::Arange { .. }
+            | Op::Eye { .. }
+            | Op::RandUniform { .. }
+            | Op::RandNormal { .. } => 0,
+            Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Matmul
+            | Op::Gather { .. }
+            | Op::IndexSelect { .. }
+            | Op::Conv2d(_)
+            | Op::ConvTranspose2d { .. }
+            | Op::Conv2dBackwardWeight { .. }
+            | Op::Pool2dBackward(_)
+            | Op::NormalizeBackward { .. } => 2,
+            Op::Where | Op::ScatterAdd { .. } => 3,
+            Op::Concat { .. } | Op::Custom(_) | Op::AdamStep(_) => return None,
+            _ => 1,
+        })
+    }
     /// Short lowercase name for messages (`"matmul"`, `"conv2d"`).
     pub fn name(&self) -> &'static str {
         match self {
@@ -468,6 +492,8 @@ impl Op {
 }
 
 /// An error for a wrong number of inputs.
+#[cold]
+#[inline(never)]
 pub(crate) fn arity(op: &Op, want: usize, got: usize) -> Error {
     Error::invalid(op.name(), format!("expects {want} inputs, got {got}"))
 }
