@@ -145,30 +145,6 @@ fn custom(
     Ok(CpuStorage::from_data(&out))
 }
 
-/// Number of inputs `op` takes (`None`: one or more; any number for a custom op).
-fn arity(op: &Op) -> Option<usize> {
-    Some(match op {
-        Op::Full { .. }
-        | Op::Arange { .. }
-        | Op::Eye { .. }
-        | Op::RandUniform { .. }
-        | Op::RandNormal { .. } => 0,
-        Op::Binary(_)
-        | Op::Compare(_)
-        | Op::Matmul
-        | Op::Gather { .. }
-        | Op::IndexSelect { .. }
-        | Op::Conv2d(_)
-        | Op::ConvTranspose2d { .. }
-        | Op::Conv2dBackwardWeight { .. }
-        | Op::Pool2dBackward(_)
-        | Op::NormalizeBackward { .. } => 2,
-        Op::Where | Op::ScatterAdd { .. } => 3,
-        Op::Concat { .. } | Op::Custom(_) | Op::AdamStep(_) => return None,
-        _ => 1,
-    })
-}
-
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "cpu".into()
@@ -177,7 +153,7 @@ impl Backend for CpuBackend {
         Ok(Storage::new(CpuStorage::from_data(data)))
     }
     fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
-        let want = arity(op);
+        let want = op.arity();
         let custom = matches!(op, Op::Custom(_));
         if want.is_some_and(|n| n != inputs.len())
             || (want.is_none() && inputs.is_empty() && !custom)
