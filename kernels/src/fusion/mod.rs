@@ -383,7 +383,7 @@ impl Fusion {
                     && shape.numel() == e.shape.numel();
                 let inlined = if e.uniform() {
                     // every element is the same: any view is the same expression
-                    let mut e = e.clone();
+                    let mut e = e.extendable();
                     e.shape = shape.clone();
                     Some(e)
                 } else if whole {
@@ -434,7 +434,9 @@ impl Fusion {
             // instructions)
             let mut exprs = operands.into_iter().map(|o| o.expr);
             let mut e = exprs.next().expect("checked: not empty");
-            e.shape = out.1.clone();
+            if e.shape != out.1 {
+                e.shape = out.1.clone();
+            }
             let mut at = vec![e.nodes.len() - 1];
             at.extend(exprs.map(|o| e.append(&o)));
             e.nodes.push((node(&at)?, out.0));
