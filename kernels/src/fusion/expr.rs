@@ -316,7 +316,7 @@ fn with_room<T: Clone>(v: &[T], room: usize) -> Vec<T> {
     out
 }
 
-fn push_number(s: &mut String, mut n: u64) {
+pub fn push_number(s: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
