@@ -304,18 +304,19 @@ impl Expr {
     }
 }
 
-/// Appends `n` in decimal.
 /// Room for the nodes, inputs and constants an op appends to an operand's copy, which it grows
 /// into its own expression: copies of exact size were reallocated on each append (composed GELU
 /// on wgpu through lavapipe, host instructions per GELU: 121.2k against 117.0k).
 const ROOM: (usize, usize, usize) = (4, 1, 2);
 
+/// A copy of `v` with capacity for `room` more.
 fn with_room<T: Clone>(v: &[T], room: usize) -> Vec<T> {
     let mut out = Vec::with_capacity(v.len() + room);
     out.extend_from_slice(v);
     out
 }
 
+/// Appends `n` in decimal.
 pub fn push_number(s: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
