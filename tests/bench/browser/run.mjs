@@ -417,7 +417,6 @@ for (const { r, p } of open) {
   }
 }
 for (const r of results.filter((r) => !r.skipped)) {
-  const c = r;
   const tc = Date.now();
   // Cold start: a fresh browser (so a fresh context, page and caches) per sample.
   const colds = [];
@@ -427,7 +426,7 @@ for (const r of results.filter((r) => !r.skipped)) {
     const requests = new Set();
     served.length = 0;
     try {
-      const q = await openPage(b, c, requests);
+      const q = await openPage(b, r, requests);
       colds.push(q.st.cold);
       const seenByServer = served.filter(libFile);
       const files = [...new Set([...requests].filter(libFile))];
@@ -440,14 +439,14 @@ for (const r of results.filter((r) => !r.skipped)) {
         servedButNotSeenByPage: missed };
       await q.context.close();
     } catch (e) {
-      console.log(`[${c.id}] cold sample ${s + 1} failed: ${e.message}`);
+      console.log(`[${r.id}] cold sample ${s + 1} failed: ${e.message}`);
     }
     await b.close();
   }
   if (colds.length) r.cold = { median: median(colds), samples: colds };
   r.bytes = bytes;
   r.seconds = (Date.now() - tc) / 1000;
-  console.log(`[${c.id}] cold start ${colds.map((x) => x.toFixed(0)).join(", ")} ms; library ${bytes ? (bytes.gzip9 / 1024).toFixed(0) : "?"} KiB gzip -9; ${r.seconds.toFixed(0)} s`);
+  console.log(`[${r.id}] cold start ${colds.map((x) => x.toFixed(0)).join(", ")} ms; library ${bytes ? (bytes.gzip9 / 1024).toFixed(0) : "?"} KiB gzip -9; ${r.seconds.toFixed(0)} s`);
 }
 await browser.close();
 server.close();
