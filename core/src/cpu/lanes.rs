@@ -150,10 +150,10 @@ mod imp {
         /// The even lanes of `self` then `o`, and their odd lanes: neighbouring pairs split.
         #[inline(always)]
         pub(in crate::cpu) fn unzip(self, o: F4) -> (F4, F4) {
-            let all = [self.0, o.0].concat();
+            let at = |j: usize| if j < 4 { self.0[j] } else { o.0[j - 4] };
             (
-                F4(core::array::from_fn(|i| all[2 * i])),
-                F4(core::array::from_fn(|i| all[2 * i + 1])),
+                F4(core::array::from_fn(|i| at(2 * i))),
+                F4(core::array::from_fn(|i| at(2 * i + 1))),
             )
         }
         /// Rows of a 4x4 block as its columns.
