@@ -224,66 +224,224 @@ pub fn composed_gelu(x: &Tensor) -> Result<Tensor> {
 pub fn fusion(device: &Device, n: usize, runs: usize) -> Result<FusionBench> {
     use crate::core::{DType, Op};
     let fused_device = kiln_kernels::fusion::wrap(device);
-    let time = |dev: &Device, f: &dyn Fn() -> Result<Tensor>| -> Result<Timing> {
-        // ms per run: in all, and before the wait
-        let once = |reps: usize| -> Result<(f64, f64)> {
-            dev.backend().synchronize()?;
-            let start = Instant::now();
-            // the outputs stay alive until the work is done (a dropped lazy never runs)
-            let ys = (0..reps).map(|_| f()).collect::<Result<Vec<Tensor>>>()?;
-            let issued = start.elapsed();
-            dev.backend().synchronize()?;
-            let per_run = |d: std::time::Duration| d.as_secs_f64() * 1e3 / reps as f64;
-            let ms = (per_run(start.elapsed()), per_run(issued));
-            drop(ys);
-            Ok(ms)
-        };
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let latency = |reps: usize| -> Result<(Latency, f64)> {
-            for _ in 0..3 {
-                once(reps)?;
-            }
-            let (mut ms, mut issue): (Vec<f64>, Vec<f64>) = (0..runs.max(1))
-                .map(|_| once(reps))
-                .collect::<Result<Vec<_>>>()?
-                .into_iter()
-                .unzip();
-            let latency = Latency {
-                median_ms: median(&mut ms),
-                min_ms: ms[0],
-                max_ms: ms[ms.len() - 1],
-            };
-            Ok((latency, median(&mut issue)))
-        };
-        let (streamed, issue_ms) = latency(STREAMED)?;
-        Ok(Timing {
-            alone: latency(1)?.0,
-            streamed,
-            issue_ms,
-        })
-    };
     let x = Tensor::rand_uniform([n], -3.0, 3.0, 0, DType::F32, device)?;
     // the same buffer seen by the fused device (uploads and real buffers pass through)
     let xf = Tensor::from_data(&x.to_data()?, &fused_device)?;
-    let fused = time(&fused_device, &|| composed_gelu(&xf))?;
-    let unfused = time(device, &|| composed_gelu(&x))?;
+    let fused = time(&fused_device, runs, &|| Ok(vec![composed_gelu(&xf)?]))?;
+    let unfused = time(device, runs, &|| Ok(vec![composed_gelu(&x)?]))?;
     let long = Tensor::rand_uniform([n + 4], -3.0, 3.0, 1, DType::F32, device)?;
     let slice = long.narrow(0, 4, n)?;
-    let copy = time(device, &|| Tensor::apply(Op::Contiguous, &[&slice]))?;
-    let a = composed_gelu(&xf)?.to_vec::<f32>()?;
-    let b = composed_gelu(&x)?.to_vec::<f32>()?;
-    let max_diff = a
-        .iter()
-        .zip(&b)
-        .map(|(a, b)| f64::from((a - b).abs()))
-        .fold(0.0, f64::max);
+    let copy = time(device, runs, &|| {
+        Ok(vec![Tensor::apply(Op::Contiguous, &[&slice])?])
+    })?;
     Ok(FusionBench {
         fused,
         unfused,
         copy,
-        max_diff,
+        max_diff: max_diff(&[composed_gelu(&xf)?], &[composed_gelu(&x)?])?,
     })
+}
+
+/// Times `f` (whose outputs are all kept until the wait: a dropped lazy never runs) on `dev`:
+/// 3 warm-up runs then `runs` timed ones, each waited for with `synchronize`, alone and
+/// [`STREAMED`] at a time.
+fn time(dev: &Device, runs: usize, f: &dyn Fn() -> Result<Vec<Tensor>>) -> Result<Timing> {
+    // ms per run: in all, and before the wait
+    let once = |reps: usize| -> Result<(f64, f64)> {
+        dev.backend().synchronize()?;
+        let start = Instant::now();
+        let ys = (0..reps).map(|_| f()).collect::<Result<Vec<_>>>()?;
+        let issued = start.elapsed();
+        dev.backend().synchronize()?;
+        let per_run = |d: std::time::Duration| d.as_secs_f64() * 1e3 / reps as f64;
+        let ms = (per_run(start.elapsed()), per_run(issued));
+        drop(ys);
+        Ok(ms)
+    };
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let latency = |reps: usize| -> Result<(Latency, f64)> {
+        for _ in 0..3 {
+            once(reps)?;
+        }
+        let (mut ms, mut issue): (Vec<f64>, Vec<f64>) = (0..runs.max(1))
+            .map(|_| once(reps))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
+        let latency = Latency {
+            median_ms: median(&mut ms),
+            min_ms: ms[0],
+            max_ms: ms[ms.len() - 1],
+        };
+        Ok((latency, median(&mut issue)))
+    };
+    let (streamed, issue_ms) = latency(STREAMED)?;
+    Ok(Timing {
+        alone: latency(1)?.0,
+        streamed,
+        issue_ms,
+    })
+}
+
+/// One row of [`composites`]: an op that has a kernel of its own, against the same computation
+/// written with elementwise ops and reductions (which the fusion decorator turns into generated
+/// kernels), on the same inputs.
+#[derive(Clone, Debug)]
+pub struct CompositeBench {
+    /// The op and its input shape.
+    pub name: String,
+    /// The op's own kernel, through the fusion decorator (which passes it through).
+    pub primitive: Timing,
+    /// The composition through the fusion decorator.
+    pub fused: Timing,
+    /// The composition on the device unwrapped: one kernel per op.
+    pub unfused: Timing,
+    /// The largest difference between the primitive's and the fused composition's outputs.
+    pub max_diff: f64,
+}
+
+/// Times softmax, log-softmax and normalization over the rows of a `[rows, cols]` f32 tensor,
+/// and an Adam step of `rows * cols` parameters, each as its own op and composed from
+/// elementwise ops and reductions, fused and unfused (see [`CompositeBench`]): whether fusion
+/// makes the op's own kernel redundant.
+pub fn composites(
+    device: &Device,
+    rows: usize,
+    cols: usize,
+    runs: usize,
+) -> Result<Vec<CompositeBench>> {
+    use crate::core::{AdamParams, DType, Op};
+    let fused_device = kiln_kernels::fusion::wrap(device);
+    let adam = AdamParams {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        decoupled: false,
+        step: 3,
+    };
+    // `(primitive, composed)` of inputs on one device
+    type Pair = (
+        fn(&[Tensor], &AdamParams) -> Result<Vec<Tensor>>,
+        fn(&[Tensor], &AdamParams) -> Result<Vec<Tensor>>,
+    );
+    let softmax: Pair = (
+        |x, _| Ok(vec![x[0].softmax(-1)?]),
+        |x, _| {
+            let e = x[0].sub(&x[0].max(&[-1], true)?)?.exp()?;
+            Ok(vec![e.div(&e.sum(&[-1], true)?)?])
+        },
+    );
+    let log_softmax: Pair = (
+        |x, _| Ok(vec![x[0].log_softmax(-1)?]),
+        |x, _| {
+            let shifted = x[0].sub(&x[0].max(&[-1], true)?)?;
+            Ok(vec![shifted.sub(&shifted.exp()?.sum(&[-1], true)?.log()?)?])
+        },
+    );
+    let normalize: Pair = (
+        |x, _| Ok(vec![x[0].normalize(1e-5)?]),
+        |x, _| {
+            let centred = x[0].sub(&x[0].mean(&[-1], true)?)?;
+            let var = centred.mul(&centred)?.mean(&[-1], true)?;
+            Ok(vec![centred.div(&var.add_scalar(1e-5)?.sqrt()?)?])
+        },
+    );
+    let adam_step: Pair = (
+        |x, p| {
+            let ins: Vec<&Tensor> = x.iter().collect();
+            Tensor::apply_many(Op::AdamStep(*p), &ins, Some(2))
+        },
+        |x, p| {
+            let (step_size, inv_sqrt_bc2) = p.corrections();
+            let [w, g, m, v] = [&x[0], &x[1], &x[2], &x[3]];
+            let m = m.mul_scalar(p.beta1)?.add(&g.mul_scalar(1.0 - p.beta1)?)?;
+            let v = v
+                .mul_scalar(p.beta2)?
+                .add(&g.mul(g)?.mul_scalar(1.0 - p.beta2)?)?;
+            let denom = v.sqrt()?.mul_scalar(inv_sqrt_bc2)?.add_scalar(p.eps)?;
+            let w = w.sub(&m.div(&denom)?.mul_scalar(step_size)?)?;
+            Ok(vec![w, m, v])
+        },
+    );
+    let shape = [rows, cols];
+    let rand = |seed: u64, low: f64, high: f64| {
+        Tensor::rand_uniform(shape, low, high, seed, DType::F32, device)
+    };
+    let rows_in = vec![rand(0, -4.0, 4.0)?];
+    let adam_in = vec![
+        rand(1, -1.0, 1.0)?,
+        rand(2, -1.0, 1.0)?,
+        rand(3, -0.1, 0.1)?,
+        rand(4, 0.0, 0.01)?,
+    ];
+    let cases: [(&str, Pair, &Vec<Tensor>); 4] = [
+        ("softmax", softmax, &rows_in),
+        ("log_softmax", log_softmax, &rows_in),
+        ("normalize", normalize, &rows_in),
+        ("adam_step", adam_step, &adam_in),
+    ];
+    let mut out = Vec::new();
+    for (name, (primitive, composed), inputs) in cases {
+        // the same buffers seen by the fused device (uploads and real buffers pass through)
+        let on_fused = (inputs.iter())
+            .map(|t| Tensor::from_data(&t.to_data()?, &fused_device))
+            .collect::<Result<Vec<_>>>()?;
+        let p = &adam;
+        let row = CompositeBench {
+            name: format!("{name} {rows}x{cols}"),
+            primitive: time(&fused_device, runs, &|| primitive(&on_fused, p))?,
+            fused: time(&fused_device, runs, &|| composed(&on_fused, p))?,
+            unfused: time(device, runs, &|| composed(inputs, p))?,
+            max_diff: max_diff(&primitive(&on_fused, p)?, &composed(&on_fused, p)?)?,
+        };
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// The largest elementwise difference between two lists of outputs (Adam's moments come
+/// stacked from its op, one after the other from the composition: both are compared flat).
+fn max_diff(a: &[Tensor], b: &[Tensor]) -> Result<f64> {
+    let flat = |ts: &[Tensor]| -> Result<Vec<f32>> {
+        let mut v = Vec::new();
+        for t in ts {
+            v.extend(t.to_vec::<f32>()?);
+        }
+        Ok(v)
+    };
+    let (a, b) = (flat(a)?, flat(b)?);
+    Ok(a.iter()
+        .zip(&b)
+        .map(|(a, b)| f64::from((a - b).abs()))
+        .fold(0.0, f64::max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each composition computes what its op does (odd shapes, through the fusion decorator over
+    /// the CPU): a wrong formula in the bench would compare unlike things.
+    #[test]
+    fn compositions_match_the_ops_they_stand_for() {
+        let rows = composites(&Device::cpu(), 37, 29, 1).unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "softmax 37x29",
+                "log_softmax 37x29",
+                "normalize 37x29",
+                "adam_step 37x29"
+            ]
+        );
+        for r in rows {
+            assert!(r.max_diff < 1e-5, "{}: max |diff| {}", r.name, r.max_diff);
+        }
+    }
 }

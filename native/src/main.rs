@@ -338,6 +338,23 @@ enum BenchTask {
         #[arg(long, default_value_t = 50)]
         runs: usize,
     },
+    /// Ops with kernels of their own (softmax, log-softmax, normalize over rows; an Adam step)
+    /// against the same computation composed from elementwise ops and reductions, fused and
+    /// unfused: medians in ms, to tell whether fusion makes an op's own kernel redundant.
+    Composites {
+        /// Device: wgpu, cuda[:N] or rocm[:N].
+        #[arg(long, default_value = "wgpu")]
+        device: String,
+        /// Rows of the f32 input (Adam: parameters are rows x cols).
+        #[arg(long, default_value_t = 4096)]
+        rows: usize,
+        /// Columns: the softmax / normalization axis.
+        #[arg(long, default_value_t = 1024)]
+        cols: usize,
+        /// Timed runs of each (after 3 warm-up runs).
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Inference time of an ONNX model on a random input of its declared shape (symbolic
     /// dimensions as 1): median and spread of the timed runs, in ms.
     Onnx {
@@ -560,6 +577,38 @@ fn run(cli: Cli) -> Result<()> {
                  unfused {unfused:.1} us, copy {copy:.1} us (launches)"
             );
             println!("max |fused - unfused|: {:.2e}", r.max_diff);
+            Ok(())
+        }
+        Command::Bench {
+            task:
+                BenchTask::Composites {
+                    device,
+                    rows,
+                    cols,
+                    runs,
+                },
+        } => {
+            let device = kiln::device::select_unfused(&device)?;
+            println!(
+                "kiln composites on {}: each op's own kernel against its composition, fused \
+                 and unfused; {runs} runs, ms per call, {} per wait (streamed)",
+                device.name(),
+                kiln::bench::STREAMED
+            );
+            for r in kiln::bench::composites(&device, rows, cols, runs)? {
+                let ms = |t: &kiln::bench::Timing| t.streamed.median_ms;
+                println!(
+                    "{:<22} own kernel {:>8.3}  composed fused {:>8.3} ({:.2}x)  unfused {:>8.3} \
+                     ({:.2}x)  max |diff| {:.1e}",
+                    r.name,
+                    ms(&r.primitive),
+                    ms(&r.fused),
+                    ms(&r.fused) / ms(&r.primitive).max(1e-9),
+                    ms(&r.unfused),
+                    ms(&r.unfused) / ms(&r.primitive).max(1e-9),
+                    r.max_diff
+                );
+            }
             Ok(())
         }
         Command::Bench {
