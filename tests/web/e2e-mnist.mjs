@@ -87,7 +87,10 @@ async function draw(page, pad, image) {
   for (const stroke of padStrokes(image, { padSize: 280, penWidth: 20 })) {
     await page.mouse.move(...at(stroke[0]));
     await page.mouse.down();
-    for (const p of stroke.slice(1)) await page.mouse.move(...at(p), { steps: 2 });
+    // One pointer event per stroke point: the pad draws a round-capped segment between events,
+    // so events in between add nothing to the drawing, and each costs a round trip to a page
+    // that is busy predicting.
+    for (const p of stroke.slice(1)) await page.mouse.move(...at(p));
     await page.mouse.up();
   }
 }
