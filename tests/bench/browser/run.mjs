@@ -3,7 +3,7 @@
 // onnxruntime-web and TensorFlow.js, in headless Chromium, same weights, same MNIST test images.
 // Not a test and not run in CI: a script whose figures go in notes. See README.md.
 //
-//   node run.mjs [--runs 200] [--rounds 1] [--warmup 10] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
+//   node run.mjs [--runs 200] [--rounds 1] [--warmup 10] [--warmup-ms 2000] [--gpu-runs N] [--gpu-warmup 3] [--gpu-b64-runs 5]
 //                [--gpu-b64-warmup 1] [--cold 3] [--batches 1,64] [--only kiln-cpu,kiln-cpu-2t,ort-wasm-2t,...] [--no-webgpu]
 //                [--max-seconds 300] [--json FILE] [--kiln DIR] [--chromium PATH]
 //   node run.mjs --gelu [--sizes 16,20] [--gelu-runs 30] [--gelu-warmup 3] [--gelu-seconds 30] [--gelu-rounds 1] [--only ...]
@@ -27,7 +27,7 @@ const ROOT = resolve(HERE, "../../..");
 
 // ---- flags -------------------------------------------------------------------------------------
 const DEFAULTS = {
-  runs: 200, warmup: 10, "gpu-runs": null, "gpu-b64-runs": 5, "gpu-warmup": 3, "gpu-b64-warmup": 1, cold: 3,
+  runs: 200, warmup: 10, "warmup-ms": 2000, "gpu-runs": null, "gpu-b64-runs": 5, "gpu-warmup": 3, "gpu-b64-warmup": 1, cold: 3,
   batches: "1,64", only: "", "no-webgpu": false, "max-seconds": 300, json: "",
   kiln: join(ROOT, "npm"), model: join(ROOT, "demos/mnist/models/mnist.safetensors"),
   chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
@@ -51,7 +51,7 @@ if (opt.help) {
   console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 10).join("\n"));
   process.exit(0);
 }
-for (const k of ["runs", "rounds", "warmup", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds",
+for (const k of ["runs", "rounds", "warmup", "warmup-ms", "gpu-b64-runs", "gpu-warmup", "gpu-b64-warmup", "cold", "max-seconds",
   "gelu-runs", "gelu-warmup", "gelu-seconds", "gelu-rounds", "ab-blocks", "ab-per"]) opt[k] = Number(opt[k]);
 opt["gpu-runs"] = opt["gpu-runs"] == null ? opt.runs : Number(opt["gpu-runs"]);
 const BATCHES = String(opt.batches).split(",").map(Number);
@@ -351,53 +351,45 @@ if (!existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm")))
   console.log(`note: ${opt.kiln}/dist/kiln_web_bg.wasm is missing: build it with 'bash scripts/build-web.sh'; kiln rows are skipped`);
 
 const browser = await launch();
-// Warm figures and logits: one page (its own context) per library/backend/thread count, all open
-// at once, so that the rounds can take turns.
-const open = [];
+// Warm figures and logits. --rounds R: each row's runs in R turns, the rows taking turns (in a
+// rotating order), so that a machine whose speed drifts over minutes (this VM's did by up to 1.8x
+// for one build) slows every row alike. Only the row being timed has a page open: with all six CPU
+// rows' pages open at once, the idle ones took cores from it (the 2-thread peers' batch 1 went
+// from ~1.2 to 5.7-8.2 ms, stop 44). Each turn opens a fresh page (its own context) and warms it
+// up with the full count.
 for (const c of configs) {
   const r = { ...c, batches: {}, cold: null, bytes: null };
   results.push(r);
-  if (c.lib === "kiln" && !existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm"))) {
+  if (c.lib === "kiln" && !existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm")))
     r.skipped = "kiln package not built (bash scripts/build-web.sh)";
-    continue;
-  }
-  let p;
-  try {
-    p = await openPage(browser, c, null);
-  } catch (e) {
-    r.skipped = e.message;
-    console.log(`[${c.id}] skipped: ${e.message}`);
-    continue;
-  }
-  Object.assign(r, { version: p.st.version, actualBackend: p.st.actualBackend, actualThreads: p.st.actualThreads,
-    adapter: p.st.adapter, crossOriginIsolated: p.st.crossOriginIsolated,
-    hardwareConcurrencyOverride: p.st.hardwareConcurrencyOverride });
-  try {
-    r.logits = Array.from(Float32Array.from(await p.page.evaluate((n) => window.__bench.logits(n), images)));
-    r.first = p.st.first;
-    open.push({ r, p });
-  } catch (e) {
-    r.error = String(e.message || e);
-    console.log(`[${c.id}] failed: ${r.error}`);
-    await p.context.close();
-  }
 }
-// --rounds R: each row's runs in R turns, the rows taking turns (in a rotating order), so that a
-// machine whose speed drifts over minutes (this VM's did by up to 1.8x for one build) slows every
-// row alike. Warm-up: the full count before a row's first turn, up to 10 runs before the others.
+const live = results.filter((r) => !r.skipped);
 for (let round = 0; round < opt.rounds; round++) {
-  for (let i = 0; i < open.length; i++) {
-    const { r, p } = open[(i + round) % open.length];
-    if (r.error) continue;
+  for (let i = 0; i < live.length; i++) {
+    const r = live[(i + round) % live.length];
+    if (r.error || r.skipped) continue;
+    let p;
     try {
+      p = await openPage(browser, r, null);
+    } catch (e) {
+      r.skipped = e.message;
+      console.log(`[${r.id}] skipped: ${e.message}`);
+      continue;
+    }
+    try {
+      if (!r.logits) {
+        Object.assign(r, { version: p.st.version, actualBackend: p.st.actualBackend, actualThreads: p.st.actualThreads,
+          adapter: p.st.adapter, crossOriginIsolated: p.st.crossOriginIsolated,
+          hardwareConcurrencyOverride: p.st.hardwareConcurrencyOverride, first: p.st.first });
+        r.logits = Array.from(Float32Array.from(await p.page.evaluate((n) => window.__bench.logits(n), images)));
+      }
       for (const b of BATCHES) {
         const gpu = r.group === "webgpu";
         const runs = Math.ceil((gpu ? (b > 1 ? opt["gpu-b64-runs"] : opt["gpu-runs"]) : opt.runs) / opt.rounds);
-        const full = gpu ? (b > 1 ? opt["gpu-b64-warmup"] : opt["gpu-warmup"]) : opt.warmup;
-        const warmup = round === 0 ? full : Math.min(full, 10);
-        const times = await p.page.evaluate(([n, w, k, ms]) => window.__bench.time(n, w, k, ms),
-          [b, warmup, runs, (opt["max-seconds"] * 1000) / opt.rounds]);
-        const x = (r.batches[b] ??= { times: [], roundMedians: [], requestedRuns: 0, warmup: full });
+        const warmup = gpu ? (b > 1 ? opt["gpu-b64-warmup"] : opt["gpu-warmup"]) : opt.warmup;
+        const times = await p.page.evaluate(([n, w, k, ms, wms]) => window.__bench.time(n, w, k, ms, wms),
+          [b, warmup, runs, (opt["max-seconds"] * 1000) / opt.rounds, opt["warmup-ms"]]);
+        const x = (r.batches[b] ??= { times: [], roundMedians: [], requestedRuns: 0, warmup });
         x.times.push(...times);
         x.roundMedians.push(median(times));
         x.requestedRuns += runs;
@@ -406,10 +398,10 @@ for (let round = 0; round < opt.rounds; round++) {
       r.error = String(e.message || e);
       console.log(`[${r.id}] failed: ${r.error}`);
     }
+    await p.context.close();
   }
 }
-for (const { r, p } of open) {
-  await p.context.close();
+for (const r of live) {
   for (const [b, x] of Object.entries(r.batches)) {
     Object.assign(x, { median: median(x.times), p90: pct(x.times, 90), min: Math.min(...x.times), runs: x.times.length });
     const turns = opt.rounds > 1 ? `; turns' medians ${x.roundMedians.map((m) => m.toFixed(2)).join(", ")}` : "";
@@ -464,7 +456,7 @@ console.log(`\nChromium ${browserVersion} (headless), ${cpus().length} cores; ki
   `(+ backend-wasm ${pkgVersion("@tensorflow/tfjs-backend-wasm")}, backend-webgpu ${pkgVersion("@tensorflow/tfjs-backend-webgpu")})`);
 const adapters = [...new Set(ok.filter((r) => r.adapter).map((r) => r.adapter))];
 if (adapters.length) console.log(`WebGPU adapter: ${adapters.join("; ")}`);
-console.log(`Per run: input upload to logits read back in JS. CPU rows: ${opt.warmup} warm-up + ${opt.runs} timed runs. ` +
+console.log(`Per run: input upload to logits read back in JS. CPU rows: ${opt.warmup} warm-up (and at least ${opt["warmup-ms"]} ms of them per turn) + ${opt.runs} timed runs. ` +
   `WebGPU rows: ${opt["gpu-warmup"]} warm-up + ${opt["gpu-runs"]} runs at batch 1, ${opt["gpu-b64-warmup"]} + ${opt["gpu-b64-runs"]} at batch > 1 ` +
   `(fewer: SwiftShader is slow; --gpu-runs / --gpu-b64-runs). Runs stop early after ${opt["max-seconds"]} s per cell (n shows the count).`);
 console.log(`Cold start: navigation to first batch-1 result, fresh browser per sample, median of ${opt.cold}. ` +
