@@ -20,8 +20,10 @@ fn corpus() -> Option<Corpus> {
     }
 }
 
-/// A model small enough for debug builds: 2 blocks of width 48, context 32.
-fn tiny(dir: &std::path::Path) -> TextConfig {
+/// A model small enough for debug builds: 2 blocks of width 48, context 32, trained for `steps`
+/// steps with an evaluation halfway and one at the end. The learning-rate schedule follows the
+/// epoch, not `steps`, so a shorter run takes the same first steps as a longer one.
+fn tiny(dir: &std::path::Path, steps: u64) -> TextConfig {
     TextConfig {
         context: 32,
         dim: 48,
@@ -31,8 +33,8 @@ fn tiny(dir: &std::path::Path) -> TextConfig {
         batch_size: 16,
         lr: 3e-3,
         warmup: 5,
-        max_steps: Some(150),
-        eval_every: 75,
+        max_steps: Some(steps),
+        eval_every: steps / 2,
         eval_windows: 8,
         sample_chars: 40,
         seed: 1,
@@ -41,10 +43,15 @@ fn tiny(dir: &std::path::Path) -> TextConfig {
     }
 }
 
-/// Trains the tiny model on `device`; returns the learner and its first and last step-line losses.
-fn train(device: &Device, dir: &std::path::Path) -> (kiln::learn::Learner<Gpt>, f64, f64) {
+/// Trains the tiny model on `device` for `steps` steps; returns the learner and its step lines'
+/// `(step, loss)`.
+fn train(
+    device: &Device,
+    dir: &std::path::Path,
+    steps: u64,
+) -> (kiln::learn::Learner<Gpt>, Vec<(u64, f64)>) {
     let c = corpus().unwrap();
-    let cfg = tiny(dir);
+    let cfg = tiny(dir, steps);
     let (tok, tr, va) = prepare(&c, &cfg).unwrap();
     let log = dir.join("log.jsonl");
     let mut l = learner(&cfg, &tok, &tr, device)
@@ -55,12 +62,10 @@ fn train(device: &Device, dir: &std::path::Path) -> (kiln::learn::Learner<Gpt>, 
         Outcome::Stopped
     );
     let log = Log::read(&log).unwrap();
-    let first = log.steps.first().unwrap().metrics["loss"];
-    let last = log.steps.last().unwrap().metrics["loss"];
-    // Evaluations at steps 75 and 150, each with a 40-character sample of the vocabulary.
+    // An evaluation halfway and at the end, each with a 40-character sample of the vocabulary.
     assert_eq!(
         log.evals.iter().map(|e| e.step).collect::<Vec<_>>(),
-        [75, 150]
+        [steps / 2, steps]
     );
     for e in &log.evals {
         let sample = e.sample.as_deref().unwrap();
@@ -71,7 +76,12 @@ fn train(device: &Device, dir: &std::path::Path) -> (kiln::learn::Learner<Gpt>, 
             "{e:?}"
         );
     }
-    (l, first, last)
+    let losses = log
+        .steps
+        .iter()
+        .map(|s| (s.step, s.metrics["loss"]))
+        .collect();
+    (l, losses)
 }
 
 #[test]
@@ -80,21 +90,25 @@ fn a_tiny_gpt_learns_shakespeare_on_the_cpu_and_on_wgpu() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (_, first, last) = train(&Device::cpu(), dir.path());
+    let (_, cpu) = train(&Device::cpu(), dir.path(), 150);
+    let (first, last) = (cpu[0].1, cpu[cpu.len() - 1].1);
     // From about ln(vocabulary) = 4.2 nats to well under the 3.3 of letter frequencies alone.
     assert!(first > 3.5 && last < 2.9, "loss {first} -> {last}");
     match kiln::device::select("wgpu") {
         Ok(gpu) => {
+            // The first 48 of the CPU's steps (lavapipe runs the 150 in over a minute): every
+            // step line's loss, the same data in the same order.
             let gdir = tempfile::tempdir().unwrap();
-            let (_, gfirst, glast) = train(&gpu, gdir.path());
-            assert!(
-                (gfirst - first).abs() < 1e-3,
-                "first loss: wgpu {gfirst} cpu {first}"
-            );
-            assert!(
-                (glast - last).abs() < 0.05,
-                "last loss: wgpu {glast} cpu {last}"
-            );
+            let (_, wgpu) = train(&gpu, gdir.path(), 48);
+            assert!(wgpu.len() >= 2, "{wgpu:?}");
+            for &(at, loss) in &wgpu {
+                let (_, want) = cpu.iter().find(|(s, _)| *s == at).unwrap();
+                let tolerance = if at == wgpu[0].0 { 1e-3 } else { 2e-2 };
+                assert!(
+                    (loss - want).abs() < tolerance,
+                    "step {at}: wgpu loss {loss}, cpu {want}"
+                );
+            }
         }
         Err(e) => eprintln!("wgpu part SKIPPED, no adapter: {e}"),
     }
@@ -105,9 +119,8 @@ fn the_kv_cache_generates_what_recomputing_generates_and_the_file_round_trips() 
     let Some(c) = corpus() else { return };
     let dir = tempfile::tempdir().unwrap();
     let cfg = TextConfig {
-        max_steps: Some(20),
         sample_chars: 0,
-        ..tiny(dir.path())
+        ..tiny(dir.path(), 20)
     };
     let dev = Device::cpu();
     let (tok, tr, _) = prepare(&c, &cfg).unwrap();
