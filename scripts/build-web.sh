@@ -65,6 +65,40 @@ if [ -z "${KILN_WEB_DEV:-}" ]; then
   cargo_args+=(--config 'profile.release.package.kiln-onnx.opt-level="z"'
     --config 'profile.release.package.kiln-web-onnx.opt-level="z"')
 fi
+# wasm-opt is npm's binaryen, a JavaScript build: -Oz takes minutes on 2 cores. Its output is
+# cached by the hash of its input, so an unchanged module is not optimised twice. It runs on one
+# core, so each module is optimised in the background as soon as wasm-bindgen has written it,
+# beside the next cargo build, whose fat-LTO link runs on one core too (all five side by side at
+# the end took 86-135 s each on 2 cores).
+optimising=()
+cache="${CARGO_TARGET_DIR:-$ROOT/target}/wasm-opt-cache"
+# optimise WASM LEVEL [FLAG...]: wasm-opt at LEVEL, with the features every module uses and FLAG...
+optimise() {
+  local wasm=$1 level=$2 key before t0
+  shift 2
+  key=$(cat "$wasm" <(echo "$level $*") | sha256sum | cut -c1-32)
+  before=$(stat -c %s "$wasm")
+  if [ -f "$cache/$key.wasm" ]; then
+    cp "$cache/$key.wasm" "$wasm"
+    echo "wasm-opt $level $wasm: unchanged module, reused $cache/$key.wasm"
+    return
+  fi
+  t0=$(date +%s)
+  wasm-opt "$level" --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
+    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue "$@" \
+    "$wasm" -o "$wasm.opt"
+  mv "$wasm.opt" "$wasm"
+  mkdir -p "$cache"
+  cp "$wasm" "$cache/$key.wasm"
+  echo "wasm-opt $level $wasm: $before -> $(stat -c %s "$wasm") bytes in $(($(date +%s) - t0)) s"
+}
+# optimise_later WASM LEVEL [FLAG...]: `optimise` in the background, waited for at the end (release
+# builds only).
+optimise_later() {
+  [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ] || return 0
+  optimise "$@" &
+  optimising+=($!)
+}
 rm -rf npm/dist
 wasm_out="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile"
 # The CPU-only build first: npm/index.js loads it where a page asks for no WebGPU or has none
@@ -74,10 +108,12 @@ wasm_out="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile"
 # shared, and the main build below leaves its own there (npm/check-types.mjs reads it).
 cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features "${cargo_args[@]}"
 wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_cpu "$wasm_out/kiln_web.wasm"
+optimise_later npm/dist/kiln_web_cpu_bg.wasm -Oz
 # Both modules in one cargo run: the crates they share (kiln-core, serde, ...) compile once.
 cargo build -p kiln-web -p kiln-web-onnx --lib --target wasm32-unknown-unknown "${cargo_args[@]}"
 for name in kiln_web kiln_web_onnx; do
   wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$name" "$wasm_out/$name.wasm"
+  optimise_later "npm/dist/${name}_bg.wasm" -Oz
 done
 
 if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
@@ -109,52 +145,14 @@ if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
       --target-dir "$threads_target" "${cargo_args[@]}"
     wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$name" \
       "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
+    # -O2, not -Oz: the threaded module came out 1.8 KiB smaller (gzipped) and wasm-opt took
+    # 73 s instead of 86.
+    optimise_later "npm/dist/${name}_bg.wasm" -O2 --enable-threads
   done
 fi
 
 if [ -z "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ]; then
-  # wasm-opt is npm's binaryen, a JavaScript build: -Oz takes minutes on 2 cores. Its output is
-  # cached by the hash of its input, so an unchanged module is not optimised twice. It runs on
-  # one core, so the modules are optimised side by side (two of them: 177 s for both, against
-  # 132 + 128 s one after the other, on 2 cores shared with other builds; all five: 86-95 s each
-  # side by side on 2 quiet cores).
-  cache="${CARGO_TARGET_DIR:-$ROOT/target}/wasm-opt-cache"
-  # optimise WASM LEVEL [FLAG...]: wasm-opt at LEVEL, with the features every module uses and FLAG...
-  optimise() {
-    local wasm=$1 level=$2 key before t0
-    shift 2
-    key=$(cat "$wasm" <(echo "$level $*") | sha256sum | cut -c1-32)
-    before=$(stat -c %s "$wasm")
-    if [ -f "$cache/$key.wasm" ]; then
-      cp "$cache/$key.wasm" "$wasm"
-      echo "wasm-opt $level $wasm: unchanged module, reused $cache/$key.wasm"
-      return
-    fi
-    t0=$(date +%s)
-    wasm-opt "$level" --strip-debug --strip-producers --enable-bulk-memory --enable-nontrapping-float-to-int \
-      --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue "$@" \
-      "$wasm" -o "$wasm.opt"
-    mv "$wasm.opt" "$wasm"
-    mkdir -p "$cache"
-    cp "$wasm" "$cache/$key.wasm"
-    echo "wasm-opt $level $wasm: $before -> $(stat -c %s "$wasm") bytes in $(($(date +%s) - t0)) s"
-  }
-  optimise npm/dist/kiln_web_bg.wasm -Oz &
-  main_opt=$!
-  optimise npm/dist/kiln_web_cpu_bg.wasm -Oz &
-  cpu_opt=$!
-  if [ -f npm/dist/kiln_web_threads_bg.wasm ]; then
-    # -O2, not -Oz: the threaded module came out 1.8 KiB smaller (gzipped) and wasm-opt took
-    # 73 s instead of 86.
-    optimise npm/dist/kiln_web_threads_bg.wasm -O2 --enable-threads &
-    threads_opt=$!
-    optimise npm/dist/kiln_web_threads_cpu_bg.wasm -O2 --enable-threads &
-    threads_cpu_opt=$!
-  fi
-  optimise npm/dist/kiln_web_onnx_bg.wasm -Oz
-  wait "$main_opt"
-  wait "$cpu_opt"
-  [ -z "${threads_opt:-}" ] || wait "$threads_opt" "$threads_cpu_opt"
+  for job in "${optimising[@]}"; do wait "$job"; done
   # The glue without its JSDoc and whitespace (scripts/lib/minify-glue.mjs): the CPU page's
   # 12.1 KiB gzipped -> 6.0 (issue 18, bytes).
   node scripts/lib/minify-glue.mjs npm/dist/*.js
