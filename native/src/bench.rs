@@ -82,8 +82,20 @@ pub struct Latency {
     pub max_ms: f64,
 }
 
-/// Runs `model` on `x` 3 times to warm up, then `runs` times, each until its outputs are read
-/// back to the host (so a GPU's queue is drained).
+impl Latency {
+    /// The median, fastest and slowest of `ms` (sorted in place; at least one sample).
+    fn of(ms: &mut [f64]) -> Latency {
+        ms.sort_by(f64::total_cmp);
+        Latency {
+            median_ms: ms[ms.len() / 2],
+            min_ms: ms[0],
+            max_ms: ms[ms.len() - 1],
+        }
+    }
+}
+
+/// Runs `model` on `x` 3 times to warm up, then `runs` times (at least once), each until its
+/// outputs are read back to the host (so a GPU's queue is drained).
 pub fn onnx(
     model: &crate::onnx::OnnxModel,
     x: &crate::core::Tensor,
@@ -99,13 +111,10 @@ pub fn onnx(
     for _ in 0..3 {
         once()?;
     }
-    let mut ms = (0..runs).map(|_| once()).collect::<Result<Vec<f64>>>()?;
-    ms.sort_by(f64::total_cmp);
-    Ok(Latency {
-        median_ms: ms[ms.len() / 2],
-        min_ms: ms[0],
-        max_ms: ms[ms.len() - 1],
-    })
+    let mut ms = (0..runs.max(1))
+        .map(|_| once())
+        .collect::<Result<Vec<f64>>>()?;
+    Ok(Latency::of(&mut ms))
 }
 
 /// Mean per-token generation time over positions `from..to`, in ms.
@@ -258,10 +267,6 @@ fn time(dev: &Device, runs: usize, f: &dyn Fn() -> Result<Vec<Tensor>>) -> Resul
         drop(ys);
         Ok(ms)
     };
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let latency = |reps: usize| -> Result<(Latency, f64)> {
         for _ in 0..3 {
             once(reps)?;
@@ -271,12 +276,7 @@ fn time(dev: &Device, runs: usize, f: &dyn Fn() -> Result<Vec<Tensor>>) -> Resul
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .unzip();
-        let latency = Latency {
-            median_ms: median(&mut ms),
-            min_ms: ms[0],
-            max_ms: ms[ms.len() - 1],
-        };
-        Ok((latency, median(&mut issue)))
+        Ok((Latency::of(&mut ms), Latency::of(&mut issue).median_ms))
     };
     let (streamed, issue_ms) = latency(STREAMED)?;
     Ok(Timing {
@@ -415,6 +415,12 @@ fn max_diff(a: &[Tensor], b: &[Tensor]) -> Result<f64> {
         Ok(v)
     };
     let (a, b) = (flat(a)?, flat(b)?);
+    if a.len() != b.len() {
+        return Err(crate::core::Error::shape(
+            "bench",
+            format!("outputs of {} and {} elements compared", a.len(), b.len()),
+        ));
+    }
     Ok(a.iter()
         .zip(&b)
         .map(|(a, b)| f64::from((a - b).abs()))
