@@ -115,6 +115,7 @@ pub(crate) unsafe fn sgemm(
                                 kc,
                                 pa.add(ip * kc),
                                 pb.add(jp * kc),
+                                NR,
                                 alpha,
                                 beta,
                                 tile,
@@ -127,6 +128,60 @@ pub(crate) unsafe fn sgemm(
             }
         }
     }
+}
+
+/// Rows of `A` per panel of [`pack_rows`]: the height of [`product_tile`]'s tile.
+pub(super) const PANEL_ROWS: usize = MR;
+/// Columns of [`product_tile`]'s tile.
+pub(super) const TILE_COLS: usize = NR;
+
+/// Packs the row-major `m x k` matrix `a` (row stride `lda`) into `dst` as [`product_tile`]
+/// reads it: panels of [`PANEL_ROWS`] rows, each `k` groups of one value per row (rows past
+/// `m` zero). `dst` holds `m.next_multiple_of(PANEL_ROWS) * k` values. For operands used in
+/// many products (Winograd's transformed filters), which then skip packing.
+pub(super) fn pack_rows(m: usize, k: usize, a: &[f32], lda: usize, dst: &mut [f32]) {
+    let dst = &mut dst[..m.next_multiple_of(MR) * k];
+    assert!(m == 0 || k == 0 || (m - 1) * lda + k <= a.len());
+    for (i, panel) in dst.chunks_exact_mut(MR * k).enumerate() {
+        // SAFETY: rows i*MR.. (at most MR, fewer at the end) of `k` values each lie inside
+        // `a` per the assert; the panel holds k groups of MR.
+        unsafe {
+            pack(
+                k,
+                MR.min(m - i * MR),
+                a.as_ptr().add(i * MR * lda),
+                lda as isize,
+                1,
+                panel.as_mut_ptr(),
+            )
+        };
+    }
+}
+
+/// `c = pa b` for one tile: `pa` a panel of [`pack_rows`] (`kc` steps), `b` the first of
+/// [`TILE_COLS`] columns of a row-major `kc x n` matrix with row stride `ldb`, read in place,
+/// and `c` the first of `mr <= PANEL_ROWS` rows of [`TILE_COLS`] values, row stride `ldc`.
+///
+/// # Safety
+/// `pa` must hold `kc * PANEL_ROWS` values, `b` reach `kc` rows of `TILE_COLS` values, and
+/// `c` `mr` rows of `TILE_COLS` values.
+#[inline(always)]
+pub(super) unsafe fn product_tile(
+    kc: usize,
+    pa: *const f32,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    mr: usize,
+) {
+    let c = Out {
+        p: c,
+        rs: ldc as isize,
+        cs: 1,
+    };
+    // SAFETY: forwarded.
+    unsafe { kernel(kc, pa, b, ldb, 1.0, 0.0, c, mr, NR) }
 }
 
 /// A strided output matrix.
@@ -224,17 +279,20 @@ unsafe fn pack(kc: usize, w: usize, src: *const f32, ls: isize, ps: isize, dst: 
     }
 }
 
-/// One `MR x NR` tile: `c = alpha * pa pb + beta * c` over `kc` packed steps, of which the
-/// `mr x nr` top-left part is stored.
+/// One `MR x NR` tile: `c = alpha * pa pb + beta * c` over `kc` steps, of which the `mr x nr`
+/// top-left part is stored. `pa` is a packed panel; step `p` of `pb` is at `pb + p * ldb`
+/// (`NR` for a packed panel, a row stride for a row-major `B` read in place).
 ///
 /// # Safety
-/// `pa` and `pb` must hold `kc` packed groups; the `mr x nr` elements at `c` must be inside it.
+/// `pa` must hold `kc` packed groups and `pb` `kc` steps of `NR` values; the `mr x nr` elements
+/// at `c` must be inside it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn kernel(
     kc: usize,
     pa: *const f32,
     pb: *const f32,
+    ldb: usize,
     alpha: f32,
     beta: f32,
     c: Out,
@@ -245,7 +303,7 @@ unsafe fn kernel(
     for p in 0..kc {
         // SAFETY: step p of both panels is inside them.
         unsafe {
-            let (b0, b1) = (F4::load(pb.add(p * NR)), F4::load(pb.add(p * NR + 4)));
+            let (b0, b1) = (F4::load(pb.add(p * ldb)), F4::load(pb.add(p * ldb + 4)));
             let a = [F4::load(pa.add(p * MR)), F4::load(pa.add(p * MR + 4))];
             for (i, row) in acc.iter_mut().enumerate() {
                 let ai = a[i / 4].lane(i % 4);
@@ -285,7 +343,8 @@ unsafe fn kernel(
 }
 
 /// `c = alpha * a b + beta * c` as `m * n` dot products, for rows of `a` and columns of `b`
-/// that are both contiguous.
+/// that are both contiguous: four columns at a time, so that each load of `a` serves four of
+/// them (a linear layer's batch of one, 9216 x 128: loads were half the kernel's instructions).
 ///
 /// # Safety
 /// As [`sgemm`], with `a`'s column stride and `b`'s row stride 1.
@@ -302,33 +361,69 @@ unsafe fn dots(
     beta: f32,
     c: Out,
 ) {
-    let k16 = k - k % 16;
-    for j in 0..n {
-        let bj = b.wrapping_offset(j as isize * csb);
-        for i in 0..m {
+    let cols = |j: usize, jn: usize| {
+        (0..m).for_each(|i| {
             let ai = a.wrapping_offset(i as isize * rsa);
-            // Four independent sums hide the latency of the adds.
-            let mut s = [F4::splat(0.0); 4];
-            for p in (0..k16).step_by(16) {
+            let bj = b.wrapping_offset(j as isize * csb);
+            // SAFETY: forwarded; (i, j..j + jn) is inside `c`.
+            let t = unsafe {
+                if jn == 4 {
+                    dot_cols::<4, 2>(k, ai, bj, csb)
+                } else {
+                    dot_cols::<1, 4>(k, ai, bj, csb)
+                }
+            };
+            for (jj, t) in t.into_iter().take(jn).enumerate() {
+                // SAFETY: (i, j + jj) is inside `c`.
+                unsafe { c.set(i, j + jj, t, alpha, beta) };
+            }
+        })
+    };
+    let n4 = n - n % 4;
+    (0..n4).step_by(4).for_each(|j| cols(j, 4));
+    (n4..n).for_each(|j| cols(j, 1));
+}
+
+/// The dot products of the row `a` with the `J` columns `b`, `b + csb`, ... (`k` elements
+/// each), with `V` independent vector sums per column to hide the latency of the adds.
+///
+/// # Safety
+/// The `k` elements of `a` and of each column must lie inside their buffers.
+#[inline(always)]
+unsafe fn dot_cols<const J: usize, const V: usize>(
+    k: usize,
+    a: *const f32,
+    b: *const f32,
+    csb: isize,
+) -> [f32; 4] {
+    let step = 4 * V;
+    let kv = k - k % step;
+    let col = |j: usize| b.wrapping_offset(j as isize * csb);
+    let mut s = [[F4::splat(0.0); V]; J];
+    for p in (0..kv).step_by(step) {
+        // SAFETY: p + step <= k elements of the row and of each column.
+        unsafe {
+            let av: [F4; V] = core::array::from_fn(|h| F4::load(a.add(p + 4 * h)));
+            for (j, s) in s.iter_mut().enumerate() {
                 for (h, s) in s.iter_mut().enumerate() {
-                    // SAFETY: p + 4h + 4 <= k elements of the row and of the column.
-                    unsafe {
-                        *s = s.mul_add(F4::load(ai.add(p + 4 * h)), F4::load(bj.add(p + 4 * h)))
-                    };
+                    *s = s.mul_add(av[h], F4::load(col(j).add(p + 4 * h)));
                 }
             }
-            let mut t = 0.0;
-            for s in s {
-                t += s.to_array().iter().sum::<f32>();
-            }
-            for p in k16..k {
-                // SAFETY: p < k.
-                t += unsafe { *ai.add(p) * *bj.add(p) };
-            }
-            // SAFETY: (i, j) is inside `c`.
-            unsafe { c.set(i, j, t, alpha, beta) };
         }
     }
+    let mut out = [0.0; 4];
+    for (j, s) in s.iter().enumerate() {
+        let mut t = 0.0;
+        for v in s {
+            t += v.to_array().iter().sum::<f32>();
+        }
+        for p in kv..k {
+            // SAFETY: p < k.
+            t += unsafe { *a.add(p) * *col(j).add(p) };
+        }
+        out[j] = t;
+    }
+    out
 }
 
 #[cfg(test)]

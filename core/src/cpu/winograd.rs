@@ -5,7 +5,7 @@
 //! its 36 products (Lavin and Gray's matrices, interpolation points 0, ±1, ±2). The planes run
 //! along the tiles, so both transforms work on four neighbouring tiles per vector.
 
-use super::conv::gemm;
+use super::gemm::{PANEL_ROWS, TILE_COLS, pack_rows, product_tile};
 use super::lanes::F4;
 use super::par;
 use alloc::sync::Arc;
@@ -68,18 +68,20 @@ fn output_1d(m: [F4; S]) -> [F4; 4] {
     ]
 }
 
-/// The filters of one convolution transformed as `[groups][36][og * cg + 16]` (`U = G g G^T`).
+/// The filters of one convolution transformed (`U = G g G^T`), as `[groups][36]` planes of
+/// `[og, cg]` products' left operands packed for the GEMM's micro-kernel ([`pack_rows`]): the
+/// 36 products per image then pack nothing.
 pub(super) struct Filters {
     u: Vec<f32>,
     og: usize,
     cg: usize,
 }
 
-/// Elements from one plane of [`Filters`] to the next: one cache line more than its filters,
-/// so that a filter's 36 values, written together, are not a power of two apart (which puts
-/// them in one cache set).
+/// Elements from one plane of [`Filters`] to the next: one cache line more than its packed
+/// filters, so that a filter's 36 values are not a power of two apart (which puts them in one
+/// cache set).
 fn plane_len(og: usize, cg: usize) -> usize {
-    og * cg + 16
+    og.next_multiple_of(PANEL_ROWS) * cg + 16
 }
 
 impl Filters {
@@ -103,8 +105,8 @@ impl Filters {
                 t[2],
             ]
         };
-        let plane = plane_len(og, cg);
-        let mut u = vec![0.0; groups * P * plane];
+        // Row-major `[groups][36][og, cg]` first, then each plane packed.
+        let mut unpacked = vec![0.0; groups * P * og * cg];
         for (f, k) in w.chunks_exact(9).enumerate().take(groups * og * cg) {
             let (gi, at) = (f / (og * cg), f % (og * cg));
             // G along each column of k, then along each resulting row.
@@ -114,9 +116,17 @@ impl Filters {
                     .into_iter()
                     .enumerate()
                 {
-                    u[(gi * P + S * i + j) * plane + at] = v;
+                    unpacked[(gi * P + S * i + j) * og * cg + at] = v;
                 }
             }
+        }
+        let plane = plane_len(og, cg);
+        let mut u = vec![0.0; groups * P * plane];
+        for (src, dst) in unpacked
+            .chunks_exact(og * cg)
+            .zip(u.chunks_exact_mut(plane))
+        {
+            pack_rows(og, cg, src, cg, dst);
         }
         Filters { u, og, cg }
     }
@@ -221,10 +231,10 @@ impl Tiles {
         }
     }
     /// Tiles per transformed plane row, with room for a last group of four, rounded up to the
-    /// GEMM's 8-column micro-tiles, which then store whole vectors (the MNIST CNN's conv2: 36
-    /// products of [64, 32] x [32, 39 -> 40], 185 -> 170 us in Node).
+    /// GEMM's micro-tiles, which then store whole vectors (the MNIST CNN's conv2: 36 products
+    /// of [64, 32] x [32, 39 -> 40], 185 -> 170 us in Node) and read `V` in place.
     fn ld(&self) -> usize {
-        (self.th * self.tw + 3).next_multiple_of(8)
+        (self.th * self.tw + 3).next_multiple_of(TILE_COLS)
     }
     /// Tiles per row, including those of the last group past the row's end.
     fn tw4(&self) -> usize {
@@ -261,9 +271,11 @@ pub(super) fn conv_image(
     let (v, rest) = rest.split_at_mut(P * cg * n);
     let (m, rows) = rest.split_at_mut(P * og * n);
     let split = threaded && par::worth_splitting(P * og * cg * n / 4);
-    // Output channels per task: one task per thread, in whole micro-kernel rows.
+    // Output channels per task: one task per thread, in whole panels of filters.
     let per = if split {
-        og.div_ceil(par::threads()).next_multiple_of(8).min(og)
+        og.div_ceil(par::threads())
+            .next_multiple_of(PANEL_ROWS)
+            .min(og)
     } else {
         og
     };
@@ -281,21 +293,32 @@ pub(super) fn conv_image(
             input_transform(t, plane, &mut v[c * n..], cg * n);
         }
         let v = &*v;
-        // Plane xi's products for the output channels `os` into `mx`. The spare tiles are
-        // multiplied too: M keeps V's row stride.
+        // Plane xi's products for the output channels `os` (from a whole panel of filters)
+        // into `mx`, tile by tile of the micro-kernel, `V` read in place. The spare tiles are
+        // multiplied too: M keeps V's row stride, a whole number of tiles.
         let product = |xi: usize, os: Range<usize>, mx: &mut [f32]| {
-            gemm(
-                os.len(),
-                cg,
-                n,
-                &f.u[(gi * P + xi) * f.plane() + os.start * cg..],
-                [cg as isize, 1],
-                &v[xi * cg * n..],
-                [n as isize, 1],
-                false,
-                mx,
-                false,
-            )
+            let u = &f.u[(gi * P + xi) * f.plane()..];
+            let b = &v[xi * cg * n..][..cg * n];
+            let mx = &mut mx[..os.len() * n];
+            for o in os.clone().step_by(PANEL_ROWS) {
+                let (pa, mr) = (&u[o * cg..][..PANEL_ROWS * cg], PANEL_ROWS.min(os.end - o));
+                let c = &mut mx[(o - os.start) * n..][..mr * n];
+                for j in (0..n).step_by(TILE_COLS) {
+                    // SAFETY: `pa` is one packed panel of cg steps; `b` has cg rows of n >= j
+                    // + TILE_COLS values (n is a whole number of tiles); `c` mr rows of n.
+                    unsafe {
+                        product_tile(
+                            cg,
+                            pa.as_ptr(),
+                            b.as_ptr().add(j),
+                            n,
+                            c.as_mut_ptr().add(j),
+                            n,
+                            mr,
+                        )
+                    };
+                }
+            }
         };
         let out = &mut dst[gi * og * ohw..][..og * ohw];
         if split {
