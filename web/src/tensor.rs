@@ -565,7 +565,7 @@ impl Tensor {
     /// Uint32Array, Uint8Array for bool), in row-major order.
     pub fn data(&self) -> js_sys::Promise {
         let t = self.kiln("data");
-        wasm_bindgen_futures::future_to_promise(async move {
+        js::promise(async move {
             let d = t?.data().await.js()?;
             Ok(typed_array(&d))
         })
@@ -573,7 +573,7 @@ impl Tensor {
     /// The values as nested arrays (a number for a rank-0 tensor).
     pub fn array(&self) -> js_sys::Promise {
         let t = self.kiln("array");
-        wasm_bindgen_futures::future_to_promise(async move {
+        js::promise(async move {
             let d = t?.data().await.js()?;
             Ok(nested(&d))
         })
@@ -582,7 +582,7 @@ impl Tensor {
     pub fn to(&self, device: &JsValue) -> js_sys::Promise {
         let t = self.kiln("to");
         let dev = Device::from_options(&js::object(&[("device", device.clone())]).into(), "to");
-        wasm_bindgen_futures::future_to_promise(async move {
+        js::promise(async move {
             let moved = t?.to_device(&dev?).await.js()?;
             Ok(Tensor::wrap(moved).into())
         })
