@@ -26,10 +26,14 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, "../../..");
 
 // ---- flags -------------------------------------------------------------------------------------
+// kiln as npm installs it: scripts/build-web.sh's packed copy (index.js and thread.js minified, as
+// in the tarball) when there is one, else npm/ (whose index.js is the readable source, 2.3 KiB
+// more gzipped).
+const PACKED = [join(ROOT, "target/npm-pack"), join(ROOT, "npm")].find((d) => existsSync(join(d, "dist")));
 const DEFAULTS = {
   runs: 200, warmup: 10, "warmup-ms": 2000, "gpu-runs": null, "gpu-b64-runs": 5, "gpu-warmup": 3, "gpu-b64-warmup": 1, cold: 3,
   batches: "1,64", only: "", "no-webgpu": false, "max-seconds": 300, json: "",
-  kiln: join(ROOT, "npm"), model: join(ROOT, "demos/mnist/models/mnist.safetensors"),
+  kiln: PACKED, model: join(ROOT, "demos/mnist/models/mnist.safetensors"),
   chromium: process.env.CHROMIUM || "", python: process.env.PYTHON || "python3",
   data: process.env.KILN_MNIST_DATA || "/work/shared/data/mnist", help: false,
   rounds: 1, gelu: false, sizes: "16,20", "gelu-runs": 30, "gelu-warmup": 3, "gelu-seconds": 30, "gelu-rounds": 1,
