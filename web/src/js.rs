@@ -19,7 +19,7 @@ pub fn set(o: &Object, key: &str, value: JsValue) {
 
 /// A promise of `f`'s outcome, already settled when `f` is ready at its first poll (a read on
 /// the CPU): `future_to_promise` would hand it to wasm-bindgen-futures' task queue first, and
-/// that round trip took 35-50 us of a 0.5 ms MNIST forward at batch 1 in the threaded module.
+/// that round trip took about 35 us of a 0.5 ms MNIST forward at batch 1 in the threaded module.
 /// A future that is not ready (a WebGPU read) goes to `future_to_promise` as before, which
 /// polls it again with a waker of its own.
 pub fn promise(f: impl Future<Output = Result<JsValue, JsValue>> + 'static) -> js_sys::Promise {
