@@ -540,4 +540,59 @@ mod tests {
         };
         assert_eq!(c, [1.0, -2.0, 3.0]);
     }
+
+    /// `pack_rows` then `product_tile` per tile (Winograd's path) against an f64 reference: `A`
+    /// with a row stride past its width and row counts that leave a partial panel, `B` read in
+    /// place with a row stride past the tiles used, and `c`'s rows past `mr` left alone.
+    #[test]
+    fn packed_tiles_match_f64_reference() {
+        for (m, k) in [(1, 1), (5, 7), (8, 32), (13, 9), (21, 20)] {
+            let (lda, n, ldb) = (k + 2, 2 * TILE_COLS, 2 * TILE_COLS + 5);
+            let (a, b) = (
+                random(m * lda, 7 + m as u64),
+                random(k * ldb, 11 + k as u64),
+            );
+            let mut packed = vec![f32::NAN; m.next_multiple_of(PANEL_ROWS) * k];
+            pack_rows(m, k, &a, lda, &mut packed);
+            let mut c = vec![f32::NAN; m.next_multiple_of(PANEL_ROWS) * n];
+            for (p, panel) in packed.chunks_exact(PANEL_ROWS * k).enumerate() {
+                let mr = PANEL_ROWS.min(m - p * PANEL_ROWS);
+                for j in (0..n).step_by(TILE_COLS) {
+                    // SAFETY: one packed panel of k steps; k rows of b reaching column j +
+                    // TILE_COLS <= ldb; mr rows of n from row p * PANEL_ROWS inside c.
+                    unsafe {
+                        product_tile(
+                            k,
+                            panel.as_ptr(),
+                            b.as_ptr().add(j),
+                            ldb,
+                            c.as_mut_ptr().add(p * PANEL_ROWS * n + j),
+                            n,
+                            mr,
+                        )
+                    };
+                }
+            }
+            for i in 0..m.next_multiple_of(PANEL_ROWS) {
+                for j in 0..n {
+                    let got = c[i * n + j];
+                    if i >= m {
+                        assert!(got.is_nan(), "{m}x{k}: row {i} past m was written");
+                        continue;
+                    }
+                    let (mut want, mut mag) = (0.0f64, 0.0f64);
+                    for p in 0..k {
+                        let t = a[i * lda + p] as f64 * b[p * ldb + j] as f64;
+                        want += t;
+                        mag += t.abs();
+                    }
+                    let tol = 4.0 * f32::EPSILON as f64 * (k as f64 + 2.0) * (mag + 1.0);
+                    assert!(
+                        (got as f64 - want).abs() <= tol,
+                        "{m}x{k} at ({i},{j}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 }
