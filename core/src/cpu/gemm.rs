@@ -437,6 +437,22 @@ mod tests {
         (0..n).map(|_| r.next_f32() * 2.0 - 1.0).collect()
     }
 
+    /// The f64 sum of the `k` products `x * y` that `term(p)` gives, and how far an f32 sum of
+    /// them may be from it.
+    fn reference(k: usize, term: impl Fn(usize) -> (f32, f32)) -> (f64, f64) {
+        let (mut s, mut mag) = (0.0f64, 0.0f64);
+        for p in 0..k {
+            let (x, y) = term(p);
+            let t = x as f64 * y as f64;
+            s += t;
+            mag += t.abs();
+        }
+        (
+            s,
+            4.0 * f32::EPSILON as f64 * (k as f64 + 2.0) * (mag + 1.0),
+        )
+    }
+
     /// Checks `sgemm` against an f64 reference with `a` and `b` stored row- or column-major
     /// (`ta`, `tb`) and `c` with row stride `ldc >= n`, for beta 0 (c starts as NaN) and 1.5.
     fn check(m: usize, k: usize, n: usize, ta: bool, tb: bool) {
@@ -472,15 +488,9 @@ mod tests {
             };
             for i in 0..m {
                 for j in 0..n {
-                    let (mut s, mut mag) = (0.0f64, 0.0f64);
-                    for p in 0..k {
-                        let t = a[i * rsa + p * csa] as f64 * b[p * rsb + j * csb] as f64;
-                        s += t;
-                        mag += t.abs();
-                    }
+                    let (s, tol) = reference(k, |p| (a[i * rsa + p * csa], b[p * rsb + j * csb]));
                     let want = 0.5 * s + beta as f64 * c0[i * ldc + j] as f64;
                     let got = c[i * ldc + j] as f64;
-                    let tol = 4.0 * f32::EPSILON as f64 * (k as f64 + 2.0) * (mag + 1.0);
                     assert!(
                         (got - want).abs() <= tol,
                         "{m}x{k}x{n} ta={ta} tb={tb} beta={beta} at ({i},{j}): {got} vs {want}"
@@ -580,13 +590,7 @@ mod tests {
                         assert!(got.is_nan(), "{m}x{k}: row {i} past m was written");
                         continue;
                     }
-                    let (mut want, mut mag) = (0.0f64, 0.0f64);
-                    for p in 0..k {
-                        let t = a[i * lda + p] as f64 * b[p * ldb + j] as f64;
-                        want += t;
-                        mag += t.abs();
-                    }
-                    let tol = 4.0 * f32::EPSILON as f64 * (k as f64 + 2.0) * (mag + 1.0);
+                    let (want, tol) = reference(k, |p| (a[i * lda + p], b[p * ldb + j]));
                     assert!(
                         (got as f64 - want).abs() <= tol,
                         "{m}x{k} at ({i},{j}): {got} vs {want}"
