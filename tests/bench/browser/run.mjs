@@ -29,7 +29,7 @@ const ROOT = resolve(HERE, "../../..");
 // kiln as npm installs it: scripts/build-web.sh's packed copy (index.js and thread.js minified, as
 // in the tarball) when there is one, else npm/ (whose index.js is the readable source, 2.3 KiB
 // more gzipped).
-const PACKED = [join(ROOT, "target/npm-pack"), join(ROOT, "npm")].find((d) => existsSync(join(d, "dist")));
+const PACKED = existsSync(join(ROOT, "target/npm-pack/dist")) ? join(ROOT, "target/npm-pack") : join(ROOT, "npm");
 const DEFAULTS = {
   runs: 200, warmup: 10, "warmup-ms": 2000, "gpu-runs": null, "gpu-b64-runs": 5, "gpu-warmup": 3, "gpu-b64-warmup": 1, cold: 3,
   batches: "1,64", only: "", "no-webgpu": false, "max-seconds": 300, json: "",
