@@ -83,9 +83,8 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
     let (x, y) = (Src::<T>::new("matmul", a)?, Src::<T>::new("matmul", b)?);
     let p = plan(x.layout, y.layout)?;
     let (m, k, n) = (p.m, p.k, p.n);
-    let mut out = zeros(p.a_offsets.len() * m * n);
     if k == 0 || m * n == 0 {
-        return Ok(CpuStorage::new(out));
+        return Ok(CpuStorage::new(zeros::<T>(p.a_offsets.len() * m * n)));
     }
     let parts = k_parts(m, k, n);
     if parts > 1 && p.a_offsets.len() == 1 {
@@ -121,6 +120,7 @@ fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
         partial.truncate(m * n);
         return Ok(CpuStorage::new(partial));
     }
+    let mut out = zeros(p.a_offsets.len() * m * n);
     for (c, (&oa, &ob)) in out
         .chunks_exact_mut(m * n)
         .zip(p.a_offsets.iter().zip(&p.b_offsets))
