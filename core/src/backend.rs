@@ -1,7 +1,7 @@
 //! The `Backend` trait every device implements, the storage handle it hands out, and `Device`.
 
 use crate::op::{Meta, Op};
-use crate::{DType, Layout, Result, TensorData};
+use crate::{DType, Error, Layout, Result, TensorData};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -75,6 +75,18 @@ pub struct View<'a> {
     pub dtype: DType,
 }
 
+/// An elementwise tail that a product applies to its output as it writes it
+/// ([`Backend::execute_with_tail`]): `y + bias`, the bias broadcast along the output channels (a
+/// convolution's axis 1, a matmul's last axis), then ReLU when `relu`. These are the ops that
+/// follow a layer's product in a model, each a pass over the output when run alone.
+#[derive(Clone, Copy, Debug)]
+pub struct Tail<'a> {
+    /// One value per output channel, of the product's dtype (any shape of that many elements).
+    pub bias: View<'a>,
+    /// Whether ReLU follows the sum.
+    pub relu: bool,
+}
+
 /// What reading a tensor back returns: a future, so that browsers never block. Native code can
 /// wait on it with [`block_on`].
 pub type ReadFuture = Pin<Box<dyn Future<Output = Result<TensorData>>>>;
@@ -91,6 +103,27 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Runs one op. View ops never reach here. Returns one contiguous storage per entry of
     /// `outputs` (as [`Op::infer`] gave them), in order.
     fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>>;
+    /// Whether [`Backend::execute_with_tail`] runs `op` with outputs of `dtype`. A model's plan
+    /// asks once; where it is `false`, the tail's ops run one by one.
+    fn fuses_tail(&self, op: &Op, dtype: DType) -> bool {
+        let _ = (op, dtype);
+        false
+    }
+    /// Runs `op`, one that [`Backend::fuses_tail`] accepts, with `tail` applied to its output
+    /// as it is written. `output` is the product's dtype and shape, as [`Op::infer`] gave it.
+    fn execute_with_tail(
+        &self,
+        op: &Op,
+        inputs: &[View<'_>],
+        tail: Tail<'_>,
+        output: &Meta,
+    ) -> Result<Storage> {
+        let _ = (inputs, tail, output);
+        Err(Error::unsupported(
+            op.name(),
+            "this device does not apply a tail (bias, ReLU) to a product's output",
+        ))
+    }
     /// Reads the elements of a view back to the host, in row-major order.
     fn read(&self, input: View<'_>) -> ReadFuture;
     /// Overwrites `dst`'s elements from `offset` on with those of `src` (same dtype), in place,

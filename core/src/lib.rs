@@ -38,7 +38,7 @@ pub mod tokenizer;
 
 #[cfg(feature = "std")]
 pub use backend::block_on;
-pub use backend::{Backend, Device, ReadFuture, Storage, View};
+pub use backend::{Backend, Device, ReadFuture, Storage, Tail, View};
 pub use data::TensorData;
 pub use dtype::{DType, Element};
 pub use error::{Error, ErrorKind, Result};

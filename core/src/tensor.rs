@@ -4,7 +4,7 @@
 
 use crate::backend::View;
 use crate::error::Num;
-use crate::op::{BinaryOp, CmpOp, Conv2dParams, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, CmpOp, Conv2dParams, Meta, Op, Pool2d, Pool2dParams, ReduceOp, UnaryOp};
 use crate::shape::{SliceRange, resolve_axis, resolve_axis_or_scalar};
 use crate::{DType, Device, Element, Error, Layout, Result, Shape, Storage, TensorData};
 use alloc::sync::Arc;
@@ -233,7 +233,34 @@ impl Tensor {
                 .collect());
         }
         let (dtype, shape) = outputs.remove(0);
-        let (storage, layout) = match (&op, inputs.first()) {
+        let (storage, layout) = Self::produce(&op, inputs, &device, dtype, shape)?;
+        let node = record.then(|| {
+            // tracing exports the graph, values included
+            let all = crate::autodiff::is_tracing();
+            let inputs = (inputs.iter().enumerate())
+                .map(|(i, t)| {
+                    let kept = all || crate::autodiff::reads_value(&op, i, inputs);
+                    if kept { (*t).clone() } else { t.without_data() }
+                })
+                .collect();
+            Node { op, inputs }
+        });
+        Ok(alloc::vec![Self::wrap(
+            storage, layout, dtype, device, node
+        )])
+    }
+
+    /// A one-output op's result, given the dtype and shape [`Op::infer`] returned for it: a view
+    /// op's new layout over its input's storage (a reshape the layout cannot express is copied
+    /// first), else the backend's new buffer.
+    fn produce(
+        op: &Op,
+        inputs: &[&Tensor],
+        device: &Device,
+        dtype: DType,
+        shape: Shape,
+    ) -> Result<(Storage, Layout)> {
+        Ok(match (op, inputs.first()) {
             (Op::Permute { dims }, Some(x)) => (x.0.storage.clone(), x.0.layout.permute(dims)?),
             (Op::Slice { ranges }, Some(x)) => (x.0.storage.clone(), x.0.layout.slice(ranges)?),
             (Op::Expand { shape }, Some(x)) => {
@@ -252,25 +279,38 @@ impl Tensor {
             _ => {
                 let views: Vec<View<'_>> = inputs.iter().map(|t| t.view()).collect();
                 let meta = [(dtype, shape)];
-                let s = one(device.backend().execute(&op, &views, &meta))?;
+                let s = one(device.backend().execute(op, &views, &meta))?;
                 let [(_, shape)] = meta;
                 (s, Layout::contiguous(shape))
             }
+        })
+    }
+
+    /// Runs a one-output op whose output [`Op::infer`] already gave for these inputs' dtypes
+    /// and shapes, unrecorded: a planned graph's node ([`crate::model::Model::run`]). With
+    /// `tail` (a bias, and whether ReLU follows), the op is a product that the device applies
+    /// them to as it writes its output ([`crate::Backend::execute_with_tail`]).
+    pub(crate) fn run_inferred(
+        op: &Op,
+        inputs: &[&Tensor],
+        device: &Device,
+        out: &Meta,
+        tail: Option<(&Tensor, bool)>,
+    ) -> Result<Tensor> {
+        let (dtype, shape) = out;
+        let (storage, layout) = match tail {
+            None => Self::produce(op, inputs, device, *dtype, shape.clone())?,
+            Some((bias, relu)) => {
+                let views: Vec<View<'_>> = inputs.iter().map(|t| t.view()).collect();
+                let tail = crate::backend::Tail {
+                    bias: bias.view(),
+                    relu,
+                };
+                let s = device.backend().execute_with_tail(op, &views, tail, out)?;
+                (s, Layout::contiguous(shape.clone()))
+            }
         };
-        let node = record.then(|| {
-            // tracing exports the graph, values included
-            let all = crate::autodiff::is_tracing();
-            let inputs = (inputs.iter().enumerate())
-                .map(|(i, t)| {
-                    let kept = all || crate::autodiff::reads_value(&op, i, inputs);
-                    if kept { (*t).clone() } else { t.without_data() }
-                })
-                .collect();
-            Node { op, inputs }
-        });
-        Ok(alloc::vec![Self::wrap(
-            storage, layout, dtype, device, node
-        )])
+        Ok(Self::wrap(storage, layout, *dtype, device.clone(), None))
     }
 
     /// This tensor as a backend input.

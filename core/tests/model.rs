@@ -541,3 +541,164 @@ fn torch_state_dict_loads_by_name() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The CPU backend, counting which ops it runs alone and which with a fused tail; with
+/// `fuse` false it fuses nothing, so a plan runs every node as its own op.
+#[derive(Debug)]
+struct Counting {
+    fuse: bool,
+    ops: std::sync::Mutex<Vec<String>>,
+}
+
+impl kiln_core::Backend for Counting {
+    fn name(&self) -> String {
+        "counting cpu".into()
+    }
+    fn upload(&self, data: &TensorData) -> Result<kiln_core::Storage> {
+        dev().backend().upload(data)
+    }
+    fn execute(
+        &self,
+        op: &Op,
+        inputs: &[kiln_core::View<'_>],
+        outputs: &[kiln_core::op::Meta],
+    ) -> Result<Vec<kiln_core::Storage>> {
+        self.ops.lock().unwrap().push(op.name().to_string());
+        dev().backend().execute(op, inputs, outputs)
+    }
+    fn fuses_tail(&self, op: &Op, dtype: DType) -> bool {
+        self.fuse && dev().backend().fuses_tail(op, dtype)
+    }
+    fn execute_with_tail(
+        &self,
+        op: &Op,
+        inputs: &[kiln_core::View<'_>],
+        tail: kiln_core::Tail<'_>,
+        output: &kiln_core::op::Meta,
+    ) -> Result<kiln_core::Storage> {
+        let relu = if tail.relu { "+relu" } else { "" };
+        self.ops
+            .lock()
+            .unwrap()
+            .push(format!("{}+bias{relu}", op.name()));
+        dev().backend().execute_with_tail(op, inputs, tail, output)
+    }
+    fn read(&self, input: kiln_core::View<'_>) -> kiln_core::ReadFuture {
+        dev().backend().read(input)
+    }
+}
+
+/// A model's plan folds a bias add and a ReLU into the convolution or matmul before them when
+/// nothing else reads the values in between (the bias on either side of the add), keeps them
+/// apart where something does, and gives the same bits as running every node alone, at two
+/// batch sizes (the plan is made again for the second).
+#[test]
+fn plans_fold_bias_and_relu_into_products() {
+    let node = |op: Op, inputs: Vec<Ref>, batch: Vec<[usize; 2]>| GraphNode { op, inputs, batch };
+    let (t, n) = (|s: &str| Ref::Tensor(s.into()), Ref::Node);
+    let add = || Op::Binary(kiln_core::BinaryOp::Add);
+    let nodes = vec![
+        node(
+            Op::Conv2d(Default::default()),
+            vec![Ref::Input(0), t("cw")],
+            vec![],
+        ),
+        node(
+            Op::Reshape {
+                shape: [1, 4, 1, 1].into(),
+            },
+            vec![t("cb")],
+            vec![],
+        ),
+        node(add(), vec![n(1), n(0)], vec![]),
+        node(Op::Unary(UnaryOp::Relu), vec![n(2)], vec![]),
+        node(
+            Op::Reshape {
+                shape: [2, 64].into(),
+            },
+            vec![n(3)],
+            vec![[0, 1]],
+        ),
+        node(Op::Matmul, vec![n(4), t("fw")], vec![]),
+        node(add(), vec![n(5), t("fb")], vec![]),
+        // read by the add and as an output: stays a value of its own
+        node(Op::Matmul, vec![n(6), t("gw")], vec![]),
+        node(add(), vec![n(7), t("gb")], vec![]),
+    ];
+    let info = |name: &str, shape: Vec<Option<usize>>| ValueInfo {
+        name: name.into(),
+        dtype: DType::F32,
+        shape,
+    };
+    let graph = Graph {
+        inputs: vec![info("input", vec![None, Some(2), Some(6), Some(6)])],
+        nodes,
+        outputs: vec![
+            GraphOutput {
+                info: info("output", vec![None, Some(3)]),
+                value: n(8),
+            },
+            GraphOutput {
+                info: info("product", vec![None, Some(3)]),
+                value: n(7),
+            },
+        ],
+    };
+    let data = |shape: &[usize], seed: u64| {
+        let t = Tensor::rand_normal(shape, 0.0, 1.0, seed, DType::F32, &dev()).unwrap();
+        t.to_data().unwrap()
+    };
+    let tensors = [
+        ("cw", data(&[4, 2, 3, 3], 1)),
+        ("cb", data(&[4], 2)),
+        ("fw", data(&[64, 5], 3)),
+        ("fb", data(&[5], 4)),
+        ("gw", data(&[5, 3], 5)),
+        ("gb", data(&[3], 6)),
+    ];
+    let m = meta(&[
+        ("format", "kiln"),
+        ("kiln_version", &FORMAT_VERSION.to_string()),
+        ("kiln_graph", &serde_json::to_string(&graph).unwrap()),
+    ]);
+    let entries: Vec<(String, TensorData)> = tensors
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let file = encode_safetensors(&entries, &m).unwrap();
+    let counting = |fuse| {
+        let backend = std::sync::Arc::new(Counting {
+            fuse,
+            ops: Default::default(),
+        });
+        (Device::from_arc(backend.clone()), backend)
+    };
+    let (fused_dev, fused) = counting(true);
+    let (plain_dev, plain) = counting(false);
+    let fused_model = Model::load(&file, &fused_dev).unwrap();
+    let plain_model = Model::load(&file, &plain_dev).unwrap();
+    for (batch, seed) in [(2, 10), (3, 11), (2, 12)] {
+        let x = data(&[batch, 2, 6, 6], seed);
+        let run = |model: &Model, device: &Device| {
+            let x = Tensor::from_data(&x, device).unwrap();
+            model
+                .run(&[x])
+                .unwrap()
+                .iter()
+                .map(vals)
+                .collect::<Vec<_>>()
+        };
+        let (got, want) = (run(&fused_model, &fused_dev), run(&plain_model, &plain_dev));
+        assert_eq!(got.len(), 2);
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.len(), batch * 3);
+            assert!(
+                g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{g:?} != {w:?}"
+            );
+        }
+        let ops = |b: &Counting| std::mem::take(&mut *b.ops.lock().unwrap()).join(" ");
+        assert_eq!(ops(&fused), "conv2d+bias+relu matmul+bias matmul add");
+        assert_eq!(ops(&plain), "conv2d add relu matmul add matmul add");
+    }
+}

@@ -6,9 +6,10 @@
 use super::num::{Float, sum_into_first};
 use super::par;
 use super::storage::{self, CpuStorage, Src};
+use super::tail::Tail;
 use super::unsupported;
 use super::winograd;
-use crate::backend::View;
+use crate::backend::{self, View};
 use crate::op::Conv2dParams;
 use crate::{DType, Error, Result, Shape};
 use alloc::vec;
@@ -183,7 +184,8 @@ const WINOGRAD: bool = cfg!(any(
 /// Reduction lengths up to which [`gemm()`] multiplies with plain row updates.
 const SMALL_K: usize = 16;
 
-/// `c[m x n] (+)= a[m x k] b[k x n]`, all row-major slices with the given row strides.
+/// `c[m x n] (+)= a[m x k] b[k x n]`, all row-major slices with the given row strides; then
+/// `tail`, when given, on each row `i` as output channel `channel0 + i`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm<T: Float>(
     m: usize,
@@ -196,7 +198,15 @@ pub(super) fn gemm<T: Float>(
     accumulate: bool,
     c: &mut [T],
     parallel: bool,
+    tail: Option<(&Tail<'_, T>, usize)>,
 ) {
+    let rows_tail = |c: &mut [T]| {
+        if let Some((t, c0)) = tail {
+            for (i, row) in c[..m * n].chunks_exact_mut(n).enumerate() {
+                t.apply(c0 + i, row);
+            }
+        }
+    };
     if m == 0 || n == 0 {
         return;
     }
@@ -211,7 +221,7 @@ pub(super) fn gemm<T: Float>(
         if !accumulate {
             c[..m * n].fill(T::ZERO);
         }
-        return;
+        return rows_tail(c);
     }
     if k <= SMALL_K && b_s[1] == 1 {
         // A few input taps (a first layer's single channel): row updates beat packing for GEMM.
@@ -243,6 +253,9 @@ pub(super) fn gemm<T: Float>(
                     *d = *d + w * v;
                 }
             }
+            if let Some((t, c0)) = tail {
+                t.apply(c0 + i, row);
+            }
         };
         if parallel && par::worth_splitting(m * k * n / 4) {
             par::chunks_mut(&mut c[..m * n], n, update);
@@ -272,6 +285,7 @@ pub(super) fn gemm<T: Float>(
             parallel,
         );
     }
+    rows_tail(c);
 }
 
 fn float_dispatch(
@@ -287,17 +301,28 @@ fn float_dispatch(
     }
 }
 
-/// Convolution: per chunk of images, im2col then `weight[g] @ col[g]` per group.
-pub(crate) fn conv2d(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<CpuStorage> {
+/// Convolution: per chunk of images, im2col then `weight[g] @ col[g]` per group; then `tail`,
+/// when given, on each output channel's plane as it is written.
+pub(crate) fn conv2d(
+    x: &View<'_>,
+    w: &View<'_>,
+    p: Conv2dParams,
+    tail: Option<backend::Tail<'_>>,
+) -> Result<CpuStorage> {
     float_dispatch(
         "conv2d",
         x.dtype,
-        || conv2d_t::<f32>(x, w, p),
-        || conv2d_t::<f64>(x, w, p),
+        || conv2d_t::<f32>(x, w, p, tail),
+        || conv2d_t::<f64>(x, w, p, tail),
     )
 }
 
-fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<CpuStorage> {
+fn conv2d_t<T: Float>(
+    x: &View<'_>,
+    w: &View<'_>,
+    p: Conv2dParams,
+    tail: Option<backend::Tail<'_>>,
+) -> Result<CpuStorage> {
     let op = "conv2d";
     let (xs, ws) = (Src::<T>::new(op, x)?, Src::<T>::new(op, w)?);
     let [n, c, h, wd] = dims4(op, xs.shape())?;
@@ -332,6 +357,7 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
     if let (true, Some(x), Some(w)) = (g.winograd(), T::as_f32(&xv), T::as_f32(&wv)) {
+        let tail = tail.map(|t| Tail::<f32>::new(op, &t, o)).transpose()?;
         let f = winograd::Filters::cached(w, groups, og, cg);
         let t = winograd::Tiles::new(h, wd, p.padding);
         let out = for_images(
@@ -340,11 +366,12 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
             t.scratch_len(og, cg),
             |b, dst, buf, threaded| {
                 let img = &x[b * c * h * wd..][..c * h * wd];
-                winograd::conv_image(&f, &t, img, dst, buf, threaded);
+                winograd::conv_image(&f, &t, img, dst, buf, threaded, tail.as_ref());
             },
         );
         return Ok(CpuStorage::new(out));
     }
+    let tail = tail.map(|t| Tail::<T>::new(op, &t, o)).transpose()?;
     let out = for_images(n, o * ohw, g.col_len(), |b, dst, buf, threaded| {
         let col = g.columns(&xv[b * c * h * wd..][..c * h * wd], buf);
         for gi in 0..groups {
@@ -359,6 +386,7 @@ fn conv2d_t<T: Float>(x: &View<'_>, w: &View<'_>, p: Conv2dParams) -> Result<Cpu
                 false,
                 &mut dst[gi * og * ohw..],
                 threaded,
+                tail.as_ref().map(|t| (t, gi * og)),
             );
         }
     });
@@ -421,6 +449,7 @@ fn conv_transpose2d_t<T: Float>(
                 false,
                 &mut col[gi * rows * hw..],
                 threaded,
+                None,
             );
         }
         // col2im: each output plane gathers the taps that land on it.
@@ -534,6 +563,7 @@ fn backward_weight_t<T: Float>(
                     true,
                     &mut acc[gi * og * kg..],
                     threaded,
+                    None,
                 );
             }
         }

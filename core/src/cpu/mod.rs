@@ -28,6 +28,7 @@ mod pool;
 mod reduce;
 mod storage;
 mod strided;
+mod tail;
 #[cfg(test)]
 mod tests;
 mod winograd;
@@ -35,7 +36,7 @@ mod winograd;
 pub use par::{set_clock, threads};
 pub use storage::CpuStorage;
 
-use crate::backend::{Backend, ReadFuture, View};
+use crate::backend::{Backend, ReadFuture, Tail, View};
 use crate::op::{Meta, Op};
 use crate::{DType, Device, Error, Layout, Result, Shape, Storage, TensorData};
 use alloc::string::String;
@@ -153,44 +154,42 @@ impl Backend for CpuBackend {
         Ok(Storage::new(CpuStorage::from_data(data)))
     }
     fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
-        let want = op.arity();
-        let custom = matches!(op, Op::Custom(_));
-        if want.is_some_and(|n| n != inputs.len())
-            || (want.is_none() && inputs.is_empty() && !custom)
-        {
-            return Err(crate::op::arity(op, want.unwrap_or(1), inputs.len()));
-        }
-        let Some((out_dtype, out_shape)) = outputs.first() else {
-            return Err(Error::invalid(op.name(), "asked for no outputs"));
-        };
-        for (dt, shape) in outputs {
-            check_allocatable(op, *dt, shape)?;
-        }
-        let outs = if !native_f16(op)
-            && (*out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
-        {
-            execute_via_f32(op, inputs, *out_dtype, out_shape)?
-        } else {
-            run(op, inputs, *out_dtype, out_shape)?
-        };
-        let produced = |o: &CpuStorage| (o.dtype(), o.len());
-        let wanted = |(d, s): &Meta| (*d, s.numel());
-        if outs.len() != outputs.len() || outs.iter().map(produced).ne(outputs.iter().map(wanted)) {
-            let list = |v: &mut dyn Iterator<Item = (DType, usize)>| {
-                v.map(|(d, n)| alloc::format!("{n} {d}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            return Err(Error::invalid(
-                op.name(),
-                alloc::format!(
-                    "cpu produced [{}] elements, expected [{}]",
-                    list(&mut outs.iter().map(produced)),
-                    list(&mut outputs.iter().map(wanted))
-                ),
-            ));
-        }
-        Ok(outs.into_iter().map(Storage::new).collect())
+        checked(op, inputs, outputs, |out_dtype, out_shape| {
+            if !native_f16(op)
+                && (out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
+            {
+                execute_via_f32(op, inputs, out_dtype, out_shape)
+            } else {
+                run(op, inputs, out_dtype, out_shape)
+            }
+        })
+    }
+    fn fuses_tail(&self, op: &Op, dtype: DType) -> bool {
+        matches!(op, Op::Conv2d(_) | Op::Matmul) && matches!(dtype, DType::F32 | DType::F64)
+    }
+    fn execute_with_tail(
+        &self,
+        op: &Op,
+        x: &[View<'_>],
+        tail: Tail<'_>,
+        output: &Meta,
+    ) -> Result<Storage> {
+        let out = checked(op, x, core::slice::from_ref(output), |_, _| {
+            Ok(alloc::vec![match op {
+                Op::Conv2d(p) => conv::conv2d(&x[0], &x[1], *p, Some(tail))?,
+                Op::Matmul => {
+                    let channels = output.1.dims().last().copied().unwrap_or(1);
+                    matmul::matmul_with_tail(&x[0], &x[1], tail, channels)?
+                }
+                _ =>
+                    return Err(Error::unsupported(
+                        op.name(),
+                        "has no fused tail on the cpu"
+                    )),
+            }])
+        });
+        out?.pop()
+            .ok_or_else(|| Error::invalid(op.name(), "produced no output"))
     }
     fn read(&self, input: View<'_>) -> ReadFuture {
         alloc::boxed::Box::pin(core::future::ready(storage::read_view(&input)))
@@ -220,6 +219,46 @@ fn check_allocatable(op: &Op, dt: DType, shape: &Shape) -> Result<()> {
         op.name(),
         alloc::format!("out of memory: a {dt} tensor of shape {shape} does not fit in memory"),
     ))
+}
+
+/// Checks `op`'s input count and that its outputs can be allocated, runs `run(dtype, shape)`
+/// on the first output's, and checks what it produced against `outputs`.
+fn checked(
+    op: &Op,
+    inputs: &[View<'_>],
+    outputs: &[Meta],
+    run: impl FnOnce(DType, &Shape) -> Result<Vec<CpuStorage>>,
+) -> Result<Vec<Storage>> {
+    let want = op.arity();
+    let custom = matches!(op, Op::Custom(_));
+    if want.is_some_and(|n| n != inputs.len()) || (want.is_none() && inputs.is_empty() && !custom) {
+        return Err(crate::op::arity(op, want.unwrap_or(1), inputs.len()));
+    }
+    let Some((out_dtype, out_shape)) = outputs.first() else {
+        return Err(Error::invalid(op.name(), "asked for no outputs"));
+    };
+    for (dt, shape) in outputs {
+        check_allocatable(op, *dt, shape)?;
+    }
+    let outs = run(*out_dtype, out_shape)?;
+    let produced = |o: &CpuStorage| (o.dtype(), o.len());
+    let wanted = |(d, s): &Meta| (*d, s.numel());
+    if outs.len() != outputs.len() || outs.iter().map(produced).ne(outputs.iter().map(wanted)) {
+        let list = |v: &mut dyn Iterator<Item = (DType, usize)>| {
+            v.map(|(d, n)| alloc::format!("{n} {d}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(Error::invalid(
+            op.name(),
+            alloc::format!(
+                "cpu produced [{}] elements, expected [{}]",
+                list(&mut outs.iter().map(produced)),
+                list(&mut outputs.iter().map(wanted))
+            ),
+        ));
+    }
+    Ok(outs.into_iter().map(Storage::new).collect())
 }
 
 fn execute_via_f32(
@@ -305,7 +344,7 @@ fn run_one(op: &Op, x: &[View<'_>], out_dtype: DType, out_shape: &Shape) -> Resu
         Op::ScatterAdd { axis } => movement::scatter_add(&x[0], &x[1], &x[2], *axis),
         Op::Pad { pads, value } => movement::pad(&x[0], pads, *value, out_shape),
         Op::OneHot { classes, dtype } => movement::one_hot(&x[0], *classes, *dtype),
-        Op::Conv2d(p) => conv::conv2d(&x[0], &x[1], *p),
+        Op::Conv2d(p) => conv::conv2d(&x[0], &x[1], *p, None),
         Op::ConvTranspose2d { params, .. } => {
             conv::conv_transpose2d(&x[0], &x[1], *params, out_shape)
         }

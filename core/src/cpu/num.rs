@@ -228,6 +228,15 @@ pub(crate) trait Float:
     fn powf(self, p: Self) -> Self;
     /// `if m { a } else { b }` on the bits: never a branch, which mispredicts on data.
     fn select(m: bool, a: Self, b: Self) -> Self;
+    /// `max(self, 0)`, NaN staying NaN: the table's ReLU and a product's fused one.
+    #[inline(always)]
+    fn relu(self) -> Self {
+        if self > Self::ZERO || self.is_nan() {
+            self
+        } else {
+            Self::ZERO
+        }
+    }
     /// The GEMM of the no_std and wasm32 builds, where the `gemm` crate is too large: kiln's
     /// SIMD128 kernel ([`super::gemm`]) for f32, matrixmultiply's for f64.
     #[cfg_attr(all(feature = "std", not(target_arch = "wasm32")), allow(dead_code))]

@@ -798,3 +798,107 @@ fn scratch_larger_than_the_pool_keeps_is_not_held() {
     keep_scratch(s);
     assert!(scratch::<f32>(1).capacity() < huge);
 }
+
+/// A product's fused tail (`Backend::execute_with_tail`: bias, then ReLU) gives the same bits as
+/// the add and the ReLU run after it, on every convolution path (Winograd, row updates, the
+/// column matrix; threaded products at batch 1, groups) and every matmul path (batched, a
+/// vector, the split reduction), in f32 and f64, with and without the ReLU.
+#[test]
+fn fused_tails_match_the_ops_they_replace() -> Result<()> {
+    use crate::backend::{Tail, View};
+    let dev = Device::cpu();
+    let fused = |op: crate::Op, x: &[&Tensor], bias: &Tensor, relu: bool| -> Result<Tensor> {
+        let views: Vec<View<'_>> = x.iter().map(|t| t.view()).collect();
+        let out = op.infer(
+            &x.iter()
+                .map(|t| (t.dtype(), t.shape().clone()))
+                .collect::<Vec<_>>(),
+        )?;
+        let tail = Tail {
+            bias: bias.view(),
+            relu,
+        };
+        let s = dev
+            .backend()
+            .execute_with_tail(&op, &views, tail, &out[0])?;
+        let (dtype, shape) = out[0].clone();
+        let data = dev.backend().read(View {
+            storage: &s,
+            layout: &crate::Layout::contiguous(shape.clone()),
+            dtype,
+        });
+        Tensor::from_data(&crate::block_on(data)?, &dev)
+    };
+    let same = |got: &Tensor, want: &Tensor, what: &str| -> Result<()> {
+        let wide = |t: &Tensor| t.cast(DType::F64)?.to_vec::<f64>();
+        let (g, w) = (wide(got)?, wide(want)?);
+        assert_eq!(got.dims(), want.dims(), "{what}");
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits(),
+                "{what}, element {i}: fused {a}, unfused {b}"
+            );
+        }
+        // Random inputs: the ReLU cuts some values and keeps others.
+        assert!(w.iter().any(|&v| v > 0.0), "{what}: no positive output");
+        Ok(())
+    };
+    for dtype in [DType::F32, DType::F64] {
+        for (case, (xd, wd, p)) in conv_cases().into_iter().enumerate() {
+            let x = t(&rand(xd.iter().product(), 1 + case as u64), &xd).cast(dtype)?;
+            let w = t(&rand(wd.iter().product(), 50 + case as u64), &wd).cast(dtype)?;
+            let b = t(&rand(wd[0], 90 + case as u64), &[wd[0]]).cast(dtype)?;
+            let y = x.conv2d(&w, None, p)?.add(&b.reshape([1, wd[0], 1, 1])?)?;
+            for relu in [false, true] {
+                let want = if relu { y.relu()? } else { y.clone() };
+                let got = fused(crate::Op::Conv2d(p), &[&x, &w], &b, relu)?;
+                same(
+                    &got,
+                    &want,
+                    &format!("{dtype} conv case {case}, relu {relu}"),
+                )?;
+            }
+        }
+        let matmuls: [(&[usize], &[usize]); 4] = [
+            (&[3, 5], &[5, 7]),
+            (&[2, 3, 9], &[9, 4]),
+            (&[4, 6], &[6]),
+            // a long reduction split over the threads
+            (&[2, 4096], &[4096, 5]),
+        ];
+        for (case, (ad, bd)) in matmuls.into_iter().enumerate() {
+            let a = t(&rand(ad.iter().product(), 7 + case as u64), ad).cast(dtype)?;
+            let m = t(&rand(bd.iter().product(), 70 + case as u64), bd).cast(dtype)?;
+            let y = a.matmul(&m)?;
+            let c = *y.dims().last().unwrap();
+            let b = t(&rand(c, 80 + case as u64), &[c]).cast(dtype)?;
+            let y = y.add(&b)?;
+            for relu in [false, true] {
+                let want = if relu { y.relu()? } else { y.clone() };
+                let got = fused(crate::Op::Matmul, &[&a, &m], &b, relu)?;
+                same(
+                    &got,
+                    &want,
+                    &format!("{dtype} matmul case {case}, relu {relu}"),
+                )?;
+            }
+        }
+    }
+    // A bias of the wrong length is an error, not a read past its end.
+    let x = t(&rand(2 * 3 * 4 * 4, 5), &[2, 3, 4, 4]);
+    let w = t(&rand(6 * 3 * 9, 6), &[6, 3, 3, 3]);
+    let err = fused(
+        crate::Op::Conv2d(Conv2dParams::default()),
+        &[&x, &w],
+        &t(&rand(5, 7), &[5]),
+        true,
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Shape, "{err}");
+    assert!(
+        err.to_string()
+            .contains("one value per output channel (6), got 5"),
+        "{err}"
+    );
+    Ok(())
+}

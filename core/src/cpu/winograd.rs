@@ -8,6 +8,7 @@
 use super::gemm::{PANEL_ROWS, TILE_COLS, pack_rows, product_tile};
 use super::lanes::F4;
 use super::par;
+use super::tail::Tail;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -265,6 +266,7 @@ pub(super) fn conv_image(
     dst: &mut [f32],
     scratch: &mut [f32],
     threaded: bool,
+    tail: Option<&Tail<'_, f32>>,
 ) {
     let (og, cg, n, pw) = (f.og, f.cg, t.ld(), t.pw());
     let (plane, rest) = scratch.split_at_mut(t.plane_len());
@@ -334,7 +336,8 @@ pub(super) fn conv_image(
                     product(xi, os.clone(), mx);
                 }
                 for (o, plane_out) in out.chunks_exact_mut(ohw).enumerate() {
-                    output_transform(t, &mp[o * n..], os.len() * n, plane_out, rows);
+                    let tail = tail.map(|t| (t, gi * og + os.start + o));
+                    output_transform(t, &mp[o * n..], os.len() * n, plane_out, rows, tail);
                 }
             });
         } else {
@@ -343,7 +346,8 @@ pub(super) fn conv_image(
                 product(xi, 0..og, mx);
             }
             for (o, plane_out) in out.chunks_exact_mut(ohw).enumerate() {
-                output_transform(t, &m[o * n..], og * n, plane_out, rows);
+                let tail = tail.map(|t| (t, gi * og + o));
+                output_transform(t, &m[o * n..], og * n, plane_out, rows, tail);
             }
         }
     }
@@ -384,8 +388,16 @@ fn input_transform(t: &Tiles, plane: &[f32], v: &mut [f32], stride: usize) {
 }
 
 /// Writes one output plane `out` (`[oh, ow]`) from its tiles' 36 products
-/// (`m[xi * stride + tile]`): `Y = A^T M A`, four output rows per tile row, built in `rows`.
-fn output_transform(t: &Tiles, m: &[f32], stride: usize, out: &mut [f32], rows: &mut [f32]) {
+/// (`m[xi * stride + tile]`): `Y = A^T M A`, four output rows per tile row, built in `rows`;
+/// then `tail`, when given, on the plane's rows as output channel `.1`, each just written.
+fn output_transform(
+    t: &Tiles,
+    m: &[f32],
+    stride: usize,
+    out: &mut [f32],
+    rows: &mut [f32],
+    tail: Option<(&Tail<'_, f32>, usize)>,
+) {
     let (tw, rw) = (t.tw, 4 * t.tw4());
     for ty in 0..t.th {
         for q in (0..tw).step_by(4) {
@@ -406,7 +418,11 @@ fn output_transform(t: &Tiles, m: &[f32], stride: usize, out: &mut [f32], rows: 
             }
         }
         for r in 0..4.min(t.oh - 4 * ty) {
-            out[(4 * ty + r) * t.ow..][..t.ow].copy_from_slice(&rows[r * rw..][..t.ow]);
+            let row = &mut out[(4 * ty + r) * t.ow..][..t.ow];
+            row.copy_from_slice(&rows[r * rw..][..t.ow]);
+            if let Some((tail, channel)) = tail {
+                tail.apply(channel, row);
+            }
         }
     }
 }

@@ -10,8 +10,8 @@
 //! that changes in any other way is an error at save time.
 
 use crate::error::{ErrorKind, fail};
-use crate::op::Op;
 use crate::op::json::{Fields, FromJson, bad, from_value_impls, not_a, op_from_value};
+use crate::op::{Meta, Op};
 use crate::{DType, Error, Result, Shape, Tensor, TensorId};
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -406,45 +406,37 @@ impl Graph {
         Ok(())
     }
 
-    /// Runs the graph on `inputs` (already checked against the input descriptions) with the
-    /// stored tensors `tensors`, at batch size `batch`.
-    pub(crate) fn execute(
+    /// Prepares the graph for `inputs` (already checked against the input descriptions) with
+    /// the stored tensors `tensors`, at batch size `batch`: each node's op with its batch slots
+    /// filled in and its output inferred once, and the views of stored tensors (a transposed
+    /// weight, a reshaped bias) taken once.
+    pub(crate) fn plan(
         &self,
         inputs: &[Tensor],
         tensors: &BTreeMap<String, Tensor>,
         batch: usize,
         device: &crate::Device,
-    ) -> Result<Vec<Tensor>> {
-        // Free each intermediate after its last use.
-        let mut last_use = alloc::vec![0usize; self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate() {
-            for r in &n.inputs {
-                if let Ref::Node(j) = r {
-                    last_use[*j] = i;
-                }
-            }
-        }
-        for o in &self.outputs {
-            if let Ref::Node(j) = o.value {
-                last_use[j] = usize::MAX;
-            }
-        }
-        let mut values: Vec<Option<Tensor>> = alloc::vec![None; self.nodes.len()];
-        let fetch = |r: &Ref, values: &[Option<Tensor>]| -> Result<Tensor> {
-            let found = match r {
-                Ref::Input(i) => inputs.get(*i).cloned(),
-                Ref::Tensor(n) => tensors.get(n).cloned(),
-                Ref::Node(j) => values.get(*j).cloned().flatten(),
-            };
-            found.ok_or_else(|| {
-                fail(
-                    ErrorKind::Format,
-                    "Model::run",
-                    format_args!("missing value {r:?}"),
-                )
-            })
+    ) -> Result<Plan> {
+        let missing = |r: &Ref| {
+            fail(
+                ErrorKind::Format,
+                "Model::run",
+                format_args!("missing value {r:?}"),
+            )
         };
+        let mut outs: Vec<(Source, Meta)> = Vec::with_capacity(self.nodes.len());
+        let source = |r: &Ref, outs: &[(Source, Meta)]| -> Result<(Source, Meta)> {
+            let of = |t: &Tensor| (t.dtype(), t.shape().clone());
+            match r {
+                Ref::Input(k) => inputs.get(*k).map(|t| (Source::Input(*k), of(t))),
+                Ref::Tensor(name) => tensors.get(name).map(|t| (Source::Const(t.clone()), of(t))),
+                Ref::Node(j) => outs.get(*j).cloned(),
+            }
+            .ok_or_else(|| missing(r))
+        };
+        let mut steps = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
+            let context = |e: Error| e.context(format!("Model::run: node {i}"));
             let op = if n.batch.is_empty() {
                 n.op.clone()
             } else {
@@ -456,30 +448,247 @@ impl Graph {
                 }
                 with_slots(&n.op, &v)
             };
-            let args = n
-                .inputs
-                .iter()
-                .map(|r| fetch(r, &values))
-                .collect::<Result<Vec<_>>>()?;
-            let refs: Vec<&Tensor> = args.iter().collect();
-            let out = if refs.is_empty() {
-                Tensor::create(op, device)
-            } else {
-                Tensor::apply(op, &refs)
+            let (sources, metas): (Vec<Source>, Vec<Meta>) = (n.inputs.iter())
+                .map(|r| source(r, &outs))
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .unzip();
+            let mut inferred = op.infer(&metas).map_err(context)?;
+            let out = match (inferred.pop(), inferred.is_empty()) {
+                (Some(out), true) => out,
+                _ => {
+                    return Err(context(fail(
+                        ErrorKind::Format,
+                        op.name(),
+                        format_args!("has {} outputs; a graph node has one", inferred.len() + 1),
+                    )));
+                }
+            };
+            if !device.backend().supports(out.0) {
+                return Err(context(fail(
+                    ErrorKind::Unsupported,
+                    op.name(),
+                    format_args!("device {} does not support {}", device.name(), out.0),
+                )));
             }
-            .map_err(|e| e.context(format!("Model::run: node {i}")))?;
-            values[i] = Some(out);
-            for r in &n.inputs {
-                if let Ref::Node(j) = r
-                    && last_use[*j] == i
+            let consts: Option<Vec<&Tensor>> = (sources.iter())
+                .map(|s| match s {
+                    Source::Const(t) => Some(t),
+                    _ => None,
+                })
+                .collect();
+            if let (true, Some(consts)) = (op.is_view(), consts) {
+                let t = Tensor::run_inferred(&op, &consts, device, &out, None).map_err(context)?;
+                outs.push((Source::Const(t), out));
+                continue;
+            }
+            outs.push((Source::Node(i), out.clone()));
+            steps.push(Step {
+                node: i,
+                op,
+                inputs: sources,
+                out,
+                tail: None,
+            });
+        }
+        let outputs = (self.outputs.iter())
+            .map(|o| source(&o.value, &outs).map(|(s, _)| s))
+            .collect::<Result<Vec<_>>>()?;
+        let steps = fuse_tails(steps, &outputs, device);
+        // Free each intermediate after its last use.
+        let mut last_use = alloc::vec![usize::MAX; self.nodes.len()];
+        for step in &steps {
+            for s in &step.inputs {
+                if let Source::Node(j) = s {
+                    last_use[*j] = step.node;
+                }
+            }
+        }
+        for s in &outputs {
+            if let Source::Node(j) = s {
+                last_use[*j] = usize::MAX;
+            }
+        }
+        Ok(Plan {
+            shapes: inputs.iter().map(|t| t.shape().clone()).collect(),
+            steps,
+            outputs,
+            last_use,
+        })
+    }
+}
+
+/// A graph made ready to run on inputs of one set of shapes ([`Graph::plan`]): inferring each
+/// node's output, filling in its batch slots and looking up stored tensors by name on every run
+/// cost more than a small model's kernels at batch 1.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// the input shapes it was made for
+    shapes: Vec<Shape>,
+    /// the nodes that run, in order
+    steps: Vec<Step>,
+    /// where the graph outputs come from
+    outputs: Vec<Source>,
+    /// by node, the node after whose step its value is dropped (`usize::MAX`: kept)
+    last_use: Vec<usize>,
+}
+
+/// One node to run: its op, ready for the planned batch size.
+#[derive(Debug)]
+struct Step {
+    /// the node whose value the step gives (with a tail, the tail's last node)
+    node: usize,
+    op: Op,
+    inputs: Vec<Source>,
+    out: Meta,
+    /// a bias and whether ReLU follows, applied as the product writes its output
+    tail: Option<(Tensor, bool)>,
+}
+
+/// Folds the bias add and the ReLU that follow a convolution or a matmul into its step, where
+/// the device applies them as the product writes its output ([`crate::Backend::fuses_tail`]):
+/// each would be a pass over the output of its own. Only values that nothing else reads are
+/// folded; the bias must be a stored tensor with one value per output channel (a
+/// convolution's axis 1, a matmul's last axis). Same results: the same sums, in the same order.
+fn fuse_tails(steps: Vec<Step>, outputs: &[Source], device: &crate::Device) -> Vec<Step> {
+    let nodes = steps.iter().map(|s| s.node + 1).max().unwrap_or(0);
+    // By node: how many times its value is read, and the step that reads it last.
+    let mut reads = alloc::vec![0usize; nodes];
+    let mut reader = alloc::vec![usize::MAX; nodes];
+    let sources = steps
+        .iter()
+        .enumerate()
+        .flat_map(|(k, s)| s.inputs.iter().map(move |x| (k, x)));
+    for (k, x) in sources.chain(outputs.iter().map(|x| (usize::MAX, x))) {
+        if let Source::Node(j) = x {
+            reads[*j] += 1;
+            reader[*j] = k;
+        }
+    }
+    // The step that alone reads step `k`'s value, when it is an elementwise op of that
+    // value's dtype and shape matching `op`.
+    let only_reader = |k: usize, op: &Op| {
+        let s = &steps[k];
+        let next = (reads[s.node] == 1).then(|| reader[s.node])?;
+        steps
+            .get(next)
+            .filter(|n| &n.op == op && n.out == s.out)
+            .map(|_| next)
+    };
+    let mut gone = alloc::vec![false; steps.len()];
+    let mut fused: Vec<(usize, usize, Tensor, bool)> = Vec::new();
+    for (k, s) in steps.iter().enumerate() {
+        let (dtype, shape) = &s.out;
+        let channels = match (&s.op, shape.dims()) {
+            (Op::Conv2d(_), &[_, c, _, _]) => Some((c, 1)),
+            (Op::Matmul, [.., c]) => Some((*c, shape.rank() - 1)),
+            _ => None,
+        };
+        let Some((c, axis)) = channels.filter(|_| device.backend().fuses_tail(&s.op, *dtype))
+        else {
+            continue;
+        };
+        let Some(add) = only_reader(k, &Op::Binary(crate::op::BinaryOp::Add)) else {
+            continue;
+        };
+        let bias = steps[add].inputs.iter().find_map(|x| match x {
+            Source::Const(b) => Some(b),
+            _ => None,
+        });
+        // One value per channel, on the channel axis once broadcast to the output.
+        let fits = |b: &&Tensor| {
+            let d = b.dims();
+            b.dtype() == *dtype
+                && d.len() <= shape.rank()
+                && (0..d.len()).all(|i| {
+                    let at = shape.rank() - d.len() + i;
+                    d[i] == if at == axis { c } else { 1 }
+                })
+                && b.numel() == c
+        };
+        let Some(bias) = bias.filter(fits) else {
+            continue;
+        };
+        let relu = only_reader(add, &Op::Unary(crate::op::UnaryOp::Relu));
+        gone[add] = true;
+        if let Some(r) = relu {
+            gone[r] = true;
+        }
+        let last = steps[relu.unwrap_or(add)].node;
+        fused.push((k, last, bias.clone(), relu.is_some()));
+    }
+    let mut steps = steps;
+    for (k, last, bias, relu) in fused {
+        steps[k].node = last;
+        steps[k].tail = Some((bias, relu));
+    }
+    (steps.into_iter().zip(gone))
+        .filter_map(|(s, gone)| (!gone).then_some(s))
+        .collect()
+}
+
+/// Where a step's input comes from once planned.
+#[derive(Clone, Debug)]
+enum Source {
+    /// the graph input at this position
+    Input(usize),
+    /// a stored tensor, or a view of stored tensors taken when planning
+    Const(Tensor),
+    /// the output of the node at this position
+    Node(usize),
+}
+
+impl Source {
+    /// The value this source names while a plan runs.
+    fn value<'a>(
+        &'a self,
+        inputs: &'a [Tensor],
+        values: &'a [Option<Tensor>],
+    ) -> Result<&'a Tensor> {
+        let found = match self {
+            Source::Input(k) => inputs.get(*k),
+            Source::Const(t) => Some(t),
+            Source::Node(j) => values.get(*j).and_then(Option::as_ref),
+        };
+        found.ok_or_else(|| {
+            fail(
+                ErrorKind::Format,
+                "Model::run",
+                format_args!("missing value {self:?}"),
+            )
+        })
+    }
+}
+
+impl Plan {
+    /// Whether the plan was made for inputs of these shapes.
+    pub(crate) fn fits(&self, inputs: &[Tensor]) -> bool {
+        self.shapes.iter().eq(inputs.iter().map(Tensor::shape))
+    }
+
+    /// Runs the planned graph on `inputs`, of the shapes it was made for.
+    pub(crate) fn execute(&self, inputs: &[Tensor], device: &crate::Device) -> Result<Vec<Tensor>> {
+        let mut values: Vec<Option<Tensor>> = alloc::vec![None; self.last_use.len()];
+        for step in &self.steps {
+            let out = {
+                let args = (step.inputs.iter())
+                    .map(|s| s.value(inputs, &values))
+                    .collect::<Result<Vec<_>>>()?;
+                let tail = step.tail.as_ref().map(|(b, relu)| (b, *relu));
+                Tensor::run_inferred(&step.op, &args, device, &step.out, tail)
+                    .map_err(|e| e.context(format!("Model::run: node {}", step.node)))?
+            };
+            values[step.node] = Some(out);
+            for s in &step.inputs {
+                if let Source::Node(j) = s
+                    && self.last_use[*j] == step.node
                 {
                     values[*j] = None;
                 }
             }
         }
-        self.outputs
-            .iter()
-            .map(|o| fetch(&o.value, &values))
+        (self.outputs.iter())
+            .map(|s| s.value(inputs, &values).cloned())
             .collect()
     }
 }

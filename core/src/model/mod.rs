@@ -23,6 +23,7 @@
 mod graph;
 mod safetensors;
 
+use graph::Plan;
 pub use graph::{Graph, GraphNode, GraphOutput, Ref, ValueInfo};
 pub use safetensors::{SafeTensors, decode_safetensors, encode_safetensors};
 
@@ -31,6 +32,7 @@ use crate::{Device, Result, Tensor};
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 /// Version of the graph format written by this build; files of a newer version are refused,
@@ -52,6 +54,8 @@ pub struct Model {
     tensors: BTreeMap<String, Tensor>,
     metadata: BTreeMap<String, String>,
     device: Device,
+    /// the plan of the last run, reused while the input shapes stay the same
+    plan: Arc<spin::Mutex<Option<Arc<Plan>>>>,
 }
 
 impl Model {
@@ -112,6 +116,7 @@ impl Model {
             tensors,
             metadata: file.metadata,
             device: device.clone(),
+            plan: Arc::default(),
         })
     }
 
@@ -159,10 +164,33 @@ impl Model {
                 batch = Some(b);
             }
         }
+        if let Some(x) = inputs.iter().find(|x| !x.device().same(&self.device)) {
+            return Err(fail(
+                ErrorKind::Device,
+                op,
+                format_args!(
+                    "the model is on {} and an input on {}",
+                    self.device.name(),
+                    x.device().name()
+                ),
+            ));
+        }
         let inputs: Vec<Tensor> = inputs.iter().map(Tensor::detach).collect();
         crate::autodiff::no_grad(|| {
-            self.graph
-                .execute(&inputs, &self.tensors, batch.unwrap_or(1), &self.device)
+            let cached = self.plan.lock().clone();
+            let plan = match cached {
+                Some(plan) if plan.fits(&inputs) => plan,
+                _ => {
+                    let batch = batch.unwrap_or(1);
+                    let plan = self
+                        .graph
+                        .plan(&inputs, &self.tensors, batch, &self.device)?;
+                    let plan = Arc::new(plan);
+                    *self.plan.lock() = Some(plan.clone());
+                    plan
+                }
+            };
+            plan.execute(&inputs, &self.device)
         })
     }
 

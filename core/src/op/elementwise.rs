@@ -53,7 +53,7 @@ macro_rules! unary_table {
             /// `max(x, 0)`
             Relu relu {
                 // NaN stays NaN
-                float: |v| if v > T::ZERO || v.is_nan() { v } else { T::ZERO },
+                float: |v| v.relu(),
                 int: |v| if v > T::ZERO { v } else { T::ZERO },
                 ints: all,
                 wgsl: "max(v, T(0))",
