@@ -9,7 +9,7 @@ use super::storage::{self, CpuStorage, Src};
 use super::tail::Tail;
 use super::unsupported;
 use super::winograd;
-use crate::backend::{self, View};
+use crate::backend::View;
 use crate::op::Conv2dParams;
 use crate::{DType, Error, Result, Shape};
 use alloc::vec;
@@ -184,8 +184,7 @@ const WINOGRAD: bool = cfg!(any(
 /// Reduction lengths up to which [`gemm()`] multiplies with plain row updates.
 const SMALL_K: usize = 16;
 
-/// `c[m x n] (+)= a[m x k] b[k x n]`, all row-major slices with the given row strides; then
-/// `tail`, when given, on each row `i` as output channel `channel0 + i`.
+/// `c[m x n] (+)= a[m x k] b[k x n]`, all row-major slices with the given row strides.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm<T: Float>(
     m: usize,
@@ -198,15 +197,7 @@ pub(super) fn gemm<T: Float>(
     accumulate: bool,
     c: &mut [T],
     parallel: bool,
-    tail: Option<(&Tail<'_, T>, usize)>,
 ) {
-    let rows_tail = |c: &mut [T]| {
-        if let Some((t, c0)) = tail {
-            for (i, row) in c[..m * n].chunks_exact_mut(n).enumerate() {
-                t.apply(c0 + i, row);
-            }
-        }
-    };
     if m == 0 || n == 0 {
         return;
     }
@@ -221,7 +212,7 @@ pub(super) fn gemm<T: Float>(
         if !accumulate {
             c[..m * n].fill(T::ZERO);
         }
-        return rows_tail(c);
+        return;
     }
     if k <= SMALL_K && b_s[1] == 1 {
         // A few input taps (a first layer's single channel): row updates beat packing for GEMM.
@@ -253,9 +244,6 @@ pub(super) fn gemm<T: Float>(
                     *d = *d + w * v;
                 }
             }
-            if let Some((t, c0)) = tail {
-                t.apply(c0 + i, row);
-            }
         };
         if parallel && par::worth_splitting(m * k * n / 4) {
             par::chunks_mut(&mut c[..m * n], n, update);
@@ -285,7 +273,6 @@ pub(super) fn gemm<T: Float>(
             parallel,
         );
     }
-    rows_tail(c);
 }
 
 fn float_dispatch(
@@ -301,19 +288,19 @@ fn float_dispatch(
     }
 }
 
-/// Convolution: per chunk of images, im2col then `weight[g] @ col[g]` per group; then `tail`,
-/// when given, on each output channel's plane as it is written.
+/// Convolution: per chunk of images, im2col then `weight[g] @ col[g]` per group; then `tail`
+/// (f32 only), when given, on each output channel's plane as it is written.
 pub(crate) fn conv2d(
     x: &View<'_>,
     w: &View<'_>,
     p: Conv2dParams,
-    tail: Option<backend::Tail<'_>>,
+    tail: Option<&Tail<'_>>,
 ) -> Result<CpuStorage> {
     float_dispatch(
         "conv2d",
         x.dtype,
         || conv2d_t::<f32>(x, w, p, tail),
-        || conv2d_t::<f64>(x, w, p, tail),
+        || conv2d_t::<f64>(x, w, p, None),
     )
 }
 
@@ -321,7 +308,7 @@ fn conv2d_t<T: Float>(
     x: &View<'_>,
     w: &View<'_>,
     p: Conv2dParams,
-    tail: Option<backend::Tail<'_>>,
+    tail: Option<&Tail<'_>>,
 ) -> Result<CpuStorage> {
     let op = "conv2d";
     let (xs, ws) = (Src::<T>::new(op, x)?, Src::<T>::new(op, w)?);
@@ -357,7 +344,6 @@ fn conv2d_t<T: Float>(
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
     if let (true, Some(x), Some(w)) = (g.winograd(), T::as_f32(&xv), T::as_f32(&wv)) {
-        let tail = tail.map(|t| Tail::<f32>::new(op, &t, o)).transpose()?;
         let f = winograd::Filters::cached(w, groups, og, cg);
         let t = winograd::Tiles::new(h, wd, p.padding);
         let out = for_images(
@@ -366,12 +352,11 @@ fn conv2d_t<T: Float>(
             t.scratch_len(og, cg),
             |b, dst, buf, threaded| {
                 let img = &x[b * c * h * wd..][..c * h * wd];
-                winograd::conv_image(&f, &t, img, dst, buf, threaded, tail.as_ref());
+                winograd::conv_image(&f, &t, img, dst, buf, threaded, tail);
             },
         );
         return Ok(CpuStorage::new(out));
     }
-    let tail = tail.map(|t| Tail::<T>::new(op, &t, o)).transpose()?;
     let out = for_images(n, o * ohw, g.col_len(), |b, dst, buf, threaded| {
         let col = g.columns(&xv[b * c * h * wd..][..c * h * wd], buf);
         for gi in 0..groups {
@@ -386,8 +371,12 @@ fn conv2d_t<T: Float>(
                 false,
                 &mut dst[gi * og * ohw..],
                 threaded,
-                tail.as_ref().map(|t| (t, gi * og)),
             );
+        }
+        if let (Some(t), Some(dst)) = (tail, T::as_f32_mut(dst)) {
+            for (channel, plane) in dst.chunks_exact_mut(ohw).enumerate() {
+                t.apply(channel, plane);
+            }
         }
     });
     Ok(CpuStorage::new(out))
@@ -449,7 +438,6 @@ fn conv_transpose2d_t<T: Float>(
                 false,
                 &mut col[gi * rows * hw..],
                 threaded,
-                None,
             );
         }
         // col2im: each output plane gathers the taps that land on it.
@@ -563,7 +551,6 @@ fn backward_weight_t<T: Float>(
                     true,
                     &mut acc[gi * og * kg..],
                     threaded,
-                    None,
                 );
             }
         }

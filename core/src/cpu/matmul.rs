@@ -6,9 +6,8 @@ use super::num::{Float, Num, sum_into_first};
 use super::par;
 use super::par::zeros;
 use super::storage::{CpuStorage, Src};
-use super::tail::Tail;
 use super::unsupported;
-use crate::backend::{self, View};
+use crate::backend::View;
 use crate::{DType, Error, Layout, Result, Shape};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -72,49 +71,20 @@ fn plan(a: &Layout, b: &Layout) -> Result<Plan> {
 /// `a @ b` into a fresh row-major buffer.
 pub(crate) fn matmul(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
     match a.dtype {
-        DType::F64 => float::<f64>(a, b, None),
-        DType::F32 => float::<f32>(a, b, None),
+        DType::F64 => float::<f64>(a, b),
+        DType::F32 => float::<f32>(a, b),
         DType::I32 => int::<i32>(a, b),
         DType::U32 => int::<u32>(a, b),
         dt => Err(unsupported("matmul", dt)),
     }
 }
 
-/// A float matmul with `tail` applied to its output ([`crate::backend::Tail`]), whose last axis
-/// has `channels` values.
-pub(crate) fn matmul_with_tail(
-    a: &View<'_>,
-    b: &View<'_>,
-    tail: backend::Tail<'_>,
-    channels: usize,
-) -> Result<CpuStorage> {
-    let tail = Some((tail, channels));
-    match a.dtype {
-        DType::F64 => float::<f64>(a, b, tail),
-        DType::F32 => float::<f32>(a, b, tail),
-        dt => Err(unsupported("matmul", dt)),
-    }
-}
-
-fn float<T: Float>(
-    a: &View<'_>,
-    b: &View<'_>,
-    tail: Option<(backend::Tail<'_>, usize)>,
-) -> Result<CpuStorage> {
-    let tail = (tail.map(|(t, channels)| Tail::<T>::new("matmul", &t, channels))).transpose()?;
-    let mut out = product::<T>(a, b)?;
-    if let Some(t) = tail {
-        t.apply_columns(&mut out);
-    }
-    Ok(CpuStorage::new(out))
-}
-
-fn product<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<Vec<T>> {
+fn float<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<CpuStorage> {
     let (x, y) = (Src::<T>::new("matmul", a)?, Src::<T>::new("matmul", b)?);
     let p = plan(x.layout, y.layout)?;
     let (m, k, n) = (p.m, p.k, p.n);
     if k == 0 || m * n == 0 {
-        return Ok(zeros::<T>(p.a_offsets.len() * m * n));
+        return Ok(CpuStorage::new(zeros::<T>(p.a_offsets.len() * m * n)));
     }
     let parts = k_parts(m, k, n);
     if parts > 1 && p.a_offsets.len() == 1 {
@@ -148,7 +118,7 @@ fn product<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<Vec<T>> {
         });
         sum_into_first(&mut partial, m * n);
         partial.truncate(m * n);
-        return Ok(partial);
+        return Ok(CpuStorage::new(partial));
     }
     let mut out = zeros(p.a_offsets.len() * m * n);
     for (c, (&oa, &ob)) in out
@@ -177,7 +147,7 @@ fn product<T: Float>(a: &View<'_>, b: &View<'_>) -> Result<Vec<T>> {
             );
         }
     }
-    Ok(out)
+    Ok(CpuStorage::new(out))
 }
 
 /// Into how many slices of the reduction a product is split across threads: a GEMM spreads only

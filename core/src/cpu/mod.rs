@@ -36,7 +36,7 @@ mod winograd;
 pub use par::{set_clock, threads};
 pub use storage::CpuStorage;
 
-use crate::backend::{Backend, ReadFuture, Tail, View};
+use crate::backend::{Backend, ReadFuture, View};
 use crate::op::{Meta, Op};
 use crate::{DType, Device, Error, Layout, Result, Shape, Storage, TensorData};
 use alloc::string::String;
@@ -154,41 +154,49 @@ impl Backend for CpuBackend {
         Ok(Storage::new(CpuStorage::from_data(data)))
     }
     fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
-        checked(op, inputs, outputs, |out_dtype, out_shape| {
-            if !native_f16(op)
-                && (out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
-            {
-                execute_via_f32(op, inputs, out_dtype, out_shape)
-            } else {
-                run(op, inputs, out_dtype, out_shape)
-            }
-        })
+        let (out_dtype, out_shape) = check_inputs(op, inputs, outputs)?;
+        let outs = if !native_f16(op)
+            && (out_dtype == DType::F16 || inputs.iter().any(|v| v.dtype == DType::F16))
+        {
+            execute_via_f32(op, inputs, out_dtype, out_shape)?
+        } else {
+            run(op, inputs, out_dtype, out_shape)?
+        };
+        check_outputs(op, outs, outputs)
     }
     fn fuses_tail(&self, op: &Op, dtype: DType) -> bool {
-        matches!(op, Op::Conv2d(_) | Op::Matmul) && matches!(dtype, DType::F32 | DType::F64)
+        matches!(op, Op::Conv2d(_) | Op::Matmul) && dtype == DType::F32
     }
     fn execute_with_tail(
         &self,
         op: &Op,
         x: &[View<'_>],
-        tail: Tail<'_>,
+        tail: crate::backend::Tail<'_>,
         output: &Meta,
     ) -> Result<Storage> {
-        let out = checked(op, x, core::slice::from_ref(output), |_, _| {
-            Ok(alloc::vec![match op {
-                Op::Conv2d(p) => conv::conv2d(&x[0], &x[1], *p, Some(tail))?,
-                Op::Matmul => {
-                    let channels = output.1.dims().last().copied().unwrap_or(1);
-                    matmul::matmul_with_tail(&x[0], &x[1], tail, channels)?
+        let outputs = core::slice::from_ref(output);
+        let (dtype, shape) = check_inputs(op, x, outputs)?;
+        if !self.fuses_tail(op, dtype) {
+            return Err(unsupported(op.name(), dtype));
+        }
+        let channels = match op {
+            Op::Conv2d(_) => shape.dims().get(1),
+            _ => shape.dims().last(),
+        };
+        let tail = tail::Tail::new(op.name(), &tail, channels.copied().unwrap_or(1))?;
+        let out = match (op, dtype) {
+            (Op::Conv2d(p), DType::F32) => conv::conv2d(&x[0], &x[1], *p, Some(&tail))?,
+            (Op::Matmul, DType::F32) => {
+                let mut m = matmul::matmul(&x[0], &x[1])?;
+                if let CpuStorage::F32(v) = &mut m {
+                    tail.apply_columns(v);
                 }
-                _ =>
-                    return Err(Error::unsupported(
-                        op.name(),
-                        "has no fused tail on the cpu"
-                    )),
-            }])
-        });
-        out?.pop()
+                m
+            }
+            _ => return Err(unsupported(op.name(), dtype)),
+        };
+        let mut out = check_outputs(op, alloc::vec![out], outputs)?;
+        out.pop()
             .ok_or_else(|| Error::invalid(op.name(), "produced no output"))
     }
     fn read(&self, input: View<'_>) -> ReadFuture {
@@ -221,14 +229,12 @@ fn check_allocatable(op: &Op, dt: DType, shape: &Shape) -> Result<()> {
     ))
 }
 
-/// Checks `op`'s input count and that its outputs can be allocated, runs `run(dtype, shape)`
-/// on the first output's, and checks what it produced against `outputs`.
-fn checked(
+/// Checks `op`'s input count and that its outputs can be allocated; returns the first output.
+fn check_inputs<'a>(
     op: &Op,
     inputs: &[View<'_>],
-    outputs: &[Meta],
-    run: impl FnOnce(DType, &Shape) -> Result<Vec<CpuStorage>>,
-) -> Result<Vec<Storage>> {
+    outputs: &'a [Meta],
+) -> Result<(DType, &'a Shape)> {
     let want = op.arity();
     let custom = matches!(op, Op::Custom(_));
     if want.is_some_and(|n| n != inputs.len()) || (want.is_none() && inputs.is_empty() && !custom) {
@@ -240,7 +246,11 @@ fn checked(
     for (dt, shape) in outputs {
         check_allocatable(op, *dt, shape)?;
     }
-    let outs = run(*out_dtype, out_shape)?;
+    Ok((*out_dtype, out_shape))
+}
+
+/// `outs` as storages, once checked against the dtypes and sizes `outputs` asked for.
+fn check_outputs(op: &Op, outs: Vec<CpuStorage>, outputs: &[Meta]) -> Result<Vec<Storage>> {
     let produced = |o: &CpuStorage| (o.dtype(), o.len());
     let wanted = |(d, s): &Meta| (*d, s.numel());
     if outs.len() != outputs.len() || outs.iter().map(produced).ne(outputs.iter().map(wanted)) {

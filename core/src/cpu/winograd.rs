@@ -266,7 +266,7 @@ pub(super) fn conv_image(
     dst: &mut [f32],
     scratch: &mut [f32],
     threaded: bool,
-    tail: Option<&Tail<'_, f32>>,
+    tail: Option<&Tail<'_>>,
 ) {
     let (og, cg, n, pw) = (f.og, f.cg, t.ld(), t.pw());
     let (plane, rest) = scratch.split_at_mut(t.plane_len());
@@ -396,7 +396,7 @@ fn output_transform(
     stride: usize,
     out: &mut [f32],
     rows: &mut [f32],
-    tail: Option<(&Tail<'_, f32>, usize)>,
+    tail: Option<(&Tail<'_>, usize)>,
 ) {
     let (tw, rw) = (t.tw, 4 * t.tw4());
     for ty in 0..t.th {

@@ -550,77 +550,70 @@ struct Step {
 /// each would be a pass over the output of its own. Only values that nothing else reads are
 /// folded; the bias must be a stored tensor with one value per output channel (a
 /// convolution's axis 1, a matmul's last axis). Same results: the same sums, in the same order.
-fn fuse_tails(steps: Vec<Step>, outputs: &[Source], device: &crate::Device) -> Vec<Step> {
+fn fuse_tails(mut steps: Vec<Step>, outputs: &[Source], device: &crate::Device) -> Vec<Step> {
+    // By node: how many times its value is read, and the step that reads it (the last one).
     let nodes = steps.iter().map(|s| s.node + 1).max().unwrap_or(0);
-    // By node: how many times its value is read, and the step that reads it last.
-    let mut reads = alloc::vec![0usize; nodes];
-    let mut reader = alloc::vec![usize::MAX; nodes];
-    let sources = steps
-        .iter()
-        .enumerate()
-        .flat_map(|(k, s)| s.inputs.iter().map(move |x| (k, x)));
-    for (k, x) in sources.chain(outputs.iter().map(|x| (usize::MAX, x))) {
-        if let Source::Node(j) = x {
-            reads[*j] += 1;
-            reader[*j] = k;
+    let (mut reads, mut reader) = (alloc::vec![0usize; nodes], alloc::vec![usize::MAX; nodes]);
+    for (k, s) in steps.iter().enumerate() {
+        for x in &s.inputs {
+            if let Source::Node(j) = x {
+                reads[*j] += 1;
+                reader[*j] = k;
+            }
         }
     }
-    // The step that alone reads step `k`'s value, when it is an elementwise op of that
-    // value's dtype and shape matching `op`.
-    let only_reader = |k: usize, op: &Op| {
+    for x in outputs {
+        if let Source::Node(j) = x {
+            reads[*j] += 2;
+        }
+    }
+    // The step that alone reads step `k`'s value, when it keeps that value's dtype and shape.
+    let only_reader = |steps: &[Step], k: usize| {
         let s = &steps[k];
-        let next = (reads[s.node] == 1).then(|| reader[s.node])?;
-        steps
-            .get(next)
-            .filter(|n| &n.op == op && n.out == s.out)
-            .map(|_| next)
+        let next = steps.get(reader[s.node]).filter(|n| n.out == s.out);
+        next.filter(|_| reads[s.node] == 1).map(|_| reader[s.node])
     };
     let mut gone = alloc::vec![false; steps.len()];
-    let mut fused: Vec<(usize, usize, Tensor, bool)> = Vec::new();
-    for (k, s) in steps.iter().enumerate() {
-        let (dtype, shape) = &s.out;
-        let channels = match (&s.op, shape.dims()) {
-            (Op::Conv2d(_), &[_, c, _, _]) => Some((c, 1)),
-            (Op::Matmul, [.., c]) => Some((*c, shape.rank() - 1)),
-            _ => None,
+    for k in 0..steps.len() {
+        let (dtype, shape) = &steps[k].out;
+        let (rank, dims) = (shape.rank(), shape.dims());
+        // The channel axis, and how many channels.
+        let (axis, c) = match steps[k].op {
+            Op::Conv2d(_) if rank == 4 => (1, dims[1]),
+            Op::Matmul if rank > 0 => (rank - 1, dims[rank - 1]),
+            _ => continue,
         };
-        let Some((c, axis)) = channels.filter(|_| device.backend().fuses_tail(&s.op, *dtype))
+        let Some(add) = only_reader(&steps, k)
+            .filter(|&a| matches!(steps[a].op, Op::Binary(crate::op::BinaryOp::Add)))
         else {
             continue;
         };
-        let Some(add) = only_reader(k, &Op::Binary(crate::op::BinaryOp::Add)) else {
-            continue;
-        };
+        // A stored tensor of one value per channel, on the channel axis once broadcast.
         let bias = steps[add].inputs.iter().find_map(|x| match x {
             Source::Const(b) => Some(b),
             _ => None,
         });
-        // One value per channel, on the channel axis once broadcast to the output.
         let fits = |b: &&Tensor| {
             let d = b.dims();
+            let at = |i: usize| rank + i - d.len();
             b.dtype() == *dtype
-                && d.len() <= shape.rank()
-                && (0..d.len()).all(|i| {
-                    let at = shape.rank() - d.len() + i;
-                    d[i] == if at == axis { c } else { 1 }
-                })
                 && b.numel() == c
+                && d.len() <= rank
+                && (0..d.len()).all(|i| d[i] == 1 || at(i) == axis)
         };
-        let Some(bias) = bias.filter(fits) else {
+        let Some(bias) = bias.filter(fits).cloned() else {
             continue;
         };
-        let relu = only_reader(add, &Op::Unary(crate::op::UnaryOp::Relu));
-        gone[add] = true;
-        if let Some(r) = relu {
-            gone[r] = true;
+        if !device.backend().fuses_tail(&steps[k].op, *dtype) {
+            continue;
         }
-        let last = steps[relu.unwrap_or(add)].node;
-        fused.push((k, last, bias.clone(), relu.is_some()));
-    }
-    let mut steps = steps;
-    for (k, last, bias, relu) in fused {
-        steps[k].node = last;
-        steps[k].tail = Some((bias, relu));
+        let relu = only_reader(&steps, add)
+            .filter(|&r| matches!(steps[r].op, Op::Unary(crate::op::UnaryOp::Relu)));
+        let last = relu.unwrap_or(add);
+        gone[add] = true;
+        gone[last] = true;
+        steps[k].node = steps[last].node;
+        steps[k].tail = Some((bias, relu.is_some()));
     }
     (steps.into_iter().zip(gone))
         .filter_map(|(s, gone)| (!gone).then_some(s))
@@ -645,16 +638,17 @@ impl Source {
         inputs: &'a [Tensor],
         values: &'a [Option<Tensor>],
     ) -> Result<&'a Tensor> {
-        let found = match self {
-            Source::Input(k) => inputs.get(*k),
-            Source::Const(t) => Some(t),
-            Source::Node(j) => values.get(*j).and_then(Option::as_ref),
+        let (found, what, at) = match self {
+            Source::Input(k) => (inputs.get(*k), "input", k),
+            Source::Const(t) => return Ok(t),
+            Source::Node(j) => (values.get(*j).and_then(Option::as_ref), "node", j),
         };
+        // Not `{self:?}`: a tensor's Debug would bring Rust's float formatting into the page.
         found.ok_or_else(|| {
             fail(
                 ErrorKind::Format,
                 "Model::run",
-                format_args!("missing value {self:?}"),
+                format_args!("missing value of {what} {at}"),
             )
         })
     }
