@@ -701,4 +701,14 @@ fn plans_fold_bias_and_relu_into_products() {
         assert_eq!(ops(&fused), "conv2d+bias+relu matmul+bias matmul add");
         assert_eq!(ops(&plain), "conv2d add relu matmul add matmul add");
     }
+    // An input on another device is refused before anything runs.
+    let x = Tensor::from_data(&data(&[2, 2, 6, 6], 13), &plain_dev).unwrap();
+    let err = fused_model.run(&[x]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Device, "{err}");
+    assert!(
+        err.to_string()
+            .contains("an input is on another device than the model"),
+        "{err}"
+    );
+    assert!(fused.ops.lock().unwrap().is_empty());
 }

@@ -169,9 +169,9 @@ impl Model {
                 ErrorKind::Device,
                 op,
                 format_args!(
-                    "the model is on {} and an input on {}",
-                    self.device.name(),
-                    x.device().name()
+                    "an input is on another device than the model ({}; the model is on {})",
+                    x.device().name(),
+                    self.device.name()
                 ),
             ));
         }
