@@ -79,6 +79,22 @@ pub struct View<'a> {
 /// ([`Backend::execute_with_tail`]): `y + bias`, the bias broadcast along the output channels (a
 /// convolution's axis 1, a matmul's last axis), then ReLU when `relu`. These are the ops that
 /// follow a layer's product in a model, each a pass over the output when run alone.
+///
+/// ```
+/// use kiln_core::{block_on, DType, Device, Layout, Op, Tail, Tensor, View};
+/// let dev = Device::cpu();
+/// let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], [2, 2], &dev)?;
+/// let w = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], [2, 2], &dev)?;
+/// let bias = Tensor::from_vec(vec![0.5f32, 1.0], [2], &dev)?;
+/// let (cpu, out) = (dev.backend(), (DType::F32, x.shape().clone()));
+/// assert!(cpu.fuses_tail(&Op::Matmul, DType::F32));
+/// let tail = Tail { bias: bias.view(), relu: true };
+/// let y = cpu.execute_with_tail(&Op::Matmul, &[x.view(), w.view()], tail, &out)?;
+/// let layout = Layout::contiguous(out.1.clone());
+/// let y = block_on(cpu.read(View { storage: &y, layout: &layout, dtype: DType::F32 }))?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![1.5, 0.0, 3.5, 0.0]); // max(x w + bias, 0)
+/// # Ok::<(), kiln_core::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Tail<'a> {
     /// One value per output channel, of the product's dtype (any shape of that many elements).
