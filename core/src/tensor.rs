@@ -207,12 +207,7 @@ impl Tensor {
                 alloc::format!("has {} outputs, {want} expected{hint}", outputs.len()),
             ));
         }
-        if let Some((dtype, _)) = outputs.iter().find(|(d, _)| !device.backend().supports(*d)) {
-            return Err(Error::unsupported(
-                op.name(),
-                alloc::format!("device {} does not support {dtype}", device.name()),
-            ));
-        }
+        Self::check_supported(&op, &outputs, &device)?;
         let record = crate::autodiff::should_record(inputs);
         if record && outputs.len() > 1 {
             return Err(Error::unsupported(
@@ -248,6 +243,18 @@ impl Tensor {
         Ok(alloc::vec![Self::wrap(
             storage, layout, dtype, device, node
         )])
+    }
+
+    /// Fails when `device` cannot hold one of `op`'s outputs (f16 on a WebGPU adapter without
+    /// `shader-f16`).
+    pub(crate) fn check_supported(op: &Op, outputs: &[Meta], device: &Device) -> Result<()> {
+        match outputs.iter().find(|(d, _)| !device.backend().supports(*d)) {
+            Some((dtype, _)) => Err(Error::unsupported(
+                op.name(),
+                alloc::format!("device {} does not support {dtype}", device.name()),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// A one-output op's result, given the dtype and shape [`Op::infer`] returned for it: a view

@@ -184,16 +184,16 @@ impl Backend for CpuBackend {
             _ => shape.dims().last(),
         };
         let tail = tail::Tail::new(op.name(), &tail, channels.copied().unwrap_or(1))?;
-        let out = match (op, dtype) {
-            (Op::Conv2d(p), DType::F32) => conv::conv2d(&x[0], &x[1], *p, Some(&tail))?,
-            (Op::Matmul, DType::F32) => {
+        // `fuses_tail` admitted it: an f32 Conv2d or Matmul.
+        let out = match op {
+            Op::Conv2d(p) => conv::conv2d(&x[0], &x[1], *p, Some(&tail))?,
+            _ => {
                 let mut m = matmul::matmul(&x[0], &x[1])?;
                 if let CpuStorage::F32(v) = &mut m {
                     tail.apply_columns(v);
                 }
                 m
             }
-            _ => return Err(unsupported(op.name(), dtype)),
         };
         let mut out = check_outputs(op, alloc::vec![out], outputs)?;
         out.pop()

@@ -464,13 +464,7 @@ impl Graph {
                     )));
                 }
             };
-            if !device.backend().supports(out.0) {
-                return Err(context(fail(
-                    ErrorKind::Unsupported,
-                    op.name(),
-                    format_args!("device {} does not support {}", device.name(), out.0),
-                )));
-            }
+            Tensor::check_supported(&op, core::slice::from_ref(&out), device).map_err(context)?;
             let consts: Option<Vec<&Tensor>> = (sources.iter())
                 .map(|s| match s {
                     Source::Const(t) => Some(t),
