@@ -61,7 +61,7 @@ impl Geom {
     fn is_pointwise(&self) -> bool {
         self.kh == 1 && self.kw == 1 && self.p.stride == [1, 1] && self.p.padding == [0, 0]
     }
-    /// Whether Winograd's F(4x4, 3x3) serves this convolution: a 3x3 kernel at stride 1 without
+    /// Whether Winograd's convolution (F(4x4, 3x3) or F(6x6, 3x3)) serves this one: a 3x3 kernel at stride 1 without
     /// dilation, over enough input channels per group that its GEMMs outweigh the transforms
     /// (a first layer's one channel is left to the row updates of [`gemm()`]).
     fn winograd(&self) -> bool {
@@ -169,7 +169,7 @@ fn for_images<T: Float>(
     })
 }
 
-/// Input channels per group from which 3x3 convolutions go through Winograd's F(4x4, 3x3).
+/// Input channels per group from which 3x3 convolutions go through Winograd's algorithms.
 const WINOGRAD_MIN_CHANNELS: usize = 8;
 /// Whether Winograd's convolution is used: with the portable GEMM (wasm32, `no_std`), and in
 /// the unit tests, which check it natively. Native builds keep the column matrix for now: with
@@ -344,8 +344,8 @@ fn conv2d_t<T: Float>(
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
     if let (true, Some(x), Some(w)) = (g.winograd(), T::as_f32(&xv), T::as_f32(&wv)) {
-        let f = winograd::Filters::cached(w, groups, og, cg);
         let t = winograd::Tiles::new(h, wd, p.padding);
+        let f = winograd::Filters::cached(w, groups, og, cg, t.tile());
         let out = for_images(
             n,
             o * ohw,

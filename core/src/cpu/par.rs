@@ -13,8 +13,8 @@ pub(crate) const GRAIN: usize = 1 << 16;
 /// Whether a loop of `ops` simple operations (element operations; a GEMM's multiply-adds count a
 /// quarter each, four to a SIMD instruction) is worth spreading over the threads: handing pieces
 /// over and waiting for them costs some microseconds (waking a Web Worker, 20-30), about what
-/// [`GRAIN`] operations take. At batch 1 the MNIST CNN's first convolution, its pooling and
-/// Winograd's output transform stay on one thread.
+/// [`GRAIN`] operations take. At batch 1 the MNIST CNN's first convolution and its pooling stay
+/// on one thread.
 pub(crate) fn worth_splitting(ops: usize) -> bool {
     ops >= GRAIN && threads() > 1
 }
