@@ -108,6 +108,17 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
                 ..Conv2dParams::default()
             },
         ),
+        // The column matrix of one image with two groups, threaded GEMMs (with 2+ threads).
+        (
+            [1, 16, 40, 40],
+            [12, 8, 3, 3],
+            Conv2dParams {
+                stride: [2, 2],
+                padding: [1, 1],
+                groups: 2,
+                ..Conv2dParams::default()
+            },
+        ),
         // the same kernel at stride 2: the column matrix
         (
             [1, 8, 7, 7],

@@ -443,11 +443,7 @@ pub(super) fn conv_image(
                 gi,
                 rows: i * rows..((i + 1) * rows).min(t.th),
             };
-            if t.m == 4 {
-                conv_part::<6, 4, F4x4>(f, t, &part, img, outs, scratch, tail)
-            } else {
-                conv_part::<8, 6, F6x6>(f, t, &part, img, outs, scratch, tail)
-            }
+            conv_part(f, t, &part, img, outs, scratch, tail)
         });
     }
 }
@@ -458,9 +454,9 @@ struct Part {
     rows: Range<usize>,
 }
 
-/// One part of [`conv_image`] by the algorithm `A`: `outs` are the part's rows of each output
-/// plane of the group, `scratch` has [`Tiles::part_len`] elements.
-fn conv_part<const S: usize, const M: usize, A: Algorithm<S, M>>(
+/// One part of [`conv_image`]: `outs` are the part's rows of each output plane of the group,
+/// `scratch` has [`Tiles::part_len`] elements. Only the transforms depend on the algorithm.
+fn conv_part(
     f: &Filters,
     t: &Tiles,
     part: &Part,
@@ -469,7 +465,7 @@ fn conv_part<const S: usize, const M: usize, A: Algorithm<S, M>>(
     scratch: &mut [f32],
     tail: Option<&Tail<'_>>,
 ) {
-    let (og, cg, pw, planes, gi) = (f.og, f.cg, t.pw(), S * S, part.gi);
+    let (og, cg, pw, planes, gi) = (f.og, f.cg, t.pw(), t.planes(), part.gi);
     let (th, n) = (part.rows.len(), t.ld(part.rows.len()));
     let (plane, rest) = scratch.split_at_mut(t.plane_len(th));
     let (v, rest) = rest.split_at_mut(planes * cg * n);
@@ -477,7 +473,7 @@ fn conv_part<const S: usize, const M: usize, A: Algorithm<S, M>>(
     // The padded input rows under the part's tiles; the zero border stays, as every channel
     // writes the same interior.
     plane.fill(0.0);
-    let first = M * part.rows.start;
+    let first = t.m * part.rows.start;
     let inside = |r: usize| (first + r).checked_sub(t.pad[0]).filter(|&y| y < t.h);
     for c in 0..cg {
         let src = &img[(gi * cg + c) * t.h * t.w..][..t.h * t.w];
@@ -486,7 +482,11 @@ fn conv_part<const S: usize, const M: usize, A: Algorithm<S, M>>(
                 dst[t.pad[1]..][..t.w].copy_from_slice(&src[y * t.w..][..t.w]);
             }
         }
-        input_transform::<S, M, A>(t, th, plane, &mut v[c * n..], cg * n);
+        if t.m == 4 {
+            input_transform::<6, 4, F4x4>(t, th, plane, &mut v[c * n..], cg * n);
+        } else {
+            input_transform::<8, 6, F6x6>(t, th, plane, &mut v[c * n..], cg * n);
+        }
     }
     // Plane xi's products for all output channels, panel of filters by panel and tile by tile
     // of the micro-kernel, `V` read in place: M as [planes][og][n]. The spare tiles are
@@ -516,7 +516,12 @@ fn conv_part<const S: usize, const M: usize, A: Algorithm<S, M>>(
     }
     for (o, out) in outs.into_iter().enumerate() {
         let tail = tail.map(|t| (t, gi * og + o));
-        output_transform::<S, M, A>(t, th, &m[o * n..], og * n, out, rows, tail);
+        let m = &m[o * n..];
+        if t.m == 4 {
+            output_transform::<6, 4, F4x4>(t, th, m, og * n, out, rows, tail);
+        } else {
+            output_transform::<8, 6, F6x6>(t, th, m, og * n, out, rows, tail);
+        }
     }
 }
 
