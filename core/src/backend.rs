@@ -75,10 +75,12 @@ pub struct View<'a> {
     pub dtype: DType,
 }
 
-/// An elementwise tail that a product applies to its output as it writes it
-/// ([`Backend::execute_with_tail`]): `y + bias`, the bias broadcast along the output channels (a
-/// convolution's axis 1, a matmul's last axis), then ReLU when `relu`. These are the ops that
-/// follow a layer's product in a model, each a pass over the output when run alone.
+/// The ops that a product applies to its output as it writes it ([`Backend::execute_with_tail`]):
+/// `y + bias`, the bias broadcast along the output channels (a convolution's axis 1, a matmul's
+/// last axis), then ReLU when `relu`, then for a convolution with `max_pool` the maxima of 2x2
+/// windows at stride 2 (the output is then the pooled one, half the height and width rounded
+/// down). These are the ops that follow a layer's product in a model, each a pass over the
+/// output when run alone.
 ///
 /// ```
 /// use kiln_core::{block_on, DType, Device, Layout, Op, Tail, Tensor, View};
@@ -87,8 +89,8 @@ pub struct View<'a> {
 /// let w = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], [2, 2], &dev)?;
 /// let bias = Tensor::from_vec(vec![0.5f32, 1.0], [2], &dev)?;
 /// let (cpu, out) = (dev.backend(), (DType::F32, x.shape().clone()));
-/// assert!(cpu.fuses_tail(&Op::Matmul, DType::F32));
-/// let tail = Tail { bias: bias.view(), relu: true };
+/// assert!(cpu.fuses_tail(&Op::Matmul, DType::F32, false));
+/// let tail = Tail { bias: bias.view(), relu: true, max_pool: false };
 /// let y = cpu.execute_with_tail(&Op::Matmul, &[x.view(), w.view()], tail, &out)?;
 /// let layout = Layout::contiguous(out.1.clone());
 /// let y = block_on(cpu.read(View { storage: &y, layout: &layout, dtype: DType::F32 }))?;
@@ -101,6 +103,8 @@ pub struct Tail<'a> {
     pub bias: View<'a>,
     /// Whether ReLU follows the sum.
     pub relu: bool,
+    /// Whether a 2x2 max pool at stride 2 follows (convolutions only).
+    pub max_pool: bool,
 }
 
 /// What reading a tensor back returns: a future, so that browsers never block. Native code can
@@ -119,14 +123,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Runs one op. View ops never reach here. Returns one contiguous storage per entry of
     /// `outputs` (as [`Op::infer`] gave them), in order.
     fn execute(&self, op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>>;
-    /// Whether [`Backend::execute_with_tail`] runs `op` with outputs of `dtype`. A model's plan
-    /// asks once; where it is `false`, the tail's ops run one by one.
-    fn fuses_tail(&self, op: &Op, dtype: DType) -> bool {
-        let _ = (op, dtype);
+    /// Whether [`Backend::execute_with_tail`] runs `op` with outputs of `dtype`, and with a max
+    /// pool in its tail when `max_pool`. A model's plan asks once; where it is `false`, the
+    /// tail's ops run one by one.
+    fn fuses_tail(&self, op: &Op, dtype: DType, max_pool: bool) -> bool {
+        let _ = (op, dtype, max_pool);
         false
     }
     /// Runs `op`, one that [`Backend::fuses_tail`] accepts, with `tail` applied to its output
-    /// as it is written. `output` is the product's dtype and shape, as [`Op::infer`] gave it.
+    /// as it is written. `output` is the tail's dtype and shape: the product's, as [`Op::infer`]
+    /// gave it, or with a max pool the pooled one.
     fn execute_with_tail(
         &self,
         op: &Op,

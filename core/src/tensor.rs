@@ -295,24 +295,20 @@ impl Tensor {
 
     /// Runs a one-output op whose output [`Op::infer`] already gave for these inputs' dtypes
     /// and shapes, unrecorded: a planned graph's node ([`crate::model::Model::run`]). With
-    /// `tail` (a bias, and whether ReLU follows), the op is a product that the device applies
-    /// them to as it writes its output ([`crate::Backend::execute_with_tail`]).
+    /// `tail`, the op is a product that the device applies it to as it writes its output
+    /// ([`crate::Backend::execute_with_tail`]), and `out` is the tail's output.
     pub(crate) fn run_inferred(
         op: &Op,
         inputs: &[&Tensor],
         device: &Device,
         out: &Meta,
-        tail: Option<(&Tensor, bool)>,
+        tail: Option<crate::backend::Tail<'_>>,
     ) -> Result<Tensor> {
         let (dtype, shape) = out;
         let (storage, layout) = match tail {
             None => Self::produce(op, inputs, device, *dtype, shape.clone())?,
-            Some((bias, relu)) => {
+            Some(tail) => {
                 let views: Vec<View<'_>> = inputs.iter().map(|t| t.view()).collect();
-                let tail = crate::backend::Tail {
-                    bias: bias.view(),
-                    relu,
-                };
                 let s = device.backend().execute_with_tail(op, &views, tail, out)?;
                 (s, Layout::contiguous(shape.clone()))
             }

@@ -566,8 +566,8 @@ impl kiln_core::Backend for Counting {
         self.ops.lock().unwrap().push(op.name().to_string());
         dev().backend().execute(op, inputs, outputs)
     }
-    fn fuses_tail(&self, op: &Op, dtype: DType) -> bool {
-        self.fuse && dev().backend().fuses_tail(op, dtype)
+    fn fuses_tail(&self, op: &Op, dtype: DType, max_pool: bool) -> bool {
+        self.fuse && dev().backend().fuses_tail(op, dtype, max_pool)
     }
     fn execute_with_tail(
         &self,
@@ -577,10 +577,11 @@ impl kiln_core::Backend for Counting {
         output: &kiln_core::op::Meta,
     ) -> Result<kiln_core::Storage> {
         let relu = if tail.relu { "+relu" } else { "" };
+        let pool = if tail.max_pool { "+max_pool" } else { "" };
         self.ops
             .lock()
             .unwrap()
-            .push(format!("{}+bias{relu}", op.name()));
+            .push(format!("{}+bias{relu}{pool}", op.name()));
         dev().backend().execute_with_tail(op, inputs, tail, output)
     }
     fn read(&self, input: kiln_core::View<'_>) -> kiln_core::ReadFuture {
@@ -588,10 +589,10 @@ impl kiln_core::Backend for Counting {
     }
 }
 
-/// A model's plan folds a bias add and a ReLU into the convolution or matmul before them when
-/// nothing else reads the values in between (the bias on either side of the add), keeps them
-/// apart where something does, and gives the same bits as running every node alone, at two
-/// batch sizes (the plan is made again for the second).
+/// A model's plan folds a bias add and a ReLU into the convolution or matmul before them, and a
+/// 2x2 max pool after a convolution's, when nothing else reads the values in between (the bias
+/// on either side of the add), keeps them apart where something does, and gives the same bits
+/// as running every node alone, at two batch sizes (the plan is made again for the second).
 #[test]
 fn plans_fold_bias_and_relu_into_products() {
     let node = |op: Op, inputs: Vec<Ref>, batch: Vec<[usize; 2]>| GraphNode { op, inputs, batch };
@@ -613,17 +614,28 @@ fn plans_fold_bias_and_relu_into_products() {
         node(add(), vec![n(1), n(0)], vec![]),
         node(Op::Unary(UnaryOp::Relu), vec![n(2)], vec![]),
         node(
-            Op::Reshape {
-                shape: [2, 64].into(),
-            },
+            Op::Pool2d(kiln_core::op::Pool2d::Max(kiln_core::op::Pool2dParams {
+                kernel: [2, 2],
+                stride: [2, 2],
+                padding: [0, 0],
+                dilation: [1, 1],
+                count_include_pad: false,
+            })),
             vec![n(3)],
+            vec![],
+        ),
+        node(
+            Op::Reshape {
+                shape: [2, 16].into(),
+            },
+            vec![n(4)],
             vec![[0, 1]],
         ),
-        node(Op::Matmul, vec![n(4), t("fw")], vec![]),
-        node(add(), vec![n(5), t("fb")], vec![]),
+        node(Op::Matmul, vec![n(5), t("fw")], vec![]),
+        node(add(), vec![n(6), t("fb")], vec![]),
         // read by the add and as an output: stays a value of its own
-        node(Op::Matmul, vec![n(6), t("gw")], vec![]),
-        node(add(), vec![n(7), t("gb")], vec![]),
+        node(Op::Matmul, vec![n(7), t("gw")], vec![]),
+        node(add(), vec![n(8), t("gb")], vec![]),
     ];
     let info = |name: &str, shape: Vec<Option<usize>>| ValueInfo {
         name: name.into(),
@@ -636,11 +648,11 @@ fn plans_fold_bias_and_relu_into_products() {
         outputs: vec![
             GraphOutput {
                 info: info("output", vec![None, Some(3)]),
-                value: n(8),
+                value: n(9),
             },
             GraphOutput {
                 info: info("product", vec![None, Some(3)]),
-                value: n(7),
+                value: n(8),
             },
         ],
     };
@@ -651,7 +663,7 @@ fn plans_fold_bias_and_relu_into_products() {
     let tensors = [
         ("cw", data(&[4, 2, 3, 3], 1)),
         ("cb", data(&[4], 2)),
-        ("fw", data(&[64, 5], 3)),
+        ("fw", data(&[16, 5], 3)),
         ("fb", data(&[5], 4)),
         ("gw", data(&[5, 3], 5)),
         ("gb", data(&[3], 6)),
@@ -698,8 +710,14 @@ fn plans_fold_bias_and_relu_into_products() {
             );
         }
         let ops = |b: &Counting| std::mem::take(&mut *b.ops.lock().unwrap()).join(" ");
-        assert_eq!(ops(&fused), "conv2d+bias+relu matmul+bias matmul add");
-        assert_eq!(ops(&plain), "conv2d add relu matmul add matmul add");
+        assert_eq!(
+            ops(&fused),
+            "conv2d+bias+relu+max_pool matmul+bias matmul add"
+        );
+        assert_eq!(
+            ops(&plain),
+            "conv2d add relu max_pool2d matmul add matmul add"
+        );
     }
     // An input on another device is refused before anything runs.
     let x = Tensor::from_data(&data(&[2, 2, 6, 6], 13), &plain_dev).unwrap();

@@ -5,6 +5,7 @@
 
 use super::num::{Float, sum_into_first};
 use super::par;
+use super::pool;
 use super::storage::{self, CpuStorage, Src};
 use super::tail::Tail;
 use super::unsupported;
@@ -343,12 +344,15 @@ fn conv2d_t<T: Float>(
     };
     let (xv, wv) = (xs.to_contiguous(), ws.to_contiguous());
     let (ohw, og, kg) = (oh * ow, o / groups, cg * kh * kw);
+    // A max pool in the tail: each image's output is the pooled one.
+    let pooled = tail.is_some_and(|t| t.max_pool);
+    let (poh, pow) = if pooled { (oh / 2, ow / 2) } else { (oh, ow) };
     if let (true, Some(x), Some(w)) = (g.winograd(), T::as_f32(&xv), T::as_f32(&wv)) {
         let t = winograd::Tiles::new(h, wd, p.padding);
         let f = winograd::Filters::cached(w, groups, og, cg, t.tile());
         let out = for_images(
             n,
-            o * ohw,
+            o * poh * pow,
             t.scratch_len(og, cg),
             |b, dst, buf, threaded| {
                 let img = &x[b * c * h * wd..][..c * h * wd];
@@ -357,28 +361,48 @@ fn conv2d_t<T: Float>(
         );
         return Ok(CpuStorage::new(out));
     }
-    let out = for_images(n, o * ohw, g.col_len(), |b, dst, buf, threaded| {
-        let col = g.columns(&xv[b * c * h * wd..][..c * h * wd], buf);
-        for gi in 0..groups {
-            gemm(
-                og,
-                kg,
-                ohw,
-                &wv[gi * og * kg..],
-                [kg as isize, 1],
-                &col[gi * kg * ohw..],
-                [ohw as isize, 1],
-                false,
-                &mut dst[gi * og * ohw..],
-                threaded,
-            );
-        }
-        if let (Some(t), Some(dst)) = (tail, T::as_f32_mut(dst)) {
-            for (channel, plane) in dst.chunks_exact_mut(ohw).enumerate() {
-                t.apply(channel, plane);
+    // With a pool, an image's product goes to the scratch after its column matrix first.
+    let full = if pooled { o * ohw } else { 0 };
+    let out = for_images(
+        n,
+        o * poh * pow,
+        g.col_len() + full,
+        |b, dst, buf, threaded| {
+            let (buf, product) = buf.split_at_mut(g.col_len());
+            let col = g.columns(&xv[b * c * h * wd..][..c * h * wd], buf);
+            // The product and its bias and ReLU into `y` (`[o, oh, ow]`).
+            let multiply = |y: &mut [T]| {
+                for gi in 0..groups {
+                    gemm(
+                        og,
+                        kg,
+                        ohw,
+                        &wv[gi * og * kg..],
+                        [kg as isize, 1],
+                        &col[gi * kg * ohw..],
+                        [ohw as isize, 1],
+                        false,
+                        &mut y[gi * og * ohw..],
+                        threaded,
+                    );
+                }
+                if let (Some(t), Some(y)) = (tail, T::as_f32_mut(y)) {
+                    for (channel, plane) in y.chunks_exact_mut(ohw).enumerate() {
+                        t.apply(channel, plane);
+                    }
+                }
+            };
+            if pooled {
+                let y = &mut product[..full];
+                multiply(y);
+                for (plane, d) in y.chunks_exact(ohw).zip(dst.chunks_exact_mut(poh * pow)) {
+                    pool::max_2x2(plane, ow, d, pow);
+                }
+            } else {
+                multiply(dst);
             }
-        }
-    });
+        },
+    );
     Ok(CpuStorage::new(out))
 }
 

@@ -164,8 +164,13 @@ impl Backend for CpuBackend {
         };
         check_outputs(op, outs, outputs)
     }
-    fn fuses_tail(&self, op: &Op, dtype: DType) -> bool {
-        matches!(op, Op::Conv2d(_) | Op::Matmul) && dtype == DType::F32
+    fn fuses_tail(&self, op: &Op, dtype: DType, max_pool: bool) -> bool {
+        let product = match op {
+            Op::Conv2d(_) => true,
+            Op::Matmul => !max_pool,
+            _ => false,
+        };
+        product && dtype == DType::F32
     }
     fn execute_with_tail(
         &self,
@@ -176,7 +181,7 @@ impl Backend for CpuBackend {
     ) -> Result<Storage> {
         let outputs = core::slice::from_ref(output);
         let (dtype, shape) = check_inputs(op, x, outputs)?;
-        if !self.fuses_tail(op, dtype) {
+        if !self.fuses_tail(op, dtype, tail.max_pool) {
             return Err(unsupported(op.name(), dtype));
         }
         let channels = match op {
@@ -184,7 +189,7 @@ impl Backend for CpuBackend {
             _ => shape.dims().last(),
         };
         let tail = tail::Tail::new(op.name(), &tail, channels.copied().unwrap_or(1))?;
-        // `fuses_tail` admitted it: an f32 Conv2d or Matmul.
+        // `fuses_tail` admitted it: an f32 Conv2d, or an f32 Matmul without a pool.
         let out = match op {
             Op::Conv2d(p) => conv::conv2d(&x[0], &x[1], *p, Some(&tail))?,
             _ => {

@@ -298,11 +298,7 @@ fn tiled_plane<T: Float>(
     [kh, kw]: [usize; 2],
 ) {
     if g.is_none() && (kh, kw) == (2, 2) && ow > 0 {
-        for (oy, d) in dst[..oh * ow].chunks_exact_mut(ow).enumerate() {
-            let r0 = &plane[2 * oy * w..][..2 * ow];
-            let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
-            max_2x2_row(r0, r1, d);
-        }
+        max_2x2(plane, w, &mut dst[..oh * ow], ow);
         return;
     }
     let mut args = vec![0u32; ow];
@@ -346,6 +342,17 @@ fn tiled_plane<T: Float>(
                 }
             }
         }
+    }
+}
+
+/// The maxima of the 2x2 windows at stride 2 of `plane` (rows of `w` values) into `dst`, rows
+/// of `ow` values (`ow` > 0), as many as it holds: a max pool's plane, or a convolution's output
+/// rows in its fused tail ([`super::tail::Tail`]).
+pub(super) fn max_2x2<T: Float>(plane: &[T], w: usize, dst: &mut [T], ow: usize) {
+    for (oy, d) in dst.chunks_exact_mut(ow).enumerate() {
+        let r0 = &plane[2 * oy * w..][..2 * ow];
+        let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
+        max_2x2_row(r0, r1, d);
     }
 }
 

@@ -810,24 +810,36 @@ fn scratch_larger_than_the_pool_keeps_is_not_held() {
     assert!(scratch::<f32>(1).capacity() < huge);
 }
 
-/// A product's fused tail (`Backend::execute_with_tail`: bias, then ReLU) gives the same bits as
-/// the add and the ReLU run after it, on every convolution path (Winograd, row updates, the
-/// column matrix; threaded products at batch 1, groups) and every matmul path (batched, a
-/// vector, the split reduction), with and without the ReLU. Only f32 products take a tail.
+/// A product's fused tail (`Backend::execute_with_tail`: bias, then ReLU, then for convolutions
+/// a 2x2 max pool) gives the same bits as the add, the ReLU and the pool run after it, on every
+/// convolution path (Winograd F(4x4) and F(6x6), row updates, the column matrix; threaded
+/// products at batch 1, groups; odd output sizes, whose last row or column the pool leaves) and
+/// every matmul path (batched, a vector, the split reduction), with and without the ReLU. Only
+/// f32 products take a tail, and only convolutions a pool.
 #[test]
 fn fused_tails_match_the_ops_they_replace() -> Result<()> {
     use crate::backend::{Tail, View};
     let dev = Device::cpu();
-    let fused = |op: crate::Op, x: &[&Tensor], bias: &Tensor, relu: bool| -> Result<Tensor> {
+    let fused = |op: crate::Op,
+                 x: &[&Tensor],
+                 bias: &Tensor,
+                 relu: bool,
+                 max_pool: bool|
+     -> Result<Tensor> {
         let views: Vec<View<'_>> = x.iter().map(|t| t.view()).collect();
-        let out = op.infer(
+        let mut out = op.infer(
             &x.iter()
                 .map(|t| (t.dtype(), t.shape().clone()))
                 .collect::<Vec<_>>(),
         )?;
+        // A convolution's pooled output (a matmul's is refused).
+        if let (true, &[n, c, h, w]) = (max_pool, out[0].1.dims()) {
+            out[0].1 = crate::Shape::from(&[n, c, h / 2, w / 2][..]);
+        }
         let tail = Tail {
             bias: bias.view(),
             relu,
+            max_pool,
         };
         let s = dev
             .backend()
@@ -861,13 +873,32 @@ fn fused_tails_match_the_ops_they_replace() -> Result<()> {
             let w = t(&rand(wd.iter().product(), 50 + case as u64), &wd).cast(dtype)?;
             let b = t(&rand(wd[0], 90 + case as u64), &[wd[0]]).cast(dtype)?;
             let y = x.conv2d(&w, None, p)?.add(&b.reshape([1, wd[0], 1, 1])?)?;
-            for relu in [false, true] {
-                let want = if relu { y.relu()? } else { y.clone() };
-                let got = fused(crate::Op::Conv2d(p), &[&x, &w], &b, relu)?;
+            let two = Pool2dParams {
+                kernel: [2, 2],
+                stride: [2, 2],
+                padding: [0, 0],
+                dilation: [1, 1],
+                count_include_pad: false,
+            };
+            // Outputs of one row or column pool to nothing.
+            let pools: &[bool] = if y.dims()[2] > 1 && y.dims()[3] > 1 {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for (relu, &max_pool) in [false, true]
+                .into_iter()
+                .flat_map(|r| pools.iter().map(move |m| (r, m)))
+            {
+                let mut want = if relu { y.relu()? } else { y.clone() };
+                if max_pool {
+                    want = want.max_pool2d(two)?;
+                }
+                let got = fused(crate::Op::Conv2d(p), &[&x, &w], &b, relu, max_pool)?;
                 same(
                     &got,
                     &want,
-                    &format!("{dtype} conv case {case}, relu {relu}"),
+                    &format!("{dtype} conv case {case}, relu {relu}, max pool {max_pool}"),
                 )?;
             }
         }
@@ -887,7 +918,7 @@ fn fused_tails_match_the_ops_they_replace() -> Result<()> {
             let y = y.add(&b)?;
             for relu in [false, true] {
                 let want = if relu { y.relu()? } else { y.clone() };
-                let got = fused(crate::Op::Matmul, &[&a, &m], &b, relu)?;
+                let got = fused(crate::Op::Matmul, &[&a, &m], &b, relu, false)?;
                 same(
                     &got,
                     &want,
@@ -900,15 +931,28 @@ fn fused_tails_match_the_ops_they_replace() -> Result<()> {
     let x = t(&rand(2 * 3 * 4 * 4, 5), &[2, 3, 4, 4]);
     let w = t(&rand(6 * 3 * 9, 6), &[6, 3, 3, 3]);
     let conv = crate::Op::Conv2d(Conv2dParams::default());
-    let err = fused(conv.clone(), &[&x, &w], &t(&rand(6, 7), &[6]), true).unwrap_err();
+    let err = fused(conv.clone(), &[&x, &w], &t(&rand(6, 7), &[6]), true, false).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    assert!(!dev.backend().fuses_tail(&conv, DType::F64));
+    assert!(!dev.backend().fuses_tail(&conv, DType::F64, false));
+    // A matmul takes no pool.
+    assert!(
+        !dev.backend()
+            .fuses_tail(&crate::Op::Matmul, DType::F32, true)
+    );
+    let (a, m) = (
+        t(&rand(6, 8), &[2, 3]).cast(DType::F32)?,
+        t(&rand(6, 9), &[3, 2]).cast(DType::F32)?,
+    );
+    let bias = t(&rand(2, 10), &[2]).cast(DType::F32)?;
+    let err = fused(crate::Op::Matmul, &[&a, &m], &bias, true, true).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     let (x, w) = (x.cast(DType::F32)?, w.cast(DType::F32)?);
     let err = fused(
         crate::Op::Conv2d(Conv2dParams::default()),
         &[&x, &w],
         &t(&rand(5, 7), &[5]).cast(DType::F32)?,
         true,
+        false,
     )
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Shape, "{err}");

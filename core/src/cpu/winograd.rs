@@ -404,8 +404,9 @@ impl Tiles {
     }
 }
 
-/// `dst` (`[groups * og, oh, ow]`) = the convolution of one image `img` (`[groups * cg, h, w]`)
-/// with `f`, transformed for `t`'s algorithm; `scratch` has [`Tiles::scratch_len`] elements.
+/// `dst` (`[groups * og, oh, ow]`, or with a max pool in `tail` `[groups * og, oh / 2, ow / 2]`)
+/// = the convolution of one image `img` (`[groups * cg, h, w]`) with `f`, transformed for `t`'s
+/// algorithm; `scratch` has [`Tiles::scratch_len`] elements.
 /// `threaded`: the image's rows of tiles are split into a part per thread, each transforming
 /// its tiles' inputs, multiplying them by all the filters and transforming its products back
 /// into its rows of the output (one parallel region per image and group; nothing is shared but
@@ -422,7 +423,10 @@ pub(super) fn conv_image(
     debug_assert_eq!(f.m, t.m);
     let (og, cg) = (f.og, f.cg);
     let (parts, rows) = t.parts(threaded, og, cg);
-    let (ohw, part_len) = (t.oh * t.ow, t.part_len(rows, og, cg));
+    // Output rows of a row of tiles, and their width: half as many and half as wide pooled.
+    let pool = usize::from(tail.is_some_and(|t| t.max_pool)) + 1;
+    let (tile_rows, width) = (t.m / pool, t.ow / pool);
+    let (ohw, part_len) = (t.oh / pool * width, t.part_len(rows, og, cg));
     let groups = f.u.len() / (t.planes() * f.plane());
     for gi in 0..groups {
         // Each part's rows of every output plane of the group.
@@ -430,7 +434,7 @@ pub(super) fn conv_image(
         for plane in dst[gi * og * ohw..][..og * ohw].chunks_exact_mut(ohw) {
             let mut rest = plane;
             for out in &mut outs {
-                let (mine, next) = rest.split_at_mut((t.m * rows * t.ow).min(rest.len()));
+                let (mine, next) = rest.split_at_mut((tile_rows * rows * width).min(rest.len()));
                 out.push(mine);
                 rest = next;
             }
@@ -567,7 +571,9 @@ fn input_transform<const S: usize, const M: usize, A: Algorithm<S, M>>(
 
 /// Writes the output rows `out` (`[.., ow]`, up to `M` per row of tiles) of `th` rows of tiles
 /// from their `S x S` products (`m[xi * stride + tile]`): `Y = A^T M A`, built in `rows`; then
-/// `tail`, when given, on each row as output channel `.1`, just written.
+/// `tail`, when given, on each row as output channel `.1`, just written. With a max pool in the
+/// tail, `out` holds the pooled rows (`[.., ow / 2]`, `M / 2` per row of tiles), pooled from the
+/// rows built once the tail is applied to them.
 fn output_transform<const S: usize, const M: usize, A: Algorithm<S, M>>(
     t: &Tiles,
     th: usize,
@@ -578,7 +584,10 @@ fn output_transform<const S: usize, const M: usize, A: Algorithm<S, M>>(
     tail: Option<(&Tail<'_>, usize)>,
 ) {
     let (tw, rw) = (t.tw, t.rows_len());
-    for (ty, out) in out.chunks_mut(M * t.ow).take(th).enumerate() {
+    let pool = tail.is_some_and(|(t, _)| t.max_pool);
+    let width = if pool { t.ow / 2 } else { t.ow };
+    let per_tile = if pool { M / 2 } else { M };
+    for (ty, out) in out.chunks_mut(per_tile * width).take(th).enumerate() {
         for q in (0..tw).step_by(4) {
             let at = ty * tw + q;
             assert!((S * S - 1) * stride + at + 4 <= m.len());
@@ -609,10 +618,20 @@ fn output_transform<const S: usize, const M: usize, A: Algorithm<S, M>>(
                 }
             }
         }
-        for (row, built) in out.chunks_exact_mut(t.ow).zip(rows.chunks_exact(rw)) {
-            row.copy_from_slice(&built[..t.ow]);
-            if let Some((tail, channel)) = tail {
-                tail.apply(channel, row);
+        match tail {
+            Some((tail, channel)) if pool => {
+                for built in rows.chunks_exact_mut(rw).take(2 * out.len() / width) {
+                    tail.apply(channel, &mut built[..t.ow]);
+                }
+                super::pool::max_2x2(rows, rw, out, width);
+            }
+            _ => {
+                for (row, built) in out.chunks_exact_mut(t.ow).zip(rows.chunks_exact(rw)) {
+                    row.copy_from_slice(&built[..t.ow]);
+                    if let Some((tail, channel)) = tail {
+                        tail.apply(channel, row);
+                    }
+                }
             }
         }
     }

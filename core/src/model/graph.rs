@@ -535,15 +535,24 @@ struct Step {
     op: Op,
     inputs: Vec<Source>,
     out: Meta,
-    /// a bias and whether ReLU follows, applied as the product writes its output
-    tail: Option<(Tensor, bool)>,
+    /// the ops applied as the product writes its output
+    tail: Option<StepTail>,
 }
 
-/// Folds the bias add and the ReLU that follow a convolution or a matmul into its step, where
-/// the device applies them as the product writes its output ([`crate::Backend::fuses_tail`]):
-/// each would be a pass over the output of its own. Only values that nothing else reads are
-/// folded; the bias must be a stored tensor with one value per output channel (a
-/// convolution's axis 1, a matmul's last axis). Same results: the same sums, in the same order.
+/// A step's [`crate::backend::Tail`], its bias held.
+#[derive(Debug)]
+struct StepTail {
+    bias: Tensor,
+    relu: bool,
+    max_pool: bool,
+}
+
+/// Folds the bias add and the ReLU that follow a convolution or a matmul into its step, and a
+/// 2x2 max pool at stride 2 after a convolution's, where the device applies them as the product
+/// writes its output ([`crate::Backend::fuses_tail`]): each would be a pass over the output of
+/// its own. Only values that nothing else reads are folded; the bias must be a stored tensor
+/// with one value per output channel (a convolution's axis 1, a matmul's last axis). Same
+/// results: the same sums in the same order, the same maxima.
 fn fuse_tails(mut steps: Vec<Step>, outputs: &[Source], device: &crate::Device) -> Vec<Step> {
     // By node: how many times its value is read, and the step that reads it (the last one).
     let nodes = steps.iter().map(|s| s.node + 1).max().unwrap_or(0);
@@ -598,20 +607,41 @@ fn fuse_tails(mut steps: Vec<Step>, outputs: &[Source], device: &crate::Device) 
         let Some(bias) = bias.filter(fits).cloned() else {
             continue;
         };
-        if !device.backend().fuses_tail(&steps[k].op, *dtype) {
+        let backend = device.backend();
+        if !backend.fuses_tail(&steps[k].op, *dtype, false) {
             continue;
         }
         let relu = only_reader(&steps, add)
             .filter(|&r| matches!(steps[r].op, Op::Unary(crate::op::UnaryOp::Relu)));
-        let last = relu.unwrap_or(add);
-        gone[add] = true;
-        gone[last] = true;
+        let mut last = relu.unwrap_or(add);
+        // The pool alone reads the tail's value (its output has another shape).
+        let pool = Some(reader[steps[last].node])
+            .filter(|_| reads[steps[last].node] == 1 && matches!(steps[k].op, Op::Conv2d(_)))
+            .filter(|&p| steps.get(p).is_some_and(|p| is_max_pool_2x2(&p.op)))
+            .filter(|_| backend.fuses_tail(&steps[k].op, *dtype, true));
+        for s in [Some(add), relu, pool].into_iter().flatten() {
+            gone[s] = true;
+        }
+        if let Some(p) = pool {
+            steps[k].out = steps[p].out.clone();
+            last = p;
+        }
         steps[k].node = steps[last].node;
-        steps[k].tail = Some((bias, relu.is_some()));
+        steps[k].tail = Some(StepTail {
+            bias,
+            relu: relu.is_some(),
+            max_pool: pool.is_some(),
+        });
     }
     (steps.into_iter().zip(gone))
         .filter_map(|(s, gone)| (!gone).then_some(s))
         .collect()
+}
+
+/// A max pool of 2x2 windows at stride 2, the one a product's tail can take.
+fn is_max_pool_2x2(op: &Op) -> bool {
+    matches!(op, Op::Pool2d(crate::op::Pool2d::Max(p))
+        if p.kernel == [2, 2] && p.stride == [2, 2] && p.padding == [0, 0] && p.dilation == [1, 1])
 }
 
 /// Where a step's input comes from once planned.
@@ -662,7 +692,11 @@ impl Plan {
                 let args = (step.inputs.iter())
                     .map(|s| s.value(inputs, &values))
                     .collect::<Result<Vec<_>>>()?;
-                let tail = step.tail.as_ref().map(|(b, relu)| (b, *relu));
+                let tail = step.tail.as_ref().map(|t| crate::backend::Tail {
+                    bias: t.bias.view(),
+                    relu: t.relu,
+                    max_pool: t.max_pool,
+                });
                 Tensor::run_inferred(&step.op, &args, device, &step.out, tail)
                     .map_err(|e| e.context(format!("Model::run: node {}", step.node)))?
             };
