@@ -97,8 +97,17 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
             },
         ),
         // One image big enough for threaded products (with 2+ threads): the MNIST CNN's
-        // conv2, and groups of 21 outputs over 20 inputs with a padded border.
+        // conv2, an odd 17x23 output by F(6x6) in two unequal parts (2 and 1 rows of tiles),
+        // and groups of 21 outputs over 20 inputs with a padded border.
         ([1, 32, 26, 26], [64, 32, 3, 3], Conv2dParams::default()),
+        (
+            [1, 16, 17, 23],
+            [24, 16, 3, 3],
+            Conv2dParams {
+                padding: [1, 1],
+                ..Conv2dParams::default()
+            },
+        ),
         (
             [1, 40, 18, 13],
             [42, 20, 3, 3],
