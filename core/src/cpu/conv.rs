@@ -62,9 +62,10 @@ impl Geom {
     fn is_pointwise(&self) -> bool {
         self.kh == 1 && self.kw == 1 && self.p.stride == [1, 1] && self.p.padding == [0, 0]
     }
-    /// Whether Winograd's convolution (F(4x4, 3x3) or F(6x6, 3x3)) serves this one: a 3x3 kernel at stride 1 without
-    /// dilation, over enough input channels per group that its GEMMs outweigh the transforms
-    /// (a first layer's one channel is left to the row updates of [`gemm()`]).
+    /// Whether Winograd's convolution (F(4x4, 3x3) or F(6x6, 3x3)) serves this one: a 3x3
+    /// kernel at stride 1 without dilation, over enough input channels per group that its GEMMs
+    /// outweigh the transforms (a first layer's one channel is left to the row updates of
+    /// [`gemm()`]).
     fn winograd(&self) -> bool {
         let cg = self.c / self.p.groups.max(1);
         WINOGRAD

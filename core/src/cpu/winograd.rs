@@ -424,9 +424,13 @@ pub(super) fn conv_image(
     let (og, cg) = (f.og, f.cg);
     let (parts, rows) = t.parts(threaded, og, cg);
     // Output rows of a row of tiles, and their width: half as many and half as wide pooled.
-    let pool = usize::from(tail.is_some_and(|t| t.max_pool)) + 1;
-    let (tile_rows, width) = (t.m / pool, t.ow / pool);
-    let (ohw, part_len) = (t.oh / pool * width, t.part_len(rows, og, cg));
+    let shrink = if tail.is_some_and(|t| t.max_pool) {
+        2
+    } else {
+        1
+    };
+    let (tile_rows, width) = (t.m / shrink, t.ow / shrink);
+    let (ohw, part_len) = (t.oh / shrink * width, t.part_len(rows, og, cg));
     let groups = f.u.len() / (t.planes() * f.plane());
     for gi in 0..groups {
         // Each part's rows of every output plane of the group.
