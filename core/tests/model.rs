@@ -589,6 +589,60 @@ impl kiln_core::Backend for Counting {
     }
 }
 
+/// Random normal f32 values of `shape`.
+fn random(shape: &[usize], seed: u64) -> TensorData {
+    let t = Tensor::rand_normal(shape, 0.0, 1.0, seed, DType::F32, &dev()).unwrap();
+    t.to_data().unwrap()
+}
+
+/// `graph` with `tensors` loaded twice: on a [`Counting`] backend that fuses tails and on one
+/// that fuses nothing; each with its device and backend.
+fn counted_models(
+    graph: &Graph,
+    tensors: &[(&str, TensorData)],
+) -> [(Model, Device, std::sync::Arc<Counting>); 2] {
+    let m = meta(&[
+        ("format", "kiln"),
+        ("kiln_version", &FORMAT_VERSION.to_string()),
+        ("kiln_graph", &serde_json::to_string(graph).unwrap()),
+    ]);
+    let entries: Vec<(String, TensorData)> = (tensors.iter())
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let file = encode_safetensors(&entries, &m).unwrap();
+    [true, false].map(|fuse| {
+        let backend = std::sync::Arc::new(Counting {
+            fuse,
+            ops: Default::default(),
+        });
+        let device = Device::from_arc(backend.clone());
+        (Model::load(&file, &device).unwrap(), device, backend)
+    })
+}
+
+/// Runs both of [`counted_models`]' models on `x`: checks that their outputs have the same bits
+/// and returns them with the ops each backend ran (fused, then unfused).
+fn run_both(
+    models: &[(Model, Device, std::sync::Arc<Counting>); 2],
+    x: &TensorData,
+) -> (Vec<Vec<f64>>, [String; 2]) {
+    let [got, want] = models.each_ref().map(|(model, device, _)| {
+        let outs = model.run(&[Tensor::from_data(x, device).unwrap()]).unwrap();
+        outs.iter().map(vals).collect::<Vec<_>>()
+    });
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!(
+            g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{g:?} != {w:?}"
+        );
+    }
+    let ops = models
+        .each_ref()
+        .map(|(_, _, b)| std::mem::take(&mut *b.ops.lock().unwrap()).join(" "));
+    (got, ops)
+}
+
 /// A model's plan folds a bias add and a ReLU into the convolution or matmul before them, and a
 /// 2x2 max pool after a convolution's, when nothing else reads the values in between (the bias
 /// on either side of the add), keeps them apart where something does, and gives the same bits
@@ -656,71 +710,25 @@ fn plans_fold_bias_and_relu_into_products() {
             },
         ],
     };
-    let data = |shape: &[usize], seed: u64| {
-        let t = Tensor::rand_normal(shape, 0.0, 1.0, seed, DType::F32, &dev()).unwrap();
-        t.to_data().unwrap()
-    };
     let tensors = [
-        ("cw", data(&[4, 2, 3, 3], 1)),
-        ("cb", data(&[4], 2)),
-        ("fw", data(&[16, 5], 3)),
-        ("fb", data(&[5], 4)),
-        ("gw", data(&[5, 3], 5)),
-        ("gb", data(&[3], 6)),
+        ("cw", random(&[4, 2, 3, 3], 1)),
+        ("cb", random(&[4], 2)),
+        ("fw", random(&[16, 5], 3)),
+        ("fb", random(&[5], 4)),
+        ("gw", random(&[5, 3], 5)),
+        ("gb", random(&[3], 6)),
     ];
-    let m = meta(&[
-        ("format", "kiln"),
-        ("kiln_version", &FORMAT_VERSION.to_string()),
-        ("kiln_graph", &serde_json::to_string(&graph).unwrap()),
-    ]);
-    let entries: Vec<(String, TensorData)> = tensors
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    let file = encode_safetensors(&entries, &m).unwrap();
-    let counting = |fuse| {
-        let backend = std::sync::Arc::new(Counting {
-            fuse,
-            ops: Default::default(),
-        });
-        (Device::from_arc(backend.clone()), backend)
-    };
-    let (fused_dev, fused) = counting(true);
-    let (plain_dev, plain) = counting(false);
-    let fused_model = Model::load(&file, &fused_dev).unwrap();
-    let plain_model = Model::load(&file, &plain_dev).unwrap();
+    let models = counted_models(&graph, &tensors);
     for (batch, seed) in [(2, 10), (3, 11), (2, 12)] {
-        let x = data(&[batch, 2, 6, 6], seed);
-        let run = |model: &Model, device: &Device| {
-            let x = Tensor::from_data(&x, device).unwrap();
-            model
-                .run(&[x])
-                .unwrap()
-                .iter()
-                .map(vals)
-                .collect::<Vec<_>>()
-        };
-        let (got, want) = (run(&fused_model, &fused_dev), run(&plain_model, &plain_dev));
+        let (got, [fused, plain]) = run_both(&models, &random(&[batch, 2, 6, 6], seed));
         assert_eq!(got.len(), 2);
-        for (g, w) in got.iter().zip(&want) {
-            assert_eq!(g.len(), batch * 3);
-            assert!(
-                g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{g:?} != {w:?}"
-            );
-        }
-        let ops = |b: &Counting| std::mem::take(&mut *b.ops.lock().unwrap()).join(" ");
-        assert_eq!(
-            ops(&fused),
-            "conv2d+bias+relu+max_pool matmul+bias matmul add"
-        );
-        assert_eq!(
-            ops(&plain),
-            "conv2d add relu max_pool2d matmul add matmul add"
-        );
+        assert!(got.iter().all(|g| g.len() == batch * 3));
+        assert_eq!(fused, "conv2d+bias+relu+max_pool matmul+bias matmul add");
+        assert_eq!(plain, "conv2d add relu max_pool2d matmul add matmul add");
     }
+    let [(fused_model, _, fused), (_, plain_dev, _)] = &models;
     // An input on another device is refused before anything runs.
-    let x = Tensor::from_data(&data(&[2, 2, 6, 6], 13), &plain_dev).unwrap();
+    let x = Tensor::from_data(&random(&[2, 2, 6, 6], 13), plain_dev).unwrap();
     let err = fused_model.run(&[x]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Device, "{err}");
     assert!(
@@ -729,4 +737,76 @@ fn plans_fold_bias_and_relu_into_products() {
         "{err}"
     );
     assert!(fused.ops.lock().unwrap().is_empty());
+}
+
+/// A max pool stays a step of its own where the plan cannot fold it: its input is also a graph
+/// output (the bias and ReLU are still folded), or its windows are not 2x2 at stride 2. Same
+/// bits as running every node alone.
+#[test]
+fn plans_keep_pools_apart_where_they_cannot_fold() {
+    let node = |op: Op, inputs: Vec<Ref>| GraphNode {
+        op,
+        inputs,
+        batch: vec![],
+    };
+    let (t, n) = (|s: &str| Ref::Tensor(s.into()), Ref::Node);
+    let pool = |stride: usize| {
+        Op::Pool2d(kiln_core::op::Pool2d::Max(kiln_core::op::Pool2dParams {
+            kernel: [2, 2],
+            stride: [stride, stride],
+            padding: [0, 0],
+            dilation: [1, 1],
+            count_include_pad: false,
+        }))
+    };
+    let add = Op::Binary(kiln_core::BinaryOp::Add);
+    let nodes = vec![
+        node(Op::Conv2d(Default::default()), vec![Ref::Input(0), t("cw")]),
+        node(
+            Op::Reshape {
+                shape: [1, 4, 1, 1].into(),
+            },
+            vec![t("cb")],
+        ),
+        node(add.clone(), vec![n(0), n(1)]),
+        node(Op::Unary(UnaryOp::Relu), vec![n(2)]),
+        // the ReLU's value is an output too
+        node(pool(2), vec![n(3)]),
+        node(Op::Conv2d(Default::default()), vec![Ref::Input(0), t("cw")]),
+        node(add, vec![n(5), n(1)]),
+        node(Op::Unary(UnaryOp::Relu), vec![n(6)]),
+        // windows at stride 1
+        node(pool(1), vec![n(7)]),
+    ];
+    let info = |name: &str, shape: Vec<Option<usize>>| ValueInfo {
+        name: name.into(),
+        dtype: DType::F32,
+        shape,
+    };
+    let output = |name: &str, side: usize, value: usize| GraphOutput {
+        info: info(name, vec![None, Some(4), Some(side), Some(side)]),
+        value: n(value),
+    };
+    let graph = Graph {
+        inputs: vec![info("input", vec![None, Some(2), Some(6), Some(6)])],
+        nodes,
+        outputs: vec![
+            output("pooled", 2, 4),
+            output("relu", 4, 3),
+            output("slid", 3, 8),
+        ],
+    };
+    let tensors = [("cw", random(&[4, 2, 3, 3], 21)), ("cb", random(&[4], 22))];
+    let models = counted_models(&graph, &tensors);
+    let (got, [fused, plain]) = run_both(&models, &random(&[3, 2, 6, 6], 23));
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|g| !g.is_empty()));
+    assert_eq!(
+        fused,
+        "conv2d+bias+relu max_pool2d conv2d+bias+relu max_pool2d"
+    );
+    assert_eq!(
+        plain,
+        "conv2d add relu max_pool2d conv2d add relu max_pool2d"
+    );
 }
