@@ -13,7 +13,8 @@
 //     and kind. Parameters and types are not compared (wasm-bindgen types most of them `any`);
 //   - the generated block: it must be exactly what --write would write;
 //   - the CPU-only modules (dist/kiln_web_cpu.js, dist/kiln_web_threads_cpu.js) export what their
-//     WebGPU twins do, member for member.
+//     WebGPU twins do, member for member; the text module (dist/kiln_web_text.js) exports what
+//     the main module does and TextModel, whose members index.d.ts declares.
 //
 // The declarations: build-web.sh runs wasm-bindgen with --no-typescript, so unless
 // npm/dist/kiln_web.d.ts exists this script runs wasm-bindgen again on cargo's kiln_web.wasm, in
@@ -35,11 +36,15 @@ const NPM = fileURLToPath(new URL(".", import.meta.url));
 const ROOT = resolve(NPM, "..");
 const HAND = join(NPM, "index.d.ts");
 const DIST_JS = join(NPM, "dist", "kiln_web.js");
+// The text-generation module: the main module with TextModel, which npm/index.js wraps.
+const TEXT = "kiln_web_text";
 
 // ---------------------------------------------------------------------------- allow-list
 // wasm-bindgen output that is not part of kiln-ml's API. These never need declaring in
 // index.d.ts; index.d.ts may still declare one the bindings have (it declares `free()`).
 const ALLOWED_EXPORTS = {
+  // npm/index.js's memory() sums it over the main module and the text module (its TextModels).
+  memoryReport: "the module's memory report, which memory() wraps",
   // wasm-bindgen's async loader (`__wbg_init`); npm/index.js wraps it as its own init/default.
   default: "wasm-bindgen's loader",
   // The synchronous loader; kiln-ml offers only the async init().
@@ -231,26 +236,29 @@ function fail(message) {
 
 const rel = (p) => relative(ROOT, p) || p;
 
-// wasm-bindgen's declarations of the module in npm/dist: { file, text }.
-async function bindingsDts() {
-  const given = option("--dts");
+// wasm-bindgen's declarations of the module `name` in npm/dist: { file, text }. Cargo's .wasm of
+// the main module is kiln_web.wasm; build-web.sh keeps a copy of the text module's as
+// kiln_web_text.wasm.
+async function bindingsDts(name = "kiln_web") {
+  const given = name === "kiln_web" ? option("--dts") : undefined;
   if (given) return { file: given, text: readFileSync(given, "utf8") };
   // build-web.sh empties npm/dist before wasm-bindgen writes it: a .d.ts there is from that run.
-  const inDist = join(NPM, "dist", "kiln_web.d.ts");
+  const inDist = join(NPM, "dist", `${name}.d.ts`);
   if (existsSync(inDist)) return { file: rel(inDist), text: readFileSync(inDist, "utf8") };
-  if (!existsSync(DIST_JS)) fail(`${rel(DIST_JS)} is missing: build the package first (scripts/build-web.sh)`);
+  const distFile = join(NPM, "dist", `${name}.js`);
+  if (!existsSync(distFile)) fail(`${rel(distFile)} is missing: build the package first (scripts/build-web.sh)`);
 
   const tools = process.env.KILN_TOOLS ? resolve(ROOT, process.env.KILN_TOOLS) : join(ROOT, "target", "tools");
   const bindgen = [join(tools, "bin", "wasm-bindgen")].find(existsSync) ?? "wasm-bindgen";
   const target = resolve(ROOT, process.env.CARGO_TARGET_DIR || "target");
   const wasms = ["release", "debug"]
-    .map((profile) => join(target, "wasm32-unknown-unknown", profile, "kiln_web.wasm"))
+    .map((profile) => join(target, "wasm32-unknown-unknown", profile, `${name}.wasm`))
     .filter(existsSync)
     .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
-  const distJs = readFileSync(DIST_JS, "utf8");
+  const distJs = readFileSync(distFile, "utf8");
   const tmp = mkdtempSync(join(tmpdir(), "kiln-check-types-"));
   const bindgenTo = (wasm, dir, ...flags) =>
-    execFileSync(bindgen, ["--target", "web", ...flags, "--out-dir", dir, "--out-name", "kiln_web", wasm], {
+    execFileSync(bindgen, ["--target", "web", ...flags, "--out-dir", dir, "--out-name", name, wasm], {
       stdio: ["ignore", "ignore", "inherit"],
     });
   let found;
@@ -259,10 +267,10 @@ async function bindingsDts() {
     for (const wasm of wasms) {
       bindgenTo(wasm, join(tmp, "js"), "--no-typescript");
       // A release build minifies the glue (scripts/lib/minify-glue.mjs); a quick one does not.
-      const js = readFileSync(join(tmp, "js", "kiln_web.js"), "utf8");
+      const js = readFileSync(join(tmp, "js", `${name}.js`), "utf8");
       if (js !== distJs && (await minifyGlue(js)) !== distJs) continue;
       bindgenTo(wasm, join(tmp, "ts"));
-      const text = readFileSync(join(tmp, "ts", "kiln_web.d.ts"), "utf8");
+      const text = readFileSync(join(tmp, "ts", `${name}.d.ts`), "utf8");
       found = { file: `wasm-bindgen's declarations of ${rel(wasm)}`, text };
       break;
     }
@@ -276,7 +284,7 @@ async function bindingsDts() {
   }
   if (found) return found;
   fail(
-    `no kiln_web.wasm under ${rel(target)}/wasm32-unknown-unknown/{release,debug} gives ${rel(DIST_JS)}: ` +
+    `no ${name}.wasm under ${rel(target)}/wasm32-unknown-unknown/{release,debug} gives ${rel(distFile)}: ` +
       "npm/dist is stale or was built elsewhere; rebuild it (scripts/build-web.sh)",
   );
 }
@@ -420,13 +428,10 @@ for (const name of hand.values.keys()) {
   if (!(name in entry)) problems.push(`index.d.ts: ${name} is declared but not exported by npm/index.js`);
 }
 
-// Classes, member by member.
+// Classes, member by member: index.d.ts's class `name` against the bindings' `ours`.
 let classCount = 0;
 let memberCount = 0;
-for (const [name, wasmName] of wasmNameOf) {
-  const ours = bindings.classes.get(wasmName);
-  const theirs = hand.classes.get(name);
-  if (!ours || !theirs) continue;
+function compareClass(name, ours, theirs) {
   const exempt = (m) => m.name in ALLOWED_MEMBERS || `${name}.${m.name}` in ALLOWED_CLASS_MEMBERS;
   classCount++;
   memberCount += [...ours.values()].filter((m) => !exempt(m)).length;
@@ -449,6 +454,26 @@ for (const [name, wasmName] of wasmNameOf) {
     problems.push(`index.d.ts: ${name}.${e.name} is declared but not exported by the wasm module`);
   }
 }
+for (const [name, wasmName] of wasmNameOf) {
+  const [ours, theirs] = [bindings.classes.get(wasmName), hand.classes.get(name)];
+  if (ours && theirs) compareClass(name, ours, theirs);
+}
+// The text module is the main module with TextModel: the same API plus that class, which
+// npm/index.js's TextModel.load hands out (index.js's own TextModel only loads the module).
+const textDts = await bindingsDts(TEXT);
+let textBindings;
+try {
+  textBindings = declarations(textDts.text, textDts.file);
+} catch (e) {
+  fail(e.message);
+}
+const textGlue = await import(pathToFileURL(join(NPM, "dist", `${TEXT}.js`)).href);
+const [mainApi, textApi] = [apiOf(glue), apiOf(textGlue).filter((k) => !k.startsWith("TextModel("))];
+for (const x of mainApi.filter((k) => !textApi.includes(k))) problems.push(`dist/${TEXT}.js lacks kiln_web's ${x}`);
+for (const x of textApi.filter((k) => !mainApi.includes(k))) problems.push(`dist/${TEXT}.js has ${x}, which kiln_web lacks`);
+if (!textBindings.classes.has("TextModel") || !hand.classes.has("TextModel")) {
+  problems.push(`TextModel must be a class of dist/${TEXT}.js and of index.d.ts`);
+} else compareClass("TextModel", textBindings.classes.get("TextModel"), hand.classes.get("TextModel"));
 
 if (problems.length) {
   for (const p of problems) console.error(p);

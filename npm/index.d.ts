@@ -145,6 +145,16 @@ export function initOnnx(
   source?: string | URL | Response | BufferSource | WebAssembly.Module,
 ): Promise<void>;
 
+/**
+ * Loads and instantiates the text-generation module (once; later calls return the same
+ * promise), a third WebAssembly module (`dist/kiln_web_text_bg.wasm`: the main module with
+ * `TextModel`), which `init()` does not load. `TextModel.load` calls it itself; call it to load
+ * the module ahead of time or from another place (`source` as for `init`).
+ */
+export function initText(
+  source?: string | URL | Response | BufferSource | WebAssembly.Module,
+): Promise<void>;
+
 export interface DeviceMemory {
   /** Live tensors (a loaded model counts each weight). */
   tensors: number;
@@ -156,7 +166,10 @@ export interface DeviceMemory {
 export interface MemoryReport extends DeviceMemory {
   devices: Partial<Record<"cpu" | "webgpu", DeviceMemory>>;
 }
-/** Live tensors and bytes, in total and per device: the way to find leaks. */
+/**
+ * Live tensors and bytes, in total and per device: the way to find leaks. Counts the weights of
+ * `TextModel`s too (held by the text-generation module).
+ */
 export function memory(): MemoryReport;
 
 /** Where tensors live and ops run. */
@@ -492,6 +505,11 @@ export interface GenerateOptions {
  * A GPT model file from `kiln train text` (weights, shape and tokenizer in one file), generating
  * text through a KV cache (one position per token). Generation awaits each token's logits and
  * yields to the event loop between tokens, so the page stays responsive.
+ *
+ * Its code is a module of its own (`dist/kiln_web_text_bg.wasm`), loaded on the first
+ * `TextModel.load` (`init()` need not have run): pages that do not generate text do not download
+ * it. That module holds the weights and runs the model on its own CPU backend or WebGPU device,
+ * so `device` is that module's `Device`: the same members, another class.
  */
 export class TextModel {
   private constructor();

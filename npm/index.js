@@ -7,24 +7,29 @@
 //   - dist/kiln_web_cpu*, dist/kiln_web_threads_cpu*: each of those without WebGPU and fusion
 //     (about a fifth smaller), for pages that ask for it (`webgpu: false`) and where there is no
 //     WebGPU (Node, browsers without navigator.gpu).
-// ONNX files are converted to kiln model files by a fifth module (dist/kiln_web_onnx*, from
-// web-onnx/), imported only when the first ONNX file is met. Every module is a dynamic import of
-// a literal path, so bundlers split each into its own chunk and a page fetches only what it loads.
+// Two more modules are imported on first use only: the ONNX converter (dist/kiln_web_onnx*, from
+// web-onnx/) when the first ONNX file is met, and the main module built with text generation
+// (dist/kiln_web_text*) on the first TextModel.load. Every module is a dynamic import of a
+// literal path, so bundlers split each into its own chunk and a page fetches only what it loads.
 
 // The API is the loaded module's (ES module exports are live, so importers see it once init()
 // has bound it); before init() they are undefined.
-export let Device, Tensor, Model, TextModel, memory, version;
+export let Device, Tensor, Model, version;
 export let registerOp, unregisterOp, registeredOps, customOp, fusedKernels;
+let main; // the glue init() bound
 
 /** Points the exports at a module's API (`glue`: wasm-bindgen's JS for it). */
 function bind(glue) {
-  ({ Device, Tensor, Model, TextModel, memoryReport: memory, version } = glue);
+  main = glue;
+  ({ Device, Tensor, Model, version } = glue);
   ({ registerOp, unregisterOp, registeredOps, customOp, fusedKernels } = glue);
   acceptOnnx(Model);
 }
 
 let ready;
 let onnxReady;
+let textReady;
+let text; // the text module's glue, once loaded
 
 /**
  * Loads and instantiates kiln's WebAssembly module (once; later calls return the same promise).
@@ -151,6 +156,73 @@ async function instantiateOnnx(source) {
   if (source === undefined && inNode()) source = await readDist("kiln_web_onnx_bg.wasm");
   await onnx.default(source === undefined ? undefined : { module_or_path: source });
   return onnx;
+}
+
+/**
+ * Loads and instantiates the text-generation module (once; later calls return the same promise).
+ * `TextModel.load` calls it itself; call it only to load the module from elsewhere (`source` as
+ * for `init`) or ahead of time.
+ */
+export function initText(source) {
+  textReady ??= instantiateText(source).catch((e) => {
+    textReady = undefined;
+    throw e;
+  });
+  return textReady;
+}
+
+async function instantiateText(source) {
+  const glue = await import("./dist/kiln_web_text.js");
+  if (source === undefined && inNode()) source = await readDist("kiln_web_text_bg.wasm");
+  await glue.default(source === undefined ? undefined : { module_or_path: source });
+  text = glue;
+  return glue;
+}
+
+/**
+ * A GPT model generating text. Its code (the GPT, the tokenizer, generation) is a module of its
+ * own, loaded on the first `TextModel.load`: the main module is about a tenth smaller without it.
+ * That module holds the model's weights and runs it on its own CPU backend or WebGPU device, so
+ * a `TextModel`'s `device` is that module's `Device` (same members, another class).
+ */
+export class TextModel {
+  /** Loads a GPT model file onto `options.device` (see index.d.ts). */
+  static async load(source, options) {
+    const glue = await initText();
+    // A device names its kind (`device.kind`): the text module makes its own of that kind;
+    // WebGPU has to be set up there first, as `Device.webgpu()` did in the main module.
+    const d = options?.device;
+    if (d === "webgpu" || (d?.kind === "webgpu" && typeof d === "object")) {
+      await glue.Device.webgpu({ fusion: options?.fusion ?? d?.fusion });
+    }
+    return glue.TextModel.load(source, options);
+  }
+
+  static [Symbol.hasInstance](value) {
+    return text !== undefined && value instanceof text.TextModel;
+  }
+}
+
+/**
+ * Live tensors and bytes, in total and per device: the main module's, and the text module's
+ * once a `TextModel` loaded it (its weights).
+ */
+export function memory() {
+  const reports = [main, text].filter(Boolean).map((glue) => glue.memoryReport());
+  if (reports.length === 1) return reports[0];
+  const sum = { tensors: 0, bytes: 0, devices: {} };
+  for (const r of reports) {
+    sum.tensors += r.tensors;
+    sum.bytes += r.bytes;
+    for (const [name, d] of Object.entries(r.devices)) {
+      const into = (sum.devices[name] ??= { tensors: 0, bytes: 0 });
+      into.tensors += d.tensors;
+      into.bytes += d.bytes;
+      // Each module's backend holds its own buffers.
+      if (d.allocatedBytes !== undefined) into.allocatedBytes = (into.allocatedBytes ?? 0) + d.allocatedBytes;
+    }
+  }
+  return sum;
 }
 
 /** An Error shaped as the wasm module's: kiln's `op: message`, name KilnError, kind and op. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the npm package kiln-ml (npm/) from web/ (the main module and the threaded one, each
-# also without WebGPU) and web-onnx/ (the ONNX converter, a module that npm/index.js loads only
-# when a page first meets an ONNX file)
+# also without WebGPU, and the main module with text generation, which npm/index.js loads only on
+# a page's first TextModel.load) and web-onnx/ (the ONNX converter, a module that npm/index.js
+# loads only when a page first meets an ONNX file)
 # and assembles the draw-a-digit page in www/ and the text demo in www/text/,
 # installing what the build needs when it is missing (scripts/lib/ensure.sh): the wasm32 target,
 # wasm-bindgen-cli at the version web's wasm-bindgen is pinned to, and tests/web's npm tools
@@ -26,7 +27,7 @@ ensure_wasm_bindgen
 [ "${KILN_WEB_THREADS:-1}" = 0 ] || ensure_nightly
 [ -n "${KILN_WEB_QUICK:-}${KILN_WEB_DEV:-}" ] || ensure_npm_tools
 
-step "wasm: cargo build -p kiln-web (CPU only, then with WebGPU) -p kiln-web-onnx, wasm-bindgen -> npm/dist"
+step "wasm: cargo build -p kiln-web (CPU only, with text generation, with WebGPU) -p kiln-web-onnx, wasm-bindgen -> npm/dist"
 profile=release
 cargo_args=(--release)
 if [ -n "${KILN_WEB_DEV:-}" ]; then
@@ -109,6 +110,14 @@ wasm_out="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile"
 cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features "${cargo_args[@]}"
 wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_cpu "$wasm_out/kiln_web.wasm"
 optimise_later npm/dist/kiln_web_cpu_bg.wasm -Oz
+# The text-generation module: the main module with TextModel (the `text` feature), which
+# npm/index.js loads on a page's first TextModel.load only. Built before the main module, whose
+# .wasm is then the one left in the target folder; npm/check-types.mjs reads both (this one
+# from a copy).
+cargo build -p kiln-web --lib --target wasm32-unknown-unknown --features text "${cargo_args[@]}"
+cp "$wasm_out/kiln_web.wasm" "$wasm_out/kiln_web_text.wasm"
+wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_text "$wasm_out/kiln_web_text.wasm"
+optimise_later npm/dist/kiln_web_text_bg.wasm -Oz
 # Both modules in one cargo run: the crates they share (kiln-core, serde, ...) compile once.
 cargo build -p kiln-web -p kiln-web-onnx --lib --target wasm32-unknown-unknown "${cargo_args[@]}"
 for name in kiln_web kiln_web_onnx; do

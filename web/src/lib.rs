@@ -24,6 +24,7 @@ mod ledger;
 mod model;
 mod panic;
 mod tensor;
+#[cfg(feature = "text")]
 mod text;
 #[cfg(feature = "threads")]
 mod threads;
@@ -34,6 +35,7 @@ pub use device::{Device, fused_kernels};
 pub use ledger::memory_report;
 pub use model::Model;
 pub use tensor::Tensor;
+#[cfg(feature = "text")]
 pub use text::TextModel;
 
 use wasm_bindgen::prelude::*;

@@ -1,5 +1,6 @@
 // TextModel in Node (CPU backend): a GPT file written by the native `kiln train text` generates,
-// greedily, the same text as the native `kiln generate`, token for token, streamed to onToken.
+// greedily, the same text as the native `kiln generate`, token for token, streamed to onToken;
+// its module (the text module, loaded by TextModel.load) counts in memory().
 // Needs the native binary (`cargo build -p kiln`; or KILN_BIN) and shared/data/shakespeare.
 //   node --test tests/web/node/
 import { test } from "node:test";
@@ -9,7 +10,7 @@ import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import init, { TextModel } from "../../../npm/index.js";
+import init, { TextModel, Tensor, memory } from "../../../npm/index.js";
 
 await init();
 
@@ -27,7 +28,17 @@ test("TextModel generates what `kiln generate` does, token by token", { skip }, 
   // 60 tokens after a 6-character prompt overflow the context of 16: the cache is rebuilt too.
   const native = kiln(["generate", file, "--prompt", "KING:\n", "--tokens", "60", "--temperature", "0"]);
 
+  // TextModel lives in the text module, loaded now; memory() counts its weights beside the main
+  // module's tensors.
+  const x = Tensor.from([1.5, -2, 3], null, null);
+  const before = memory();
   const lm = await TextModel.load(readFileSync(file));
+  assert.ok(lm instanceof TextModel);
+  assert.ok(!(x instanceof TextModel));
+  const loaded = memory();
+  assert.ok(loaded.tensors > before.tensors + 4, `${JSON.stringify(loaded)} after ${JSON.stringify(before)}`);
+  assert.ok(loaded.devices.cpu.bytes >= before.devices.cpu.bytes + 4 * 16 * 24);
+  assert.equal(loaded.bytes, loaded.devices.cpu.bytes);
   assert.equal(lm.context, 16);
   assert.equal(lm.device.kind, "cpu");
   const pieces = [];
@@ -46,6 +57,8 @@ test("TextModel generates what `kiln generate` does, token by token", { skip }, 
   await assert.rejects(lm.generate("KING", { tokens: -1 }), /options.tokens must be a whole number/);
   await assert.rejects(lm.generate("KING", { onToken: 3 }), /onToken must be a function/);
   lm.dispose();
+  assert.deepEqual(memory(), before);
+  x.dispose();
   await assert.rejects(lm.generate("KING"), /disposed/);
   await assert.rejects(TextModel.load(new Uint8Array([1, 2, 3])), /safetensors|header|format/i);
 });
