@@ -238,9 +238,10 @@ fn row_major<T: CpuElem>(x: &Src<'_, T>) -> (Vec<T>, Layout) {
 }
 
 /// `f(a, b)` of every element of `shape`, with both inputs broadcast to it. Every case goes
-/// through one loop, [`zip_rows`], writing the output once (no zero fill first): each binary op
-/// and comparison has a copy of this function per dtype (30 in the web package, which has a size
-/// budget).
+/// through one loop, [`zip_rows`], writing the output once (no zero fill first). The walk over
+/// the broadcast layouts, [`map2_rows`], takes `f`'s loop as a row function: it is compiled once
+/// per element types, not once per binary op and comparison (30 in the web package, which has a
+/// size budget); the indirect call per row or run of [`SPLAT`] is nothing beside the run's work.
 pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
@@ -248,16 +249,20 @@ pub(crate) fn map2<A: CpuElem, B: CpuElem, O: CpuElem>(
     f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
     if !inlined::<A>() {
-        return map2_loop(a, b, shape, &f as &(dyn Fn(A, B) -> O + Sync));
+        let f = &f as &(dyn Fn(A, B) -> O + Sync);
+        return map2_rows(a, b, shape, &|row, x, y| zip_rows(row, x, y, f));
     }
-    map2_loop(a, b, shape, f)
+    map2_rows(a, b, shape, &|row, x, y| zip_rows(row, x, y, &f))
 }
 
-fn map2_loop<A: CpuElem, B: CpuElem, O: CpuElem>(
+/// A row function of [`map2_rows`]: `row[i] = f(x[i], y[i])` over `row`.
+type Rows<'f, A, B, O> = dyn Fn(&mut [MaybeUninit<O>], &[A], &[B]) + Sync + 'f;
+
+fn map2_rows<A: CpuElem, B: CpuElem, O: CpuElem>(
     a: &Src<'_, A>,
     b: &Src<'_, B>,
     shape: &Shape,
-    f: impl Fn(A, B) -> O + Sync,
+    rows: &Rows<'_, A, B, O>,
 ) -> Vec<O> {
     let n = shape.numel();
     if a.shape() == shape
@@ -266,38 +271,36 @@ fn map2_loop<A: CpuElem, B: CpuElem, O: CpuElem>(
     {
         return written(n, |dst| {
             if n < 2 * par::GRAIN {
-                return zip_rows(dst, x, y, &f);
+                return rows(dst, x, y);
             }
             let size = par::piece(n, par::GRAIN);
-            par::chunks_mut(dst, size, |t, d| {
-                zip_rows(d, &x[t * size..], &y[t * size..], &f)
-            });
+            par::chunks_mut(dst, size, |t, d| rows(d, &x[t * size..], &y[t * size..]));
         });
     }
     let walk = broadcast_walk([a.layout, b.layout], shape);
     let (_, [ia, ib]) = walk.inner();
     if !matches!(ia, 0 | 1) {
         let (v, l) = row_major(a);
-        return map2_loop(
+        return map2_rows(
             &Src {
                 data: &v,
                 layout: &l,
             },
             b,
             shape,
-            f,
+            rows,
         );
     }
     if !matches!(ib, 0 | 1) {
         let (v, l) = row_major(b);
-        return map2_loop(
+        return map2_rows(
             a,
             &Src {
                 data: &v,
                 layout: &l,
             },
             shape,
-            f,
+            rows,
         );
     }
     written(n, |dst| {
@@ -320,7 +323,7 @@ fn map2_loop<A: CpuElem, B: CpuElem, O: CpuElem>(
             };
             let run = if ia == 1 && ib == 1 { len } else { SPLAT };
             for (c, r) in (0..len).step_by(run).zip(row.chunks_mut(run)) {
-                zip_rows(r, &xs[c * ia as usize..], &ys[c * ib as usize..], &f);
+                rows(r, &xs[c * ia as usize..], &ys[c * ib as usize..]);
             }
         });
     })
@@ -330,12 +333,12 @@ fn map2_loop<A: CpuElem, B: CpuElem, O: CpuElem>(
 const SPLAT: usize = 64;
 
 /// `row[i] = f(x[i], y[i])` over `row`, which `x` and `y` are at least as long as.
-#[inline(never)]
+#[inline(always)]
 fn zip_rows<A: Copy, B: Copy, O>(
     row: &mut [MaybeUninit<O>],
     x: &[A],
     y: &[B],
-    f: &impl Fn(A, B) -> O,
+    f: &(impl Fn(A, B) -> O + ?Sized),
 ) {
     for ((r, &p), &q) in row.iter_mut().zip(x).zip(y) {
         r.write(f(p, q));
