@@ -4,7 +4,8 @@
 // the CPU when that was WebGPU), with every tensor disposed and no console error. With the ONNX
 // conformance data (../onnx-data.mjs), the page also loads the zoo's mnist-8.onnx from a URL
 // through Model.load, which must fetch the converter module's .wasm (a chunk of its own) and
-// give test_data_set_0's stored output.
+// give test_data_set_0's stored output. The page then loads the text demo's GPT through
+// TextModel.load, which must fetch the text module's .wasm (another chunk), and generates with it.
 //   node tests/web/vite/run.mjs   (after scripts/build-web.sh made npm/kiln-ml-*.tgz)
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
@@ -21,11 +22,12 @@ if (!tarball) throw new Error("no npm/kiln-ml-*.tgz: run scripts/build-web.sh fi
 const viteVersion = JSON.parse(readFileSync(join(ROOT, "tests/web/node_modules/vite/package.json"), "utf8")).version;
 
 const app = mkdtempSync(join(tmpdir(), "kiln-vite-"));
+mkdirSync(join(app, "public"));
+copyFileSync(join(ROOT, "demos/text/models/shakespeare.safetensors"), join(app, "public", "gpt.safetensors"));
 // The ONNX case: mnist-8.onnx served from public/ (copied as is by vite build), its stored input.
 const onnxDir = mnistOnnxDir() && join(mnistOnnxDir(), "mnist-8");
 let onnxCase = null;
 if (onnxDir) {
-  mkdirSync(join(app, "public"));
   copyFileSync(join(onnxDir, "model.onnx"), join(app, "public", "mnist-8.onnx"));
   const set = join(onnxDir, "test_data_set_0");
   onnxCase = {
@@ -40,7 +42,7 @@ writeFileSync(
 );
 writeFileSync(
   join(app, "main.js"),
-  `import init, { Device, Tensor, Model, memory, version } from "kiln-ml";
+  `import init, { Device, Tensor, Model, TextModel, memory, version } from "kiln-ml";
 const out = document.getElementById("out");
 async function compute(device) {
   const a = Tensor.from([[1, 2], [3, 4]], null, { device });
@@ -74,7 +76,18 @@ try {
       onnx = { error: e.name + ": " + e.message };
     }
   }
-  out.textContent = JSON.stringify({ version: version(), results, onnx, live: memory().tensors });
+  let text = null;
+  try {
+    const before = performance.getEntriesByType("resource").filter((e) => e.name.includes("kiln_web_text")).length;
+    const lm = await TextModel.load("./gpt.safetensors", { device: "cpu" });
+    const pieces = [];
+    const generated = await lm.generate("ROMEO:\\n", { tokens: 8, temperature: 0, onToken: (p) => pieces.push(p) });
+    text = { before, generated, pieces: pieces.length, isModel: lm instanceof TextModel, vocab: lm.vocab };
+    lm.dispose();
+  } catch (e) {
+    text = { error: e.name + ": " + e.message };
+  }
+  out.textContent = JSON.stringify({ version: version(), results, onnx, text, live: memory().tensors });
 } catch (e) {
   out.textContent = JSON.stringify({ error: e.name + ": " + e.message });
 }
@@ -129,6 +142,13 @@ try {
       ` (wasm fetched: ${wasmRequests.join(", ")})`);
     ok &&= close && converter;
   }
+  // The text module is a chunk of its own, fetched by TextModel.load only (not by init()).
+  const t = r.text ?? {};
+  const textWasm = wasmRequests.some((p) => /kiln_web_text_bg.*\.wasm$/.test(p));
+  const generated = !t.error && t.before === 0 && textWasm && t.isModel && t.pieces === 8 && [...t.generated].length === 8;
+  console.log(`${generated ? "ok  " : "FAIL"} TextModel.load of the demo GPT through the text module` +
+    `${t.error ? `: ${t.error}` : `: ${JSON.stringify(t.generated)} (vocabulary ${t.vocab})`} (wasm fetched: ${wasmRequests.join(", ")})`);
+  ok &&= generated;
   if (errors.length) console.log(`console errors: ${errors.join(" | ")}`);
 } catch (e) {
   console.log(`FAIL: ${e.message}`);
