@@ -27,8 +27,6 @@ function bind(glue) {
 }
 
 let ready;
-let onnxReady;
-let textReady;
 let text; // the text module's glue, once loaded
 
 /**
@@ -137,25 +135,39 @@ async function startThreads(glue, threads, webgpu) {
 }
 
 /**
+ * A module imported on first use: the returned `load(source)` instantiates it once (later calls
+ * return the same promise; a failed load is tried again next time). `glue` imports its JS by a
+ * literal path, so that bundlers split it into a chunk of its own, fetched on first use, and emit
+ * its .wasm next to it (wasm-bindgen's loader finds it through import.meta.url); `file` is that
+ * .wasm in dist/, which Node reads from disk.
+ */
+function lazyModule(glue, file) {
+  let ready;
+  const instantiate = async (source) => {
+    const g = await glue();
+    if (source === undefined && inNode()) source = await readDist(file);
+    await g.default(source === undefined ? undefined : { module_or_path: source });
+    return g;
+  };
+  return (source) => {
+    ready ??= instantiate(source).catch((e) => {
+      ready = undefined;
+      throw e;
+    });
+    return ready;
+  };
+}
+
+const loadOnnx = lazyModule(() => import("./dist/kiln_web_onnx.js"), "kiln_web_onnx_bg.wasm");
+const loadText = lazyModule(() => import("./dist/kiln_web_text.js"), "kiln_web_text_bg.wasm");
+
+/**
  * Loads and instantiates the ONNX converter module (once; later calls return the same promise).
  * `convertOnnx` and `Model.load` of an ONNX file call it themselves; call it only to load the
  * module from elsewhere (`source` as for `init`) or ahead of time.
  */
 export function initOnnx(source) {
-  onnxReady ??= instantiateOnnx(source).catch((e) => {
-    onnxReady = undefined;
-    throw e;
-  });
-  return onnxReady;
-}
-
-async function instantiateOnnx(source) {
-  // A literal path: bundlers split the converter into its own chunk, fetched on first use, and
-  // emit its .wasm next to it (wasm-bindgen's loader finds it through import.meta.url).
-  const onnx = await import("./dist/kiln_web_onnx.js");
-  if (source === undefined && inNode()) source = await readDist("kiln_web_onnx_bg.wasm");
-  await onnx.default(source === undefined ? undefined : { module_or_path: source });
-  return onnx;
+  return loadOnnx(source);
 }
 
 /**
@@ -163,20 +175,9 @@ async function instantiateOnnx(source) {
  * `TextModel.load` calls it itself; call it only to load the module from elsewhere (`source` as
  * for `init`) or ahead of time.
  */
-export function initText(source) {
-  textReady ??= instantiateText(source).catch((e) => {
-    textReady = undefined;
-    throw e;
-  });
-  return textReady;
-}
-
-async function instantiateText(source) {
-  const glue = await import("./dist/kiln_web_text.js");
-  if (source === undefined && inNode()) source = await readDist("kiln_web_text_bg.wasm");
-  await glue.default(source === undefined ? undefined : { module_or_path: source });
-  text = glue;
-  return glue;
+export async function initText(source) {
+  text = await loadText(source);
+  return text;
 }
 
 /**
