@@ -115,7 +115,6 @@ async function instantiate(source, options) {
  * then the pool is built with this thread as its first (web/src/threads.rs).
  */
 async function startThreads(glue, threads, webgpu) {
-  glue.threadQueue();
   const [module, memory] = glue.threadShared();
   const workers = [];
   const started = Array.from({ length: threads - 1 }, () => new Promise((resolve, reject) => {

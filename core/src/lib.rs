@@ -12,6 +12,11 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 #![cfg_attr(not(feature = "std"), no_std)]
+// The threaded wasm32 build (nightly, `-Z build-std`) waits on memory for its pool's workers.
+#![cfg_attr(
+    all(target_arch = "wasm32", target_feature = "atomics"),
+    feature(stdarch_wasm_atomic_wait)
+)]
 
 extern crate alloc;
 // Lets `#[derive(Module)]` (which names `::kiln_core`) be used inside this crate.

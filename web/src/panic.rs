@@ -13,6 +13,9 @@ pub fn install_hook() {
                     "kiln: internal error (a bug; please report it, and reload the page): {info}"
                 );
                 web_sys::console::error_1(&msg.as_str().into());
+                // A worker's panic would leave the page's thread waiting for its task.
+                #[cfg(feature = "threads")]
+                kiln_core::cpu::panicked();
                 wasm_bindgen::throw_str(&msg);
             }));
         });

@@ -33,6 +33,8 @@ mod tail;
 mod tests;
 mod winograd;
 
+#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+pub use par::{panicked, start, worker};
 pub use par::{set_clock, threads};
 pub use storage::CpuStorage;
 

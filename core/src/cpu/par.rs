@@ -1,6 +1,6 @@
-//! Data parallelism: rayon on native `std` builds and in the threaded wasm32 build (`+atomics`,
-//! whose pool of Web Workers kiln-web starts); plain loops without `std` and in the default
-//! wasm32 build, where a page has one thread and rayon's machinery would only add to the download.
+//! Data parallelism: rayon on native `std` builds; in the threaded wasm32 build (`+atomics`) a
+//! small pool of its own on the Web Workers kiln-web starts ([`worker`], [`start`]); plain loops
+//! without `std` and in the default wasm32 build, where a page has one thread.
 
 use super::storage::{CpuElem, buffer};
 use alloc::vec::Vec;
@@ -19,40 +19,17 @@ pub(crate) fn worth_splitting(ops: usize) -> bool {
     ops >= GRAIN && threads() > 1
 }
 
-/// Gives the CPU backend a clock (milliseconds from any origin), which the page's threaded build
-/// does: the other threads then spin for up to 0.5 ms after a short parallel loop, ready for the
-/// next, instead of parking at once (waking a parked Web Worker takes 10-25 us). Without a clock
-/// (natively) they park. The first clock given stays.
-///
-/// ```
-/// kiln_core::cpu::set_clock(|| 0.0);
-/// ```
-pub fn set_clock(now: fn() -> f64) {
-    #[cfg(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    ))]
-    let _ = pool::CLOCK.set(now);
-    #[cfg(not(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    )))]
-    let _ = now;
-}
-
-/// Number of threads the CPU backend's parallel loops spread over: rayon's pool natively and in
-/// the threaded wasm32 build (the page's Web Workers), 1 without `std` and in the default wasm32
-/// build.
+/// Number of threads the CPU backend's parallel loops spread over: rayon's pool natively, the
+/// page's pool in the threaded wasm32 build, 1 without `std` and in the default wasm32 build.
 ///
 /// ```
 /// assert!(kiln_core::cpu::threads() >= 1);
 /// ```
 pub fn threads() -> usize {
-    #[cfg(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    ))]
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
     return rayon::current_num_threads();
+    #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+    return web::threads();
     #[cfg(not(all(
         feature = "std",
         any(not(target_arch = "wasm32"), target_feature = "atomics")
@@ -73,8 +50,8 @@ pub(crate) fn chunks_mut<T: Send>(
         any(not(target_arch = "wasm32"), target_feature = "atomics")
     ))]
     {
-        let (len, base) = (data.len(), pool::Shared(data.as_mut_ptr()));
-        pool::run(len.div_ceil(size), &|i| {
+        let (len, base) = (data.len(), Shared(data.as_mut_ptr()));
+        run(len.div_ceil(size), &|i| {
             let start = i * size;
             // SAFETY: chunk `i`, inside `data` and no other task's.
             let chunk =
@@ -89,84 +66,224 @@ pub(crate) fn chunks_mut<T: Send>(
     data.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
 }
 
-/// Threads: rayon's pool, under `std` natively and in the threaded wasm32 build.
+/// Runs `f(0)`, ..., `f(n - 1)` on the threads. The parallel loops all go through this one
+/// function, which is not generic: the pool's machinery is compiled once, not once per loop (per
+/// loop, rayon's had made the threaded wasm32 build's code 0.8 MB larger before wasm-opt).
+#[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    use rayon::prelude::*;
+    if n == 1 {
+        return f(0);
+    }
+    (0..n).into_par_iter().for_each(f);
+}
+
+#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+use web::run;
+#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+pub use web::{panicked, set_clock, start, worker};
+
+/// Takes the page's clock; only the threaded wasm32 build has use for one (see [`web`]).
+///
+/// ```
+/// kiln_core::cpu::set_clock(|| 0.0);
+/// ```
+#[cfg(not(all(feature = "std", target_arch = "wasm32", target_feature = "atomics")))]
+pub fn set_clock(now: fn() -> f64) {
+    let _ = now;
+}
+
+/// The start of a slice whose disjoint parts the tasks of [`run`] write, one part each.
 #[cfg(all(
     feature = "std",
     any(not(target_arch = "wasm32"), target_feature = "atomics")
 ))]
-mod pool {
-    /// Runs `f(0)`, ..., `f(n - 1)` on rayon's pool. The parallel loops all go through this one
-    /// function, which is not generic: rayon's machinery is compiled once, not once per loop (per
-    /// loop, it had made the threaded wasm32 build's code 0.8 MB larger before wasm-opt).
-    pub(super) fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
-        use rayon::prelude::*;
-        if n == 1 {
-            // Not a region: no task to hand over, and a lingering thread keeps lingering.
-            return f(0);
-        }
-        let region = REGION.fetch_add(1, Ordering::Relaxed) + 1;
-        ACTIVE.fetch_add(1, Ordering::Relaxed);
-        let now = CLOCK.get().copied();
-        let start = now.map(|now| now());
-        (0..n).into_par_iter().for_each(f);
-        // Not after a region inside another, whose remaining work the spinners would hold up.
-        let outer = ACTIVE.fetch_sub(1, Ordering::Relaxed) == 1;
-        if let (true, Some(now), Some(start)) = (outer, now, start)
-            && now() - start < SHORT_MS
-        {
-            for _ in 1..rayon::current_num_threads() {
-                rayon::spawn(move || linger(region, now));
-            }
-        }
+struct Shared<T>(*mut T);
+
+// SAFETY: each task reaches only its own part of the slice, and its elements may move between
+// threads (`T: Send`).
+#[cfg(all(
+    feature = "std",
+    any(not(target_arch = "wasm32"), target_feature = "atomics")
+))]
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+#[cfg(all(
+    feature = "std",
+    any(not(target_arch = "wasm32"), target_feature = "atomics")
+))]
+impl<T> Shared<T> {
+    /// The address of element `i` (a method, so that closures capture the `Sync` wrapper).
+    fn at(&self, i: usize) -> *mut T {
+        self.0.wrapping_add(i)
     }
+}
 
-    use core::sync::atomic::{AtomicUsize, Ordering};
+/// The threaded wasm32 build's pool: the page's thread and `threads - 1` Web Workers sharing the
+/// module's memory (kiln-web starts them). Not rayon: its work stealing, sleep states and
+/// channels were about 21 KB of the gzipped module (the CPU-only threaded build without them:
+/// 286.6 -> 266.0 KB), where kiln needs one kind of region, `n` tasks handed out in order.
+///
+/// A region publishes its task and `n` with a ticket counter, bumps [`EPOCH`] and wakes the
+/// workers; every thread, the caller's included, takes tickets until they run out, and the
+/// caller waits for the tasks to be done. The page's thread cannot block (a wait traps there), so
+/// it spins; workers spin for a while after a short region (waking a parked Web Worker costs
+/// 10-25 us, the MNIST CNN at batch 1 has regions every ~50 us), then wait on [`EPOCH`].
+#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+mod web {
+    use core::arch::wasm32::{memory_atomic_notify, memory_atomic_wait32};
+    use core::cell::UnsafeCell;
+    use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+    use std::sync::OnceLock;
 
-    /// Parallel regions begun: a [`linger`]ing thread stops when it changes.
-    static REGION: AtomicUsize = AtomicUsize::new(0);
-    /// Parallel regions under way.
-    static ACTIVE: AtomicUsize = AtomicUsize::new(0);
-    /// The clock of [`super::set_clock`] (ms): with one, the other threads [`linger`] after a
-    /// short region.
-    pub(super) static CLOCK: std::sync::OnceLock<fn() -> f64> = std::sync::OnceLock::new();
+    /// Threads of the pool, the caller's included (1 until [`start`]).
+    static THREADS: AtomicUsize = AtomicUsize::new(1);
+    /// Workers inside [`worker`].
+    static WORKERS: AtomicUsize = AtomicUsize::new(0);
+    /// Regions begun: workers wait for it to change.
+    static EPOCH: AtomicU32 = AtomicU32::new(0);
+    /// The region's tickets: its task count in the high half, the next task in the low half, so
+    /// that one read says whether a ticket belongs to the region whose task is published.
+    static TICKETS: AtomicU64 = AtomicU64::new(0);
+    /// Tasks of the region done.
+    static DONE: AtomicUsize = AtomicUsize::new(0);
+    /// A region is under way: a region begun inside one (a task's own loop) runs on its thread.
+    static BUSY: AtomicBool = AtomicBool::new(false);
+    /// A thread of the pool panicked: the region's caller would wait for its task forever.
+    static PANICKED: AtomicBool = AtomicBool::new(false);
+    /// The clock of [`set_clock`] (ms).
+    static CLOCK: OnceLock<fn() -> f64> = OnceLock::new();
 
-    /// Regions shorter than this (ms) are followed by a [`linger`]: rayon parks an idle thread
-    /// within microseconds, and waking a parked Web Worker cost 10-25 us per region (the MNIST
-    /// CNN at batch 1: conv2's products 124 -> 107 us, fc1 75 -> 54 us with lingering). After
-    /// longer regions (batch 64's, milliseconds) a wake is cheap in proportion, and spinning
-    /// after every region looked 3-8% slower at batch 64 under load (noisy runs).
+    /// The region's task, written by the region's caller before its tickets are published and
+    /// read by a thread only once it holds one of them.
+    struct Task(UnsafeCell<Option<&'static (dyn Fn(usize) + Sync)>>);
+    // SAFETY: see [`run`]: the cell is written only while no ticket of any region is left, and
+    // read only by a thread holding a ticket of the current region.
+    unsafe impl Sync for Task {}
+    static TASK: Task = Task(UnsafeCell::new(None));
+
+    /// Regions shorter than this (ms) are followed by workers spinning for [`LINGER_MS`] before
+    /// waiting (the MNIST CNN at batch 1: conv2's products 124 -> 107 us, fc1 75 -> 54 us with
+    /// rayon's threads lingering so); after longer regions (batch 64's, milliseconds) waking is
+    /// cheap in proportion, and spinning after every region looked 3-8% slower at batch 64
+    /// under load.
     const SHORT_MS: f64 = 0.25;
-    /// How long a [`linger`] lasts at most (ms): longer than the gaps between a forward's
-    /// regions and between back-to-back batch-1 forwards, short enough that an idle page leaves
-    /// the cores alone.
+    /// How long workers spin after a short region (ms): longer than the gaps between a
+    /// forward's regions and between back-to-back batch-1 forwards, short enough that an idle
+    /// page leaves the cores alone.
     const LINGER_MS: f64 = 0.5;
 
-    /// Spins (a task on another thread) until a region after `region` begins, whose work that
-    /// thread then steals at once, or for [`LINGER_MS`] by `now`.
-    fn linger(region: usize, now: fn() -> f64) {
-        let start = now();
-        // The clock is read every few microseconds.
-        let spin = || {
-            (0..1 << 12).all(|_| {
-                core::hint::spin_loop();
-                REGION.load(Ordering::Relaxed) == region
-            })
-        };
-        while spin() && now() - start < LINGER_MS {}
+    pub(super) fn threads() -> usize {
+        THREADS.load(SeqCst)
     }
 
-    /// The start of a slice whose disjoint parts the tasks of [`run`] write, one part each.
-    pub(super) struct Shared<T>(pub(super) *mut T);
+    /// Gives the pool a clock (milliseconds from any origin), so that workers can spin after a
+    /// short region instead of waiting at once. The first clock given stays.
+    ///
+    /// ```
+    /// kiln_core::cpu::set_clock(|| 0.0);
+    /// ```
+    pub fn set_clock(now: fn() -> f64) {
+        let _ = CLOCK.set(now);
+    }
 
-    // SAFETY: each task reaches only its own part of the slice, and its elements may move between
-    // threads (`T: Send`).
-    unsafe impl<T: Send> Sync for Shared<T> {}
-
-    impl<T> Shared<T> {
-        /// The address of element `i` (a method, so that closures capture the `Sync` wrapper).
-        pub(super) fn at(&self, i: usize) -> *mut T {
-            self.0.wrapping_add(i)
+    /// Makes the pool `threads` threads, the calling one first, once `threads - 1` workers are
+    /// in [`worker`]; waits up to `timeout_ms` by `now` for them. Returns the pool's size.
+    pub fn start(threads: usize, now: fn() -> f64, timeout_ms: f64) -> Result<usize, usize> {
+        let want = threads.max(1) - 1;
+        let t0 = now();
+        while WORKERS.load(SeqCst) < want {
+            if now() - t0 > timeout_ms {
+                return Err(WORKERS.load(SeqCst));
+            }
+            core::hint::spin_loop();
         }
+        set_clock(now);
+        THREADS.store(want + 1, SeqCst);
+        Ok(want + 1)
+    }
+
+    /// Called by a panic hook: a region waiting for a task of the panicking thread stops
+    /// waiting and panics on its own thread, where the hook reports it (a panic aborts its
+    /// thread, so the task would never be done).
+    pub fn panicked() {
+        PANICKED.store(true, SeqCst);
+    }
+
+    /// A worker's loop (never returns): takes the tickets of every region.
+    pub fn worker() -> ! {
+        WORKERS.fetch_add(1, SeqCst);
+        let mut seen = EPOCH.load(SeqCst);
+        let mut short = false;
+        loop {
+            if let (true, Some(now)) = (short, CLOCK.get()) {
+                let start = now();
+                // The clock is read every few microseconds.
+                while EPOCH.load(SeqCst) == seen && now() - start < LINGER_MS {
+                    for _ in 0..1 << 10 {
+                        core::hint::spin_loop();
+                    }
+                }
+            }
+            while EPOCH.load(SeqCst) == seen {
+                // SAFETY: EPOCH is a live, aligned i32-sized atomic; waiting is allowed on a
+                // worker. A wake or a changed value ends the wait.
+                unsafe { memory_atomic_wait32(EPOCH.as_ptr().cast(), seen as i32, -1) };
+            }
+            seen = EPOCH.load(SeqCst);
+            // The region as this thread saw it, from its wake to its last task.
+            let start = CLOCK.get().map(|now| now());
+            take_tickets();
+            short = matches!((CLOCK.get(), start), (Some(now), Some(t)) if now() - t < SHORT_MS);
+        }
+    }
+
+    /// Runs tasks of the current region until its tickets run out.
+    fn take_tickets() {
+        loop {
+            let t = TICKETS.fetch_add(1, SeqCst);
+            let (n, i) = ((t >> 32) as usize, (t & u32::MAX as u64) as usize);
+            if i >= n {
+                return;
+            }
+            // SAFETY: the ticket is the current region's, whose task was written before its
+            // tickets were published (both SeqCst) and stays until all its tasks are done.
+            let task = unsafe { *TASK.0.get() };
+            if let Some(f) = task {
+                f(i);
+            }
+            DONE.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// Runs `f(0)`, ..., `f(n - 1)` on the pool and returns once all are done.
+    pub(super) fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
+        let workers = THREADS.load(SeqCst) > 1;
+        if n == 1 || !workers || n > u32::MAX as usize || BUSY.swap(true, SeqCst) {
+            return (0..n).for_each(f);
+        }
+        // SAFETY: no ticket of an earlier region is left (each `run` waits for all its tasks),
+        // so no thread reads the cell now; the borrow of `f` outlives its use, since this
+        // function returns only once every task is done.
+        unsafe {
+            *TASK.0.get() = Some(core::mem::transmute::<
+                &(dyn Fn(usize) + Sync),
+                &'static (dyn Fn(usize) + Sync),
+            >(f));
+        }
+        DONE.store(0, SeqCst);
+        TICKETS.store((n as u64) << 32, SeqCst);
+        EPOCH.fetch_add(1, SeqCst);
+        // SAFETY: EPOCH is a live, aligned i32-sized atomic; notifying never blocks.
+        unsafe { memory_atomic_notify(EPOCH.as_ptr().cast(), u32::MAX) };
+        take_tickets();
+        while DONE.load(SeqCst) < n {
+            assert!(!PANICKED.load(SeqCst), "a thread of the CPU pool panicked");
+            core::hint::spin_loop();
+        }
+        // SAFETY: every task is done and no ticket is left: nobody reads the cell.
+        unsafe { *TASK.0.get() = None };
+        BUSY.store(false, SeqCst);
     }
 }
 

@@ -15,7 +15,7 @@ async function load(dir, mode) {
   await glue.default({ module_or_path: `${dir}dist/${file}_bg.wasm` });
   if (mode !== "1") {
     const threads = mode === "2" ? 2 : 1;
-    glue.threadQueue();
+    glue.threadQueue?.(); // builds before the pool of their own (rayon) had this step
     const [module, memory] = glue.threadShared();
     await Promise.all(Array.from({ length: threads - 1 }, () => new Promise((resolve, reject) => {
       const w = new Worker(`${dir}thread.js`, { type: "module" });
