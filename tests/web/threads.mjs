@@ -9,9 +9,10 @@
 //   - `webgpu: false` loads a CPU-only module and nothing else (kiln_web_cpu_bg.wasm, or
 //     kiln_web_threads_cpu_bg.wasm with threads), whose WebGPU device is refused with a message
 //     naming the module;
-//   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path) and two
+//   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path), two
 //     matmuls large enough to be split across threads (by columns, wider than tall, and by rows)
-//     match float64 loops here, on random inputs;
+//     and, over more elements than one thread takes, a broadcast elementwise chain, a softmax
+//     along rows and a sum across them match float64 loops here, on random inputs;
 //   - the MNIST CNN's logits (batch 1 and 64, random images) agree between the builds (bit for
 //     bit between the two single-threaded ones);
 //   - no console error.
@@ -48,6 +49,8 @@ const SHAPES = {
   m: [301, 133],
   a2: [157, 83],
   m2: [83, 41],
+  big: [301, 517],
+  row: [517],
   digits1: [1, 1, 28, 28],
   digits64: [64, 1, 28, 28],
 };
@@ -77,6 +80,9 @@ try {
   out.conv3 = await read(t("x3").conv2d(t("w3"), t("b3"), { padding: 1 }));
   out.matmul = await read(t("a").matmul(t("m")));
   out.matmul2 = await read(t("a2").matmul(t("m2")));
+  out.chain = await read(t("big").exp().mul(t("row")).add(0.5));
+  out.softmax = await read(t("big").mul(3).softmax(-1));
+  out.sum = await read(t("big").sum([0]));
   const model = await Model.load("./demos/mnist/models/mnist.safetensors", { device: Device.cpu() });
   out.mnist1 = await read(model.forward(t("digits1")));
   out.mnist64 = await read(model.forward(t("digits64")));
@@ -141,7 +147,24 @@ function matmul(a, [m, k], b, [, n]) {
   for (let i = 0; i < m; i++) for (let p = 0; p < k; p++) for (let j = 0; j < n; j++) y[i * n + j] += a[i * k + p] * b[p * n + j];
   return y;
 }
+const [rows, cols] = SHAPES.big;
+const big = (i, j) => inputs.big[i * cols + j];
+const softmaxRows = new Float64Array(rows * cols);
+for (let i = 0; i < rows; i++) {
+  let max = -Infinity;
+  let total = 0;
+  for (let j = 0; j < cols; j++) max = Math.max(max, 3 * big(i, j));
+  for (let j = 0; j < cols; j++) total += Math.exp(3 * big(i, j) - max);
+  for (let j = 0; j < cols; j++) softmaxRows[i * cols + j] = Math.exp(3 * big(i, j) - max) / total;
+}
 const reference = {
+  chain: Float64Array.from(inputs.big, (v, k) => Math.exp(v) * inputs.row[k % cols] + 0.5),
+  softmax: softmaxRows,
+  sum: Float64Array.from({ length: cols }, (_, j) => {
+    let s = 0;
+    for (let i = 0; i < rows; i++) s += big(i, j);
+    return s;
+  }),
   conv: conv2d(inputs.x, SHAPES.x, inputs.w, SHAPES.w, inputs.b, 1, 1),
   conv2: conv2d(inputs.x, SHAPES.x, inputs.w2, SHAPES.w2, null, 2, 2),
   conv3: conv2d(inputs.x3, SHAPES.x3, inputs.w3, SHAPES.w3, inputs.b3, 1, 1),
