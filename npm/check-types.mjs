@@ -13,8 +13,9 @@
 //     and kind. Parameters and types are not compared (wasm-bindgen types most of them `any`);
 //   - the generated block: it must be exactly what --write would write;
 //   - the CPU-only modules (dist/kiln_web_cpu.js, dist/kiln_web_threads_cpu.js) export what their
-//     WebGPU twins do, member for member; the text module (dist/kiln_web_text.js) exports what
-//     the main module does and TextModel, whose members index.d.ts declares.
+//     WebGPU twins do, member for member; the text modules (dist/kiln_web_text.js and its
+//     threaded build) export what their main module does and TextModel, whose members
+//     index.d.ts declares.
 //
 // The declarations: build-web.sh runs wasm-bindgen with --no-typescript, so unless
 // npm/dist/kiln_web.d.ts exists this script runs wasm-bindgen again on cargo's kiln_web.wasm, in
@@ -471,6 +472,17 @@ const textGlue = await import(pathToFileURL(join(NPM, "dist", `${TEXT}.js`)).hre
 const [mainApi, textApi] = [apiOf(glue), apiOf(textGlue).filter((k) => !k.startsWith("TextModel("))];
 for (const x of mainApi.filter((k) => !textApi.includes(k))) problems.push(`dist/${TEXT}.js lacks kiln_web's ${x}`);
 for (const x of textApi.filter((k) => !mainApi.includes(k))) problems.push(`dist/${TEXT}.js has ${x}, which kiln_web lacks`);
+// Its threaded build likewise: the threaded main module's API and TextModel.
+const threadsText = join(NPM, "dist", "kiln_web_threads_text.js");
+if (existsSync(threadsText)) {
+  const withText = apiOf(await import(pathToFileURL(threadsText).href));
+  const plain = apiOf(await import(pathToFileURL(join(NPM, "dist", "kiln_web_threads.js")).href));
+  const textModel = apiOf(textGlue).filter((k) => k.startsWith("TextModel("));
+  for (const x of [...plain, ...textModel].filter((k) => !withText.includes(k))) problems.push(`dist/kiln_web_threads_text.js lacks ${x}`);
+  for (const x of withText.filter((k) => !plain.includes(k) && !textModel.includes(k))) {
+    problems.push(`dist/kiln_web_threads_text.js has ${x}, which kiln_web_threads and TextModel lack`);
+  }
+}
 if (!textBindings.classes.has("TextModel") || !hand.classes.has("TextModel")) {
   problems.push(`TextModel must be a class of dist/${TEXT}.js and of index.d.ts`);
 } else compareClass("TextModel", textBindings.classes.get("TextModel"), hand.classes.get("TextModel"));

@@ -27,6 +27,7 @@ function bind(glue) {
 }
 
 let ready;
+let pageThreads; // the threads init() runs the CPU kernels on
 let text; // the text module's glue, once loaded
 
 /**
@@ -94,7 +95,8 @@ async function instantiate(source, options) {
     try {
       if (glue) {
         await glue.default(source === undefined ? undefined : { module_or_path: source });
-        await startThreads(glue, threads, webgpu);
+        await startThreads(glue, threads, { webgpu });
+        pageThreads = threads;
         bind(glue);
         return;
       }
@@ -107,14 +109,16 @@ async function instantiate(source, options) {
   const glue = webgpu ? await import("./dist/kiln_web.js") : await import("./dist/kiln_web_cpu.js");
   if (source === undefined && inNode()) source = await readDist(webgpu ? "kiln_web_bg.wasm" : "kiln_web_cpu_bg.wasm");
   await glue.default(source === undefined ? undefined : { module_or_path: source });
+  pageThreads = 1;
   bind(glue);
 }
 
 /**
- * Starts the threaded module's pool: `threads - 1` workers instantiate it on its memory and wait,
- * then the pool is built with this thread as its first (web/src/threads.rs).
+ * Starts a threaded module's pool: `threads - 1` workers instantiate it on its memory and wait,
+ * then the pool is built with this thread as its first (web/src/threads.rs). `build` tells
+ * thread.js which threaded module `glue` is: `{ webgpu, text }`.
  */
-async function startThreads(glue, threads, webgpu) {
+async function startThreads(glue, threads, build) {
   const [module, memory] = glue.threadShared();
   const workers = [];
   const started = Array.from({ length: threads - 1 }, () => new Promise((resolve, reject) => {
@@ -122,7 +126,7 @@ async function startThreads(glue, threads, webgpu) {
     workers.push(worker);
     worker.onmessage = ({ data }) => (data?.error ? reject(new Error(data.error)) : resolve());
     worker.onerror = (e) => reject(new Error(`a worker failed to start: ${e.message ?? "its script did not load"}`));
-    worker.postMessage({ module, memory, webgpu });
+    worker.postMessage({ module, memory, ...build });
   }));
   try {
     await Promise.all(started);
@@ -138,18 +142,19 @@ async function startThreads(glue, threads, webgpu) {
  * return the same promise; a failed load is tried again next time). `glue` imports its JS by a
  * literal path, so that bundlers split it into a chunk of its own, fetched on first use, and emit
  * its .wasm next to it (wasm-bindgen's loader finds it through import.meta.url); `file` is that
- * .wasm in dist/, which Node reads from disk.
+ * .wasm in dist/, which Node reads from disk. A `threaded` module starts its pool of `threads`.
  */
-function lazyModule(glue, file) {
+function lazyModule(glue, file, threaded = false) {
   let ready;
-  const instantiate = async (source) => {
+  const instantiate = async (source, threads) => {
     const g = await glue();
     if (source === undefined && inNode()) source = await readDist(file);
     await g.default(source === undefined ? undefined : { module_or_path: source });
+    if (threaded) await startThreads(g, threads, { webgpu: true, text: true });
     return g;
   };
-  return (source) => {
-    ready ??= instantiate(source).catch((e) => {
+  return (source, threads) => {
+    ready ??= instantiate(source, threads).catch((e) => {
       ready = undefined;
       throw e;
     });
@@ -159,6 +164,7 @@ function lazyModule(glue, file) {
 
 const loadOnnx = lazyModule(() => import("./dist/kiln_web_onnx.js"), "kiln_web_onnx_bg.wasm");
 const loadText = lazyModule(() => import("./dist/kiln_web_text.js"), "kiln_web_text_bg.wasm");
+const loadThreadedText = lazyModule(() => import("./dist/kiln_web_threads_text.js"), "kiln_web_threads_text_bg.wasm", true);
 
 /**
  * Loads and instantiates the ONNX converter module (once; later calls return the same promise).
@@ -172,10 +178,19 @@ export function initOnnx(source) {
 /**
  * Loads and instantiates the text-generation module (once; later calls return the same promise).
  * `TextModel.load` calls it itself; call it only to load the module from elsewhere (`source` as
- * for `init`) or ahead of time.
+ * for `init`) or ahead of time. On as many threads as `init()` runs (or would run, before it):
+ * where that is more than one, its threaded build, with a pool of workers of its own.
  */
 export async function initText(source) {
-  text = await loadText(source);
+  const threads = source === undefined ? (pageThreads ?? threadsWanted(undefined, undefined)) : 1;
+  if (threads > 1 && text === undefined) {
+    try {
+      text = await loadThreadedText(source, threads);
+    } catch (e) {
+      console.warn(`kiln: the threaded text module did not start (${e.message}); using one thread`);
+    }
+  }
+  text ??= await loadText(source);
   return text;
 }
 

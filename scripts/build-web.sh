@@ -132,7 +132,7 @@ for name in kiln_web kiln_web_onnx; do
 done
 
 if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
-  step "wasm, threaded: kiln-web with +atomics on $KILN_NIGHTLY -> npm/dist/kiln_web_threads{_cpu,}*"
+  step "wasm, threaded: kiln-web with +atomics on $KILN_NIGHTLY -> npm/dist/kiln_web_threads{_cpu,_text,}*"
   # npm/index.js loads this module instead of the main one on cross-origin isolated pages: the
   # CPU kernels then run on a pool of Web Workers sharing its memory (web/src/threads.rs).
   # Atomics need a standard library built with them (-Z build-std, nightly only); std's
@@ -149,11 +149,14 @@ if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
     --export=__tls_size --export=__tls_align --export=__tls_base; do
     threads_rustflags+=" -C link-arg=$arg"
   done
-  # Two builds, as for the main module: CPU only (kiln_web_threads_cpu, for `webgpu: false`),
-  # then with WebGPU.
-  for name in kiln_web_threads_cpu kiln_web_threads; do
-    features=(--features threads)
-    [ "$name" = kiln_web_threads ] || features+=(--no-default-features)
+  # Three builds, as for the main module: CPU only (kiln_web_threads_cpu, for `webgpu: false`),
+  # with text generation (kiln_web_threads_text: TextModel on an isolated page), with WebGPU.
+  for name in kiln_web_threads_cpu kiln_web_threads_text kiln_web_threads; do
+    case $name in
+      kiln_web_threads_cpu) features=(--features threads --no-default-features) ;;
+      kiln_web_threads_text) features=(--features threads,text) ;;
+      *) features=(--features threads) ;;
+    esac
     RUSTFLAGS="$threads_rustflags" \
       nightly_cargo build -p kiln-web --lib "${features[@]}" --target wasm32-unknown-unknown \
       -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \

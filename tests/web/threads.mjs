@@ -15,6 +15,9 @@
 //     along rows and a sum across them match float64 loops here, on random inputs;
 //   - the MNIST CNN's logits (batch 1 and 64, random images) agree between the builds (bit for
 //     bit between the two single-threaded ones);
+//   - with `text=1`, TextModel loads the text module of the page's kind (threaded where init()
+//     runs threads: kiln_web_threads_text_bg.wasm, its CPU on as many threads) and generates the
+//     same greedy text from the text demo's GPT as the single-threaded one;
 //   - no console error.
 //
 //   node tests/web/threads.mjs        (after scripts/build-web.sh)
@@ -62,7 +65,7 @@ for (const k of ["digits1", "digits64"]) inputs[k] = inputs[k].map((v) => (v + 1
 
 // The page: init with the `threads` of the query string, then every product; posts the results.
 const PAGE = `<!doctype html><meta charset="utf-8"><body><script type="module">
-import init, { Device, Tensor, Model } from "./npm/index.js";
+import init, { Device, Tensor, Model, TextModel } from "./npm/index.js";
 const q = new URLSearchParams(location.search);
 const out = { isolated: globalThis.crossOriginIsolated === true };
 try {
@@ -86,6 +89,12 @@ try {
   const model = await Model.load("./demos/mnist/models/mnist.safetensors", { device: Device.cpu() });
   out.mnist1 = await read(model.forward(t("digits1")));
   out.mnist64 = await read(model.forward(t("digits64")));
+  if (q.has("text")) {
+    const lm = await TextModel.load("./demos/text/models/shakespeare.safetensors", { device: "cpu" });
+    out.textThreads = lm.device.threads;
+    out.text = await lm.generate("ROMEO:\\n", { tokens: 24, temperature: 0 });
+    lm.dispose();
+  }
 } catch (e) {
   out.error = String(e?.stack ?? e);
 }
@@ -113,7 +122,7 @@ const server = createServer((req, res) => {
   }
   if (path === "page.html") body = PAGE;
   else if (path === "inputs.json") body = JSON.stringify({ shapes: SHAPES, inputs });
-  else if (/^(npm|demos\/mnist\/models)\//.test(path) && !normalize(path).startsWith("..")) {
+  else if (/^(npm|demos\/(mnist|text)\/models)\//.test(path) && !normalize(path).startsWith("..")) {
     const file = join(ROOT, normalize(path));
     if (existsSync(file)) body = readFileSync(file);
   }
@@ -197,6 +206,8 @@ try {
     ["not isolated, webgpu: false", "/plain/page.html?webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
     ["isolated, threads: 1, webgpu: false", "/iso/page.html?threads=1&webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
     ["isolated, webgpu: false", "/iso/page.html?webgpu=false", (t) => t > 1, ["kiln_web_threads_cpu_bg.wasm"]],
+    ["not isolated, text", "/plain/page.html?text=1", (t) => t === 1, ["kiln_web_bg.wasm", "kiln_web_text_bg.wasm"]],
+    ["isolated, text", "/iso/page.html?text=1", (t) => t > 1, ["kiln_web_threads_bg.wasm", "kiln_web_threads_text_bg.wasm"]],
   ]) {
     const p = await openPage(browser, base + path);
     const r = await p.page.evaluate(() => window.result);
@@ -221,6 +232,12 @@ try {
     check(p.errors.length === 0, `${name}: no console errors${p.errors.length ? `: ${p.errors.join(" | ")}` : ""}`);
   }
   const single = results["not isolated"];
+  // The text modules: the threaded one's CPU runs on the page's threads, and both generate alike.
+  const [plainText, isoText] = [results["not isolated, text"], results["isolated, text"]];
+  check(plainText?.textThreads === 1 && isoText?.textThreads === isoText?.threads,
+    `TextModel's CPU threads: ${plainText?.textThreads} (not isolated), ${isoText?.textThreads} (isolated, page ${isoText?.threads})`);
+  check(typeof plainText?.text === "string" && [...plainText.text].length === 24 && isoText?.text === plainText.text,
+    `TextModel: the threaded text module generates what the single-threaded one does: ${JSON.stringify(isoText?.text)} vs ${JSON.stringify(plainText?.text)}`);
   for (const name of ["isolated", "isolated, threads: 3", "isolated, webgpu: false"]) {
     for (const k of ["mnist1", "mnist64"]) {
       const e = relErr(results[name]?.[k], single?.[k] ?? []);
