@@ -148,7 +148,8 @@ export function initOnnx(
 /**
  * Loads and instantiates the text-generation module (once; later calls return the same
  * promise), a third WebAssembly module (`dist/kiln_web_text_bg.wasm`: the main module with
- * `TextModel`), which `init()` does not load. `TextModel.load` calls it itself; call it to load
+ * `TextModel`; where `init()` runs threads, its threaded build `kiln_web_threads_text_bg.wasm`
+ * with workers of its own), which `init()` does not load. `TextModel.load` calls it itself; call it to load
  * the module ahead of time or from another place (`source` as for `init`).
  */
 export function initText(
