@@ -101,6 +101,13 @@ impl<K: Ord, V> SortedMap<K, V> {
     {
         self.find(key).ok().map(|i| &mut self.0[i].1)
     }
+    /// Takes `key`'s entry out, returning its value.
+    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+    {
+        self.find(key).ok().map(|i| self.0.remove(i).1)
+    }
     /// The value of `key`, inserted first as `value()` when there is none.
     pub fn get_or_insert_with(&mut self, key: K, value: impl FnOnce() -> V) -> &mut V {
         let i = match self.find(&key) {
@@ -118,6 +125,22 @@ impl<K: Ord, V> SortedMap<K, V> {
 mod tests {
     use super::*;
     use alloc::string::String;
+
+    #[test]
+    fn sorted_map_keeps_key_order_through_inserts_and_removes() {
+        let mut m = SortedMap::new();
+        for k in [5u32, 1, 9, 3, 7] {
+            *m.get_or_insert_with(k, || 0) += k;
+        }
+        assert_eq!(m.remove(&3), Some(3));
+        assert_eq!(m.remove(&3), None);
+        assert_eq!(m.remove(&4), None);
+        *m.get_or_insert_with(9, || 0) += 1;
+        let keys: Vec<(u32, u32)> = m.iter().copied().collect();
+        assert_eq!(keys, [(1, 1), (5, 5), (7, 7), (9, 10)]);
+        assert_eq!(m.get(&7), Some(&7));
+        assert_eq!(m.len(), 4);
+    }
 
     #[test]
     fn sorted_unique_orders_and_dedups() {

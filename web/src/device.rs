@@ -335,7 +335,7 @@ async fn load_measured(bytes: &[u8], auto: Device, adapter: Adapter) -> JsResult
     }
     let on_cpu_model = load(bytes, &cpu)?;
     let cpu_ms = probe(&on_cpu_model, &cpu).await.js()?;
-    let measured = match KModel::load(bytes, &gpu) {
+    let measured = match KModel::load_with(bytes, &gpu, &js::parse_json) {
         Ok(m) => probe(&m, &gpu).await.map(|ms| (m, ms)),
         Err(e) => Err(e),
     };
@@ -379,7 +379,7 @@ fn remember(key: &str, gpu_wins: bool, gpu_ms: f64, cpu_ms: f64) {
 }
 
 fn load(bytes: &[u8], dev: &KDevice) -> JsResult<KModel> {
-    KModel::load(bytes, dev).js()
+    KModel::load_with(bytes, dev, &js::parse_json).js()
 }
 
 #[cfg(feature = "webgpu")]

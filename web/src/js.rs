@@ -1,7 +1,7 @@
 //! Small helpers for building and reading plain JS values.
 
 use js_sys::{Object, Reflect};
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 
 /// A plain object from key/value pairs.
 pub fn object(pairs: &[(&str, JsValue)]) -> Object {
@@ -153,9 +153,76 @@ pub fn store(key: &str, value: &str) {
     let _ = set_item(key, value);
 }
 
-/// The `message` of a thrown JS value (an `Error`), else its debug form.
+/// The `message` of a thrown JS value (an `Error`), else the value if it is a string, else its
+/// type (not `{:?}`: wasm-bindgen's debug formatting of JS values is its own code in the glue).
 pub fn message(e: &JsValue) -> String {
     get(e, "message")
         .as_string()
-        .unwrap_or_else(|| format!("{e:?}"))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("a thrown {}", type_name(e)))
+}
+
+/// A model file's JSON read by the page's `JSON.parse`, as a [`kiln_core::model::JsonParser`]:
+/// the module then carries no JSON parser (serde_json's was 8.8 KB of the gzipped CPU-only
+/// module). Integers come back as serde_json reads them (so that readers asking for one find
+/// it); one beyond 2^53, which `JSON.parse` cannot hold exactly, is an error.
+pub fn parse_json(text: &str) -> Result<serde_json::Value, String> {
+    let v = js_sys::JSON::parse(text).map_err(|e| message(&e))?;
+    json_value(&v, 0)
+}
+
+/// Nesting deeper than this is refused (serde_json's own limit), not a stack overflow.
+const MAX_DEPTH: usize = 128;
+
+fn json_value(v: &JsValue, depth: usize) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    if depth > MAX_DEPTH {
+        return Err(format!("nested more than {MAX_DEPTH} levels deep"));
+    }
+    if let Some(n) = v.as_f64() {
+        return json_number(n);
+    }
+    if let Some(s) = v.as_string() {
+        return Ok(Value::String(s));
+    }
+    if let Some(b) = v.as_bool() {
+        return Ok(Value::Bool(b));
+    }
+    if v.is_null() {
+        return Ok(Value::Null);
+    }
+    if js_sys::Array::is_array(v) {
+        let items = js_sys::Array::from(v);
+        return items
+            .iter()
+            .map(|x| json_value(&x, depth + 1))
+            .collect::<Result<_, _>>()
+            .map(Value::Array);
+    }
+    let mut map = serde_json::Map::new();
+    for entry in Object::entries(v.unchecked_ref()).iter() {
+        let entry: js_sys::Array = entry.unchecked_into();
+        let key = entry.get(0).as_string().unwrap_or_default();
+        map.insert(key, json_value(&entry.get(1), depth + 1)?);
+    }
+    Ok(Value::Object(map))
+}
+
+fn json_number(n: f64) -> Result<serde_json::Value, String> {
+    // 2^53: every integer up to it is exact in an f64.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if n.fract() != 0.0 || (n == 0.0 && n.is_sign_negative()) {
+        return Ok(serde_json::Number::from_f64(n).map_or(serde_json::Value::Null, Into::into));
+    }
+    if n.abs() >= EXACT {
+        return Err(format!(
+            "the integer {} is beyond 2^53, which JavaScript's JSON.parse cannot read exactly",
+            kiln_core::error::Num(n)
+        ));
+    }
+    Ok(if n >= 0.0 {
+        (n as u64).into()
+    } else {
+        (n as i64).into()
+    })
 }

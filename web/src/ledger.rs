@@ -5,7 +5,6 @@ use crate::error::JsResult;
 use crate::js;
 use kiln_core::{SortedMap, Tensor as KTensor};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use wasm_bindgen::prelude::*;
 
 /// What one handle holds: a tensor (from JS or a model's output) or a model's weights.
@@ -21,7 +20,9 @@ enum Entry {
 #[derive(Default)]
 struct Ledger {
     next: u32,
-    entries: HashMap<u32, Entry>,
+    // Handles only grow (until they wrap), so inserts land at the end; a sorted list, not a
+    // HashMap, whose hashing and table code the module would carry for this alone.
+    entries: SortedMap<u32, Entry>,
 }
 
 thread_local! {
@@ -50,11 +51,11 @@ pub fn insert_weights(device: String, tensors: usize, bytes: u64) -> u32 {
 fn insert_entry(e: Entry) -> u32 {
     LEDGER.with_borrow_mut(|l| {
         l.next = l.next.wrapping_add(1).max(1);
-        while l.entries.contains_key(&l.next) {
+        while l.entries.get(&l.next).is_some() {
             l.next = l.next.wrapping_add(1).max(1);
         }
         let h = l.next;
-        l.entries.insert(h, e);
+        l.entries.get_or_insert_with(h, || e);
         h
     })
 }
@@ -74,7 +75,7 @@ pub fn get(handle: u32, op: &'static str) -> JsResult<KTensor> {
 
 /// `true` while the handle is registered.
 pub fn contains(handle: u32) -> bool {
-    LEDGER.with_borrow(|l| l.entries.contains_key(&handle))
+    LEDGER.with_borrow(|l| l.entries.get(&handle).is_some())
 }
 
 /// Releases a handle (a no-op when already released).
@@ -102,7 +103,7 @@ pub fn memory_report() -> JsValue {
     // would bring into the module).
     let mut per: SortedMap<String, Sum> = SortedMap::new();
     LEDGER.with_borrow(|l| {
-        for e in l.entries.values() {
+        for (_, e) in l.entries.iter() {
             let (dev, n, b) = match e {
                 Entry::Tensor(t) => {
                     let dev = crate::device::kind_of(t.device()).to_string();

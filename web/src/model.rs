@@ -124,7 +124,10 @@ impl Model {
         let wanted = Device::wanted(&options, "Model.load")?;
         let bytes = source_bytes(&source, "Model.load").await?;
         let (model, device) = match wanted {
-            Wanted::Given(d) => (KModel::load(&bytes, d.inner()).js()?, d),
+            Wanted::Given(d) => (
+                KModel::load_with(&bytes, d.inner(), &js::parse_json).js()?,
+                d,
+            ),
             Wanted::Auto { fusion } => device::load_on_fastest(&bytes, fusion).await?,
         };
         let params = model.tensors();

@@ -25,7 +25,10 @@ mod safetensors;
 
 use graph::Plan;
 pub use graph::{Graph, GraphNode, GraphOutput, Ref, ValueInfo};
-pub use safetensors::{SafeTensors, decode_safetensors, encode_safetensors};
+pub use safetensors::{
+    JsonParser, SafeTensors, decode_safetensors, decode_safetensors_with, encode_safetensors,
+    parse_json,
+};
 
 use crate::error::{ErrorKind, fail};
 use crate::{Device, Result, Tensor};
@@ -61,7 +64,12 @@ pub struct Model {
 impl Model {
     /// Parses a kiln model file and uploads its tensors to `device`.
     pub fn load(bytes: &[u8], device: &Device) -> Result<Model> {
-        let file = decode_safetensors(bytes).map_err(|e| e.context("Model::load"))?;
+        Self::load_with(bytes, device, &parse_json)
+    }
+
+    /// [`Model::load`] with its JSON (the header and the graph) read by `parse`.
+    pub fn load_with(bytes: &[u8], device: &Device, parse: JsonParser<'_>) -> Result<Model> {
+        let file = decode_safetensors_with(bytes, parse).map_err(|e| e.context("Model::load"))?;
         let op = "Model::load";
         match file.metadata.get(KEY_FORMAT).map(String::as_str) {
             Some("kiln") => {}
@@ -97,18 +105,18 @@ impl Model {
                 format_args!("metadata has no {KEY_GRAPH}"),
             )
         })?;
-        let invalid = |e: serde_json::Error| {
+        let invalid = |e: &dyn core::fmt::Display| {
             fail(
                 ErrorKind::Format,
                 op,
                 format_args!("{KEY_GRAPH} is not a valid graph: {e}"),
             )
         };
-        let mut graph_json: serde_json::Value = serde_json::from_str(json).map_err(invalid)?;
+        let mut graph_json = parse(json).map_err(|e| invalid(&e))?;
         if version == Some(&"1".into()) {
             graph::upgrade_v1(&mut graph_json).map_err(|e| e.context(op))?;
         }
-        let graph = graph::graph_from_value(graph_json).map_err(invalid)?;
+        let graph = graph::graph_from_value(graph_json).map_err(|e| invalid(&e))?;
         graph.validate(&|n| file.tensors.contains_key(n))?;
         let tensors = file.to_device(device).map_err(|e| e.context(op))?;
         Ok(Model {

@@ -120,11 +120,32 @@ pub fn encode_safetensors(
     Ok(out)
 }
 
+/// How a model file's JSON text becomes a [`Value`] (an error says why it could not):
+/// [`parse_json`], or another parser, such as the browser's `JSON.parse` in the web package,
+/// which then carries no JSON parser of its own.
+pub type JsonParser<'a> = &'a dyn Fn(&str) -> core::result::Result<Value, String>;
+
+/// serde_json's parser: the [`JsonParser`] of [`decode_safetensors`] and `Model::load`.
+///
+/// ```
+/// use kiln_core::model::parse_json;
+/// assert_eq!(parse_json(r#"{"a": [1, 2.5]}"#).unwrap()["a"][1], 2.5);
+/// assert!(parse_json("{").unwrap_err().contains("EOF"));
+/// ```
+pub fn parse_json(text: &str) -> core::result::Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
+}
+
 /// Decodes a safetensors file. Besides kiln's own dtypes it accepts what PyTorch writes:
 /// `BF16` is widened to f32; `I64`, `I16`, `I8`, `U16` and `U8` become i32 (an `I64` value
 /// outside the i32 range is an error). Every inconsistency is an error naming the tensor,
 /// what was expected and what was found.
 pub fn decode_safetensors(bytes: &[u8]) -> Result<SafeTensors> {
+    decode_safetensors_with(bytes, &parse_json)
+}
+
+/// [`decode_safetensors`] with the header read by `parse`.
+pub fn decode_safetensors_with(bytes: &[u8], parse: JsonParser<'_>) -> Result<SafeTensors> {
     let Some(len_bytes) = bytes.get(..8) else {
         return Err(fail(
             ErrorKind::Format,
@@ -157,7 +178,7 @@ pub fn decode_safetensors(bytes: &[u8]) -> Result<SafeTensors> {
             format_args!("header is not UTF-8: {e}"),
         )
     })?;
-    let header: Value = serde_json::from_str(header).map_err(|e| {
+    let header: Value = parse(header).map_err(|e| {
         fail(
             ErrorKind::Format,
             OP,

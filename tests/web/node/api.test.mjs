@@ -211,6 +211,65 @@ test("Model.load rejects bad input with a readable error", async () => {
   await assert.rejects(Model.load(42), /source must be a URL/);
 });
 
+// A kiln model file with its JSON header replaced: the page reads it through JSON.parse.
+function withHeader(bytes, edit) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const len = Number(view.getBigUint64(0, true));
+  let json = edit(new TextDecoder().decode(bytes.subarray(8, 8 + len)));
+  while (json.length % 8) json += " ";
+  const head = new TextEncoder().encode(json);
+  const out = new Uint8Array(8 + head.length + bytes.length - 8 - len);
+  new DataView(out.buffer).setBigUint64(0, BigInt(head.length), true);
+  out.set(head, 8);
+  out.set(bytes.subarray(8 + len), 8 + head.length);
+  return out;
+}
+
+test("Model.load reads a model file's JSON through JSON.parse, with clear errors", async () => {
+  const bytes = readFileSync(new URL("../../../demos/mnist/models/mnist.safetensors", import.meta.url));
+  const x = Tensor.from(rand(2 * 784, 11), [2, 1, 28, 28]);
+  const logits = async (b) => {
+    const m = await Model.load(b);
+    const y = m.forward(x);
+    const out = Array.from(await y.data());
+    y.dispose();
+    m.dispose();
+    return out;
+  };
+  const want = await logits(bytes);
+  // Reformatted JSON (spaces, the graph's keys and numbers written otherwise) reads the same.
+  const spaced = withHeader(bytes, (h) => JSON.stringify(JSON.parse(h), null, 2));
+  assert.deepEqual(await logits(spaced), want);
+  const graph = (h, edit) => {
+    const o = JSON.parse(h);
+    o.__metadata__.kiln_graph = edit(o.__metadata__.kiln_graph);
+    return JSON.stringify(o);
+  };
+  const bad = (b, re) => assert.rejects(Model.load(b), (e) => e.name === "KilnError" && /^Model::load/.test(e.message) && re.test(e.message));
+  // Its closing brace gone (the header ends in padding spaces).
+  await bad(withHeader(bytes, (h) => h.trimEnd().slice(0, -1)), /header is not valid JSON/);
+  await bad(withHeader(bytes, (h) => graph(h, (g) => g.slice(0, -1))), /kiln_graph is not a valid graph/);
+  await bad(withHeader(bytes, (h) => h.replace(/"data_offsets":\[(\d+),\d+\]/, (_, a) => `"data_offsets":[${a},1152921504606846976]`)), /beyond 2\^53/);
+  await bad(withHeader(bytes, (h) => graph(h, () => "[".repeat(300) + "]".repeat(300))), /nested more than 128 levels/);
+  // Fuzz-style: 300 headers with a byte changed (seeded); each loads or is refused with a
+  // KilnError, never another kind of failure.
+  const header = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
+  const r = rand(600, 5);
+  let refused = 0;
+  for (let k = 0; k < 300; k++) {
+    const b = Uint8Array.from(bytes);
+    b[8 + Math.floor(((r[2 * k] + 1) / 2) * header)] = 32 + Math.floor(((r[2 * k + 1] + 1) / 2) * 95);
+    try {
+      (await Model.load(b)).dispose();
+    } catch (e) {
+      assert.equal(e.name, "KilnError", `${e.name}: ${e.message}`);
+      refused++;
+    }
+  }
+  assert.ok(refused > 0, `${refused} of 300 refused`);
+  x.dispose();
+});
+
 test("the committed demo model runs and classifies real MNIST test digits", async () => {
   const bytes = readFileSync(new URL("../../../demos/mnist/models/mnist.safetensors", import.meta.url));
   const { testImages } = await import("../mnist.mjs");
