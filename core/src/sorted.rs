@@ -50,8 +50,9 @@ pub(crate) fn heapsort(keys: &mut [u64]) {
 }
 
 /// A map as a list of `(key, value)` pairs in key order, found by binary search. For small
-/// maps (the custom-op registry, a tokenizer's ids, `memory()`'s per-device sums): an insert
-/// moves the entries after it.
+/// maps (the custom-op registry, a tokenizer's ids, `memory()`'s per-device sums) and for keys
+/// that mostly arrive in order (kiln-web's ledger of handles): an insert or a remove moves the
+/// entries after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SortedMap<K, V>(Vec<(K, V)>);
 
