@@ -83,7 +83,7 @@ use web::run;
 #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
 pub use web::{panicked, set_clock, start, worker};
 
-/// Takes the page's clock; only the threaded wasm32 build has use for one (see [`web`]).
+/// Takes the page's clock; only the threaded wasm32 build's pool has use for one.
 ///
 /// ```
 /// kiln_core::cpu::set_clock(|| 0.0);
