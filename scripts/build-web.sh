@@ -146,7 +146,11 @@ if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
   # with a maximum (4 GiB, the main module's reach) and to export what sets up each thread's
   # thread-local storage.
   # RUSTFLAGS replaces .cargo/config.toml's wasm32 flags, so its unrolling rule is repeated.
+  # Legacy symbol names, as stable rustc gives the other modules: the nightly's default (v0)
+  # spells out the types in the names of wasm-bindgen's closure shims, which the module exports
+  # and the glue calls (up to 334 characters each; -0.6 KB gzipped, issue 18, bytes).
   threads_rustflags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 -C llvm-args=-unroll-runtime=false"
+  threads_rustflags+=" -Z unstable-options -C symbol-mangling-version=legacy"
   for arg in --shared-memory --max-memory=4294967296 --import-memory --export=__wasm_init_tls \
     --export=__tls_size --export=__tls_align --export=__tls_base; do
     threads_rustflags+=" -C link-arg=$arg"
@@ -165,9 +169,10 @@ if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
       --target-dir "$threads_target" "${cargo_args[@]}"
     wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$name" \
       "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
-    # -O2, not -Oz: the threaded module came out 1.8 KiB smaller (gzipped) and wasm-opt took
-    # 73 s instead of 86.
-    optimise_later "npm/dist/${name}_bg.wasm" -O2 --enable-threads
+    # -Os, not -Oz: -Oz's module came out larger (gzipped) than -O2's (1.8 KiB at first, 0.4
+    # at stop 49), and -Os --converge smaller than either (threaded CPU-only module: 250.4 KB
+    # with -O2, 249.8 with -Os --converge; issue 18, bytes).
+    optimise_later "npm/dist/${name}_bg.wasm" -Os --converge --enable-threads
   done
 fi
 

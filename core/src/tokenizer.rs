@@ -107,7 +107,7 @@ impl CharTokenizer {
         let bad = |m: String| Error::format("tokenizer", m);
         // Through a `serde_json::Value` and op/json.rs's `Fields`, not `Stored`'s derived
         // decoder over the text: one JSON decoding path in the web package.
-        let stored = |json| -> core::result::Result<Stored, serde_json::Error> {
+        let stored = |json| -> core::result::Result<Stored, crate::op::json::Error> {
             let mut f = Fields::of(serde_json::from_str(json)?, "tokenizer")?;
             let stored = Stored {
                 kind: f.get("kind"),

@@ -247,11 +247,17 @@ pub(super) fn gemm<T: Float>(
                 }
             }
         };
-        if parallel && par::worth_splitting(m * k * n / 4) {
-            par::chunks_mut(&mut c[..m * n], n, update);
+        // A row per task, or all rows in one: `update` compiled once either way.
+        let rows = if parallel && par::worth_splitting(m * k * n / 4) {
+            1
         } else {
-            (c[..m * n].chunks_exact_mut(n).enumerate()).for_each(|(i, row)| update(i, row));
-        }
+            m
+        };
+        par::chunks_mut(&mut c[..m * n], rows * n, |t, block| {
+            for (i, row) in block.chunks_exact_mut(n).enumerate() {
+                update(t * rows + i, row);
+            }
+        });
         return;
     }
     let beta = if accumulate { T::ONE } else { T::ZERO };

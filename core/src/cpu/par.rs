@@ -326,8 +326,15 @@ where
         feature = "std",
         any(not(target_arch = "wasm32"), target_feature = "atomics")
     ))]
-    if n >= 2 * grain && threads() > 1 {
-        let size = piece(n, grain);
+    {
+        // One piece when the loop stays on this thread: through `chunks_mut` all the same, so
+        // that `f`'s loop is compiled once, not also as a serial loop beside it (one per unary
+        // op and dtype in the threaded web module, issue 18, bytes).
+        let size = if n >= 2 * grain && threads() > 1 {
+            piece(n, grain)
+        } else {
+            n
+        };
         chunks_mut(&mut out.spare_capacity_mut()[..n], size, |i, dst| {
             let (start, len) = (i * size, dst.len());
             let mut written = 0;
@@ -340,14 +347,15 @@ where
         // SAFETY: the capacity is at least `n`, and each piece of the first `n` slots was
         // written in full (checked above; a panic in any piece propagates before this line).
         unsafe { out.set_len(n) };
-        return out;
     }
     #[cfg(not(all(
         feature = "std",
         any(not(target_arch = "wasm32"), target_feature = "atomics")
     )))]
-    let _ = grain;
-    out.extend(f(0..n));
+    {
+        let _ = grain;
+        out.extend(f(0..n));
+    }
     out
 }
 

@@ -10,7 +10,7 @@
 //! that changes in any other way is an error at save time.
 
 use crate::error::{ErrorKind, fail};
-use crate::op::json::{Fields, FromJson, bad, from_value_impls, not_a, op_from_value};
+use crate::op::json::{Fields, FromJson, Shown, bad, from_value_impls, not_a, op_from_value};
 use crate::op::{Meta, Op};
 use crate::{DType, Error, Result, Shape, Tensor, TensorId};
 use alloc::collections::BTreeMap;
@@ -82,7 +82,7 @@ pub struct Graph {
 from_value_impls!(Ref => reference, GraphNode => node, ValueInfo => value_info,
     GraphOutput => output, Graph => graph_from_value);
 
-type Decoded<T> = core::result::Result<T, serde_json::Error>;
+type Decoded<T> = core::result::Result<T, crate::op::json::Error>;
 
 /// A model file's graph from its JSON.
 pub(crate) fn graph_from_value(v: Value) -> Decoded<Graph> {
@@ -100,7 +100,8 @@ fn reference(v: Value) -> Decoded<Ref> {
         Value::Object(m) if m.len() == 1 => m.into_iter().next().unwrap_or_default(),
         other => {
             return Err(bad(format_args!(
-                "expected a reference ({{\"input\": i}}, {{\"tensor\": name}} or {{\"node\": i}}), found {other}"
+                "expected a reference ({{\"input\": i}}, {{\"tensor\": name}} or {{\"node\": i}}), found {}",
+                Shown(&other)
             )));
         }
     };
@@ -741,7 +742,11 @@ pub(crate) fn upgrade_v1(graph: &mut serde_json::Value) -> Result<()> {
             _ => continue,
         };
         op.clear();
-        op.insert("pool2d".into(), serde_json::json!({ kind: params }));
+        // Built by hand: `json!` would serialize `params` into a new `Value` (serde_json's
+        // serializer, in the web package for this alone).
+        let mut pool = serde_json::Map::new();
+        pool.insert(kind.into(), params);
+        op.insert("pool2d".into(), serde_json::Value::Object(pool));
     }
     Ok(())
 }

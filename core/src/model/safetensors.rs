@@ -3,6 +3,7 @@
 //! optional `__metadata__` string map, then the raw little-endian tensor bytes.
 
 use crate::error::{ErrorKind, fail};
+use crate::op::json::Shown;
 use crate::{DType, Error, Result, Shape, TensorData};
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -220,7 +221,10 @@ fn parse_metadata(v: Value) -> Result<BTreeMap<String, String>> {
                 return Err(fail(
                     ErrorKind::Format,
                     OP,
-                    format_args!("__metadata__ value of {k} must be a string, found {other}"),
+                    format_args!(
+                        "__metadata__ value of {k} must be a string, found {}",
+                        Shown(&other)
+                    ),
                 ));
             }
         };
@@ -251,7 +255,7 @@ fn parse_tensor(name: &str, entry: &Value, data: &[u8]) -> Result<TensorData> {
             fail(
                 ErrorKind::Format,
                 "entry",
-                format_args!("missing \"{key}\" in {entry}"),
+                format_args!("missing \"{key}\" in {}", Shown(entry)),
             )
         })
     };

@@ -44,7 +44,7 @@ impl GptConfig {
     /// Reads the config's JSON as its derived `Deserialize` would, but through a
     /// `serde_json::Value` and op/json.rs's [`Fields`]: the web package then has one JSON
     /// decoding path (the derived decoder over the text was a second one).
-    fn from_json(json: &str) -> core::result::Result<GptConfig, serde_json::Error> {
+    fn from_json(json: &str) -> core::result::Result<GptConfig, crate::op::json::Error> {
         let mut f = Fields::of(serde_json::from_str(json)?, "GptConfig")?;
         let config = GptConfig {
             vocab: f.get("vocab"),

@@ -164,7 +164,7 @@ static NEXT_ID: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsiz
 /// Does not check the WGSL: natively, prefer `kiln_kernels::register_op`, which does.
 pub fn register_op(op: Arc<dyn CustomOp>) -> Result<()> {
     let name = op.name();
-    let ok = |c: char| c.is_ascii_alphanumeric() || "_.:-".contains(c);
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
     if name.is_empty() || !name.chars().all(ok) {
         return Err(fail(
             ErrorKind::InvalidArgument,

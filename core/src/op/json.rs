@@ -19,15 +19,66 @@ use crate::shape::{Shape, SliceRange};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::fmt;
 use serde::de::{Deserialize, Deserializer, Error as _};
-use serde_json::{Error, Map, Value};
+use serde_json::{Map, Value};
+
+/// Why a JSON value could not be decoded: a message. Not `serde_json::Error`, whose `custom`
+/// looks for a position in the message and whose `Display` carries every parser message: the
+/// page parses with `JSON.parse` and had no other use for them (issue 18, bytes).
+/// Boxed: one word, as serde_json's, so that every decoder's `Result` stays as small.
+#[derive(Debug)]
+#[allow(clippy::box_collection)] // the one word is the point (errors are rare)
+pub(crate) struct Error(alloc::boxed::Box<String>);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Error {
+        bad(format_args!("{e}"))
+    }
+}
 
 /// A decoding error, its message formatted out of line: one copy of the formatting for every
 /// decoder's messages instead of one inlined at each (issue 18, bytes).
 #[cold]
 #[inline(never)]
-pub(crate) fn bad(message: core::fmt::Arguments<'_>) -> Error {
-    Error::custom(message)
+pub(crate) fn bad(message: fmt::Arguments<'_>) -> Error {
+    Error(alloc::fmt::format(message).into())
+}
+
+/// A JSON value as error messages show it: compact JSON, its strings quoted as Rust's `{:?}`
+/// quotes them. Not `Value`'s `Display`, which brings serde_json's serializer into the page for
+/// a few messages (issue 18, bytes).
+pub(crate) struct Shown<'a>(pub(crate) &'a Value);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Value::Null => f.write_str("null"),
+            Value::Bool(b) => f.write_str(if *b { "true" } else { "false" }),
+            Value::Number(n) => fmt::Display::fmt(n, f),
+            Value::String(s) => write!(f, "{s:?}"),
+            Value::Array(a) => {
+                f.write_str("[")?;
+                for (i, v) in a.iter().enumerate() {
+                    write!(f, "{}{}", if i > 0 { "," } else { "" }, Shown(v))?;
+                }
+                f.write_str("]")
+            }
+            Value::Object(m) => {
+                f.write_str("{")?;
+                for (i, (k, v)) in m.iter().enumerate() {
+                    write!(f, "{}{k:?}:{}", if i > 0 { "," } else { "" }, Shown(v))?;
+                }
+                f.write_str("}")
+            }
+        }
+    }
 }
 
 /// `Deserialize` for types whose decoder is a function over a `serde_json::Value`.
@@ -86,7 +137,8 @@ impl Fields {
                 err: None,
             }),
             other => Err(bad(format_args!(
-                "{what} expects an object of fields, found {other}"
+                "{what} expects an object of fields, found {}",
+                Shown(&other)
             ))),
         }
     }
@@ -150,7 +202,10 @@ impl Fields {
     pub(crate) fn list<T>(&mut self, name: &str, item: fn(Value) -> Result<T, Error>) -> Vec<T> {
         let r = self.value(name).and_then(|v| match v {
             Value::Array(items) => items.into_iter().map(item).collect(),
-            other => Err(bad(format_args!("{name} expects an array, found {other}"))),
+            other => Err(bad(format_args!(
+                "{name} expects an array, found {}",
+                Shown(&other)
+            ))),
         });
         self.keep(r, Vec::new)
     }
@@ -164,7 +219,10 @@ fn read<T: FromJson>(name: &str, v: &Value) -> Result<T, Error> {
 /// The error for a value `v` of `what` that is not `expected`.
 #[inline(never)]
 pub(crate) fn not_a(what: &str, expected: String, v: &Value) -> Error {
-    bad(format_args!("{what} expects {expected}, found {v}"))
+    bad(format_args!(
+        "{what} expects {expected}, found {}",
+        Shown(v)
+    ))
 }
 
 /// A value read from JSON by hand, as its derived or built-in `Deserialize` reads it, but
@@ -353,7 +411,8 @@ fn tagged(v: Value, what: &str) -> Result<(String, Value), Error> {
         Value::String(name) => Ok((name, Value::Null)),
         Value::Object(m) if m.len() == 1 => Ok(m.into_iter().next().unwrap_or_default()),
         other => Err(bad(format_args!(
-            "expected {what} (a name or an object of one key), found {other}"
+            "expected {what} (a name or an object of one key), found {}",
+            Shown(&other)
         ))),
     }
 }
@@ -362,7 +421,10 @@ fn tagged(v: Value, what: &str) -> Result<(String, Value), Error> {
 fn no_fields<T>(name: &str, payload: Value, unit: T) -> Result<T, Error> {
     match payload {
         Value::Null => Ok(unit),
-        other => Err(bad(format_args!("{name} takes no fields, found {other}"))),
+        other => Err(bad(format_args!(
+            "{name} takes no fields, found {}",
+            Shown(&other)
+        ))),
     }
 }
 
@@ -649,6 +711,20 @@ mod tests {
         let json = serde_json::to_string(&op).unwrap();
         let back: Op = serde_json::from_str(&json).unwrap();
         assert_eq!(back, op, "{json}");
+    }
+
+    /// Error messages show a value as compact JSON, strings quoted and escaped.
+    #[test]
+    fn shown_values_are_compact_json() {
+        let v = serde_json::json!({"b": [1, -2.5, null, true], "a": "q\"x\n", "c": {}});
+        assert_eq!(
+            Shown(&v).to_string(),
+            r#"{"a":"q\"x\n","b":[1,-2.5,null,true],"c":{}}"#
+        );
+        let err = op_from_value(serde_json::json!({"pad": [3, "x"]})).unwrap_err();
+        assert!(err.to_string().ends_with(r#"found [3,"x"]"#), "{err}");
+        // one word, like serde_json's error, so that decoders' results stay small
+        assert_eq!(size_of::<Error>(), size_of::<usize>());
     }
 
     /// The hand-written decoders read what the derived `Serialize` writes, for every variant.
