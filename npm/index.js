@@ -142,15 +142,16 @@ async function startThreads(glue, threads, build) {
  * return the same promise; a failed load is tried again next time). `glue` imports its JS by a
  * literal path, so that bundlers split it into a chunk of its own, fetched on first use, and emit
  * its .wasm next to it (wasm-bindgen's loader finds it through import.meta.url); `file` is that
- * .wasm in dist/, which Node reads from disk. A `threaded` module starts its pool of `threads`.
+ * .wasm in dist/, which Node reads from disk. `start(glue, threads)`, if given, runs once it is
+ * instantiated (a threaded module's workers).
  */
-function lazyModule(glue, file, threaded = false) {
+function lazyModule(glue, file, start) {
   let ready;
   const instantiate = async (source, threads) => {
     const g = await glue();
     if (source === undefined && inNode()) source = await readDist(file);
     await g.default(source === undefined ? undefined : { module_or_path: source });
-    if (threaded) await startThreads(g, threads, { webgpu: true, text: true });
+    await start?.(g, threads);
     return g;
   };
   return (source, threads) => {
@@ -164,7 +165,8 @@ function lazyModule(glue, file, threaded = false) {
 
 const loadOnnx = lazyModule(() => import("./dist/kiln_web_onnx.js"), "kiln_web_onnx_bg.wasm");
 const loadText = lazyModule(() => import("./dist/kiln_web_text.js"), "kiln_web_text_bg.wasm");
-const loadThreadedText = lazyModule(() => import("./dist/kiln_web_threads_text.js"), "kiln_web_threads_text_bg.wasm", true);
+const loadThreadedText = lazyModule(() => import("./dist/kiln_web_threads_text.js"), "kiln_web_threads_text_bg.wasm",
+  (g, threads) => startThreads(g, threads, { webgpu: true, text: true }));
 
 /**
  * Loads and instantiates the ONNX converter module (once; later calls return the same promise).

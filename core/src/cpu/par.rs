@@ -259,7 +259,7 @@ mod web {
     /// Runs `f(0)`, ..., `f(n - 1)` on the pool and returns once all are done.
     pub(super) fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
         let workers = THREADS.load(SeqCst) > 1;
-        if n == 1 || !workers || n > u32::MAX as usize || BUSY.swap(true, SeqCst) {
+        if n <= 1 || !workers || n > u32::MAX as usize || BUSY.swap(true, SeqCst) {
             return (0..n).for_each(f);
         }
         // SAFETY: no ticket of an earlier region is left (each `run` waits for all its tasks),
