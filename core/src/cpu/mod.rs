@@ -33,7 +33,7 @@ mod tail;
 mod tests;
 mod winograd;
 
-#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+#[cfg(all(threaded, target_arch = "wasm32"))]
 pub use par::{panicked, start, worker};
 pub use par::{set_clock, threads};
 pub use storage::CpuStorage;

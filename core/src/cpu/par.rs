@@ -26,14 +26,11 @@ pub(crate) fn worth_splitting(ops: usize) -> bool {
 /// assert!(kiln_core::cpu::threads() >= 1);
 /// ```
 pub fn threads() -> usize {
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(threaded, not(target_arch = "wasm32")))]
     return rayon::current_num_threads();
-    #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+    #[cfg(all(threaded, target_arch = "wasm32"))]
     return web::threads();
-    #[cfg(not(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    )))]
+    #[cfg(not(threaded))]
     1
 }
 
@@ -45,10 +42,7 @@ pub(crate) fn chunks_mut<T: Send>(
     f: impl Fn(usize, &mut [T]) + Send + Sync,
 ) {
     let size = size.max(1);
-    #[cfg(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    ))]
+    #[cfg(threaded)]
     {
         let (len, base) = (data.len(), Shared(data.as_mut_ptr()));
         run(len.div_ceil(size), &|i| {
@@ -59,17 +53,14 @@ pub(crate) fn chunks_mut<T: Send>(
             f(i, chunk);
         });
     }
-    #[cfg(not(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    )))]
+    #[cfg(not(threaded))]
     data.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
 }
 
 /// Runs `f(0)`, ..., `f(n - 1)` on the threads. The parallel loops all go through this one
 /// function, which is not generic: the pool's machinery is compiled once, not once per loop (per
 /// loop, rayon's had made the threaded wasm32 build's code 0.8 MB larger before wasm-opt).
-#[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+#[cfg(all(threaded, not(target_arch = "wasm32")))]
 fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
     use rayon::prelude::*;
     if n == 1 {
@@ -78,9 +69,9 @@ fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
     (0..n).into_par_iter().for_each(f);
 }
 
-#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+#[cfg(all(threaded, target_arch = "wasm32"))]
 use web::run;
-#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+#[cfg(all(threaded, target_arch = "wasm32"))]
 pub use web::{panicked, set_clock, start, worker};
 
 /// Takes the page's clock; only the threaded wasm32 build's pool has use for one.
@@ -88,30 +79,21 @@ pub use web::{panicked, set_clock, start, worker};
 /// ```
 /// kiln_core::cpu::set_clock(|| 0.0);
 /// ```
-#[cfg(not(all(feature = "std", target_arch = "wasm32", target_feature = "atomics")))]
+#[cfg(not(all(threaded, target_arch = "wasm32")))]
 pub fn set_clock(now: fn() -> f64) {
     let _ = now;
 }
 
 /// The start of a slice whose disjoint parts the tasks of [`run`] write, one part each.
-#[cfg(all(
-    feature = "std",
-    any(not(target_arch = "wasm32"), target_feature = "atomics")
-))]
+#[cfg(threaded)]
 struct Shared<T>(*mut T);
 
 // SAFETY: each task reaches only its own part of the slice, and its elements may move between
 // threads (`T: Send`).
-#[cfg(all(
-    feature = "std",
-    any(not(target_arch = "wasm32"), target_feature = "atomics")
-))]
+#[cfg(threaded)]
 unsafe impl<T: Send> Sync for Shared<T> {}
 
-#[cfg(all(
-    feature = "std",
-    any(not(target_arch = "wasm32"), target_feature = "atomics")
-))]
+#[cfg(threaded)]
 impl<T> Shared<T> {
     /// The address of element `i` (a method, so that closures capture the `Sync` wrapper).
     fn at(&self, i: usize) -> *mut T {
@@ -129,7 +111,7 @@ impl<T> Shared<T> {
 /// caller waits for the tasks to be done. The page's thread cannot block (a wait traps there), so
 /// it spins; workers spin for a while after a short region (waking a parked Web Worker costs
 /// 10-25 us, the MNIST CNN at batch 1 has regions every ~50 us), then wait on [`EPOCH`].
-#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+#[cfg(all(threaded, target_arch = "wasm32"))]
 mod web {
     use core::arch::wasm32::{memory_atomic_notify, memory_atomic_wait32};
     use core::cell::UnsafeCell;
@@ -289,10 +271,7 @@ mod web {
 
 /// Calls `f` on every item, on all cores under `std`.
 pub(crate) fn for_each<I: Send>(items: Vec<I>, f: impl Fn(I) + Send + Sync) {
-    #[cfg(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    ))]
+    #[cfg(threaded)]
     {
         let mut slots: Vec<Option<I>> = items.into_iter().map(Some).collect();
         chunks_mut(&mut slots, 1, |_, slot| {
@@ -301,10 +280,7 @@ pub(crate) fn for_each<I: Send>(items: Vec<I>, f: impl Fn(I) + Send + Sync) {
             }
         });
     }
-    #[cfg(not(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    )))]
+    #[cfg(not(threaded))]
     items.into_iter().for_each(f);
 }
 
@@ -322,10 +298,7 @@ where
     I: Iterator<Item = O>,
 {
     let mut out = buffer(n);
-    #[cfg(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    ))]
+    #[cfg(threaded)]
     {
         // One piece when the loop stays on this thread: through `chunks_mut` all the same, so
         // that `f`'s loop is compiled once, not also as a serial loop beside it (one per unary
@@ -348,10 +321,7 @@ where
         // written in full (checked above; a panic in any piece propagates before this line).
         unsafe { out.set_len(n) };
     }
-    #[cfg(not(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    )))]
+    #[cfg(not(threaded))]
     {
         let _ = grain;
         out.extend(f(0..n));
@@ -369,10 +339,7 @@ pub(crate) fn zeros_with<T: CpuElem>(
 ) -> Vec<T> {
     let mut out = buffer(n);
     let size = size.max(1);
-    #[cfg(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    ))]
+    #[cfg(threaded)]
     {
         let zero = core::mem::MaybeUninit::new(T::default());
         chunks_mut(&mut out.spare_capacity_mut()[..n], size, |i, c| {
@@ -386,10 +353,7 @@ pub(crate) fn zeros_with<T: CpuElem>(
         unsafe { out.set_len(n) };
         out
     }
-    #[cfg(not(all(
-        feature = "std",
-        any(not(target_arch = "wasm32"), target_feature = "atomics")
-    )))]
+    #[cfg(not(threaded))]
     {
         out.resize(n, T::default());
         out.chunks_mut(size).enumerate().for_each(|(i, c)| f(i, c));
