@@ -1,8 +1,8 @@
 // Fails (exit 1) when a gzipped release .wasm of the package is larger than size-budget.json
-// allows: each module (the main one, its CPU-only and threaded builds, the ONNX converter that
-// npm/index.js loads lazily) has its own entry.
-// It also reports what a page that runs on the CPU downloads (issue 18): index.js as packed
-// (minified), the CPU-only glue and module.
+// allows: each module (the main one, its CPU-only, WebGPU-only and threaded builds, the ONNX
+// converter that npm/index.js loads lazily) has its own entry.
+// It also reports what a page that runs on the CPU, or on WebGPU alone, downloads (issue 18):
+// index.js as packed (minified), the module's glue and the module.
 // Usage: node npm/check-size.mjs   (after scripts/build-web.sh built npm/dist)
 import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -28,7 +28,11 @@ for (const budget of modules) {
 }
 const { minifyEntry } = await import(new URL("../scripts/lib/minify-glue.mjs", here).href);
 const index = await minifyEntry(readFileSync(new URL("index.js", here), "utf8"));
-const page = [index, readFileSync(new URL("dist/kiln_web_cpu.js", here)), readFileSync(new URL("dist/kiln_web_cpu_bg.wasm", here))]
-  .map((bytes) => gzipSync(bytes, { level: 9 }).length);
-console.log(`the CPU page (index.js packed + kiln_web_cpu.js + its .wasm): ${page.join(" + ")} = ${kb(page[0] + page[1] + page[2])} gzipped`);
+// What a page downloads (index.js packed + a module's glue + its .wasm), for the two kinds the
+// benchmarks compare with their peers' (tests/bench/browser): the CPU page and the WebGPU-only one.
+for (const [what, name] of [["the CPU page", "kiln_web_cpu"], ["the WebGPU page (cpu: false)", "kiln_web_gpu"]]) {
+  const page = [index, readFileSync(new URL(`dist/${name}.js`, here)), readFileSync(new URL(`dist/${name}_bg.wasm`, here))]
+    .map((bytes) => gzipSync(bytes, { level: 9 }).length);
+  console.log(`${what} (index.js packed + ${name}.js + its .wasm): ${page.join(" + ")} = ${kb(page[0] + page[1] + page[2])} gzipped`);
+}
 if (failed) process.exit(1);

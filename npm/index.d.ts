@@ -88,6 +88,14 @@ export interface InitOptions {
    * `navigator.gpu` (false in Node).
    */
   webgpu?: boolean;
+  /**
+   * `false` loads the WebGPU-only build (`kiln_web_gpu_bg.wasm`, single-threaded, about a
+   * quarter smaller than the main module): no CPU kernels, so every op runs on WebGPU, which is
+   * then the default device and `Device.auto()`'s choice (even on a software adapter); CPU
+   * tensors only hold data (`Tensor.from`, `data()`, `.to(device)`), and an op on one is an
+   * error. Not with `webgpu: false` nor `threads` > 1. Default: `true`.
+   */
+  cpu?: boolean;
 }
 
 /**
@@ -103,6 +111,7 @@ export interface InitOptions {
  * await init();                              // threads where the page allows them
  * await init(undefined, { threads: 1 });     // always single-threaded
  * await init(undefined, { webgpu: false });  // a CPU page: the smaller CPU-only module
+ * await init(undefined, { cpu: false });     // a WebGPU page: the smaller WebGPU-only module
  * ```
  */
 export function init(

@@ -1,12 +1,14 @@
 // kiln-ml: the entry point. The API itself lives in the WebAssembly module (dist/, built by
 // cargo and wasm-bindgen from kiln's web/ crate); this file only loads it the same way in browsers,
-// bundlers (Vite, webpack) and Node. It comes in four builds of web/, of which init() loads one:
+// bundlers (Vite, webpack) and Node. It comes in five builds of web/, of which init() loads one:
 //   - dist/kiln_web*: the main module, WebGPU and the CPU backend;
 //   - dist/kiln_web_threads*: the same built with wasm atomics, for cross-origin isolated pages:
 //     its CPU kernels run on a pool of Web Workers (thread.js) sharing its memory;
 //   - dist/kiln_web_cpu*, dist/kiln_web_threads_cpu*: each of those without WebGPU and fusion
-//     (about a fifth smaller), for pages that ask for it (`webgpu: false`) and where there is no
-//     WebGPU (Node, browsers without navigator.gpu).
+//     (about a third smaller), for pages that ask for it (`webgpu: false`) and where there is no
+//     WebGPU (Node, browsers without navigator.gpu);
+//   - dist/kiln_web_gpu*: WebGPU without the CPU kernels (about a quarter smaller than the main
+//     module), for pages that ask for it (`cpu: false`); its CPU device holds tensors only.
 // Two more modules are imported on first use only: the ONNX converter (dist/kiln_web_onnx*, from
 // web-onnx/) when the first ONNX file is met, and the main module built with text generation
 // (dist/kiln_web_text*) on the first TextModel.load. Every module is a dynamic import of a
@@ -44,6 +46,12 @@ let text; // the text module's glue, once loaded
  * with WebGPU everywhere. With a `source`, the main module is assumed unless `options.threads`
  * > 1 (then `source` must be the threaded one, `kiln_web_threads_bg.wasm`) or `options.webgpu`
  * is false (then the CPU-only one of the two). `Device.cpu().threads` says how many threads run.
+ *
+ * `options.cpu: false` loads the WebGPU-only module (`kiln_web_gpu_bg.wasm`, about a quarter
+ * smaller than the main one): every op runs on WebGPU, which becomes the default device (and
+ * `Device.auto()`'s choice, even on a software adapter); CPU tensors only hold data (made with
+ * `Tensor.from`, read back, moved with `.to(device)`), and an op on one is an error. With a
+ * `source`, it must be that module.
  */
 export function init(source, options) {
   ready ??= instantiate(source, options).catch((e) => {
@@ -85,9 +93,26 @@ function webgpuWanted(source, options) {
   return asked ?? (source !== undefined || globalThis.navigator?.gpu != null);
 }
 
+/** Whether `init` loads a module with the CPU kernels: `options.cpu`, by default `true`. */
+function cpuWanted(options) {
+  const asked = options?.cpu;
+  if (asked == null) return true;
+  if (typeof asked !== "boolean") {
+    throw kilnError("invalid_argument", "init", `options.cpu must be a boolean, got ${typeof asked}`);
+  }
+  if (!asked && options.webgpu === false) {
+    throw kilnError("invalid_argument", "init", "options.cpu and options.webgpu are both false: no device would run ops");
+  }
+  if (!asked && options.threads > 1) {
+    throw kilnError("invalid_argument", "init", `options.threads is ${options.threads}, but threads run the CPU kernels, which options.cpu: false leaves out`);
+  }
+  return asked;
+}
+
 async function instantiate(source, options) {
-  const threads = threadsWanted(source, options);
-  const webgpu = webgpuWanted(source, options);
+  const cpu = cpuWanted(options);
+  const threads = cpu ? threadsWanted(source, options) : 1;
+  const webgpu = !cpu || webgpuWanted(source, options);
   if (threads > 1) {
     // Literal paths: bundlers split each threaded build into its own chunk, fetched only here.
     const glue = await (webgpu ? import("./dist/kiln_web_threads.js") : import("./dist/kiln_web_threads_cpu.js"))
@@ -106,8 +131,9 @@ async function instantiate(source, options) {
     }
     // Also for a package built without the threaded module (KILN_WEB_THREADS=0).
   }
-  const glue = webgpu ? await import("./dist/kiln_web.js") : await import("./dist/kiln_web_cpu.js");
-  if (source === undefined && inNode()) source = await readDist(webgpu ? "kiln_web_bg.wasm" : "kiln_web_cpu_bg.wasm");
+  const glue = await (!cpu ? import("./dist/kiln_web_gpu.js")
+    : webgpu ? import("./dist/kiln_web.js") : import("./dist/kiln_web_cpu.js"));
+  if (source === undefined && inNode()) source = await readDist(`kiln_web${!cpu ? "_gpu" : webgpu ? "" : "_cpu"}_bg.wasm`);
   await glue.default(source === undefined ? undefined : { module_or_path: source });
   pageThreads = 1;
   bind(glue);

@@ -27,7 +27,7 @@ ensure_wasm_bindgen
 [ "${KILN_WEB_THREADS:-1}" = 0 ] || ensure_nightly
 [ -n "${KILN_WEB_QUICK:-}${KILN_WEB_DEV:-}" ] || ensure_npm_tools
 
-step "wasm: cargo build -p kiln-web (CPU only, with text generation, with WebGPU) -p kiln-web-onnx, wasm-bindgen -> npm/dist"
+step "wasm: cargo build -p kiln-web (CPU only, WebGPU only, with text generation, with both) -p kiln-web-onnx, wasm-bindgen -> npm/dist"
 profile=release
 cargo_args=(--release)
 if [ -n "${KILN_WEB_DEV:-}" ]; then
@@ -115,9 +115,15 @@ wasm_out="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile"
 # fusion, WGSL), is about a quarter smaller (336.9 against 434.0 KiB gzipped when it was added).
 # Its kiln-web has other features, so cargo keeps both builds' artifacts; only the .wasm file is
 # shared, and the main build below leaves its own there (npm/check-types.mjs reads it).
-cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features "${cargo_args[@]}"
+cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features --features cpu "${cargo_args[@]}"
 wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_cpu "$wasm_out/kiln_web.wasm"
 optimise_later npm/dist/kiln_web_cpu_bg.wasm "${oz[@]}"
+# The WebGPU-only module (`init({ cpu: false })`): WebGPU without the CPU kernels, whose CPU
+# device holds tensors but runs no op; about a quarter smaller than the main module (issue 18,
+# bytes). Single-threaded only: threads serve the CPU kernels.
+cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features --features webgpu "${cargo_args[@]}"
+wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_gpu "$wasm_out/kiln_web.wasm"
+optimise_later npm/dist/kiln_web_gpu_bg.wasm "${oz[@]}"
 # The text-generation module: the main module with TextModel (the `text` feature), which
 # npm/index.js loads on a page's first TextModel.load only. Built before the main module, whose
 # .wasm is then the one left in the target folder; npm/check-types.mjs reads both (this one

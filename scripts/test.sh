@@ -55,8 +55,13 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --features kiln-web/text -- -D warnings
 # Both GPU backends and NCCL in one pass (the code without them was linted just above).
 cargo clippy -p kiln --features cuda,rocm,nccl --all-targets -- -D warnings
+# The web modules without one of kiln-web's default features: CPU only, WebGPU only (no CPU
+# kernels); the page builds them without -D warnings.
+cargo clippy -p kiln-web --target wasm32-unknown-unknown --no-default-features --features cpu -- -D warnings
+cargo clippy -p kiln-web --target wasm32-unknown-unknown --no-default-features --features webgpu -- -D warnings
 
 stage "kiln-core and kiln-onnx without std: wasm32 and bare metal"
+# kiln-core alone also without its CPU kernels; kiln-onnx turns them on.
 cargo build -p kiln-core --no-default-features --target wasm32-unknown-unknown
 cargo build -p kiln-core --no-default-features --target thumbv7em-none-eabihf
 cargo build -p kiln-onnx --no-default-features --target wasm32-unknown-unknown

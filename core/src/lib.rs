@@ -30,6 +30,8 @@ mod display;
 pub mod dtype;
 pub mod error;
 mod infer;
+// Used by the CPU kernels, and unused (and unlinked) without them.
+#[cfg_attr(not(feature = "cpu-kernels"), allow(dead_code))]
 mod math;
 pub mod model;
 pub mod nn;

@@ -9,6 +9,10 @@
 //   - `webgpu: false` loads a CPU-only module and nothing else (kiln_web_cpu_bg.wasm, or
 //     kiln_web_threads_cpu_bg.wasm with threads), whose WebGPU device is refused with a message
 //     naming the module;
+//   - `cpu: false` loads the WebGPU-only module and nothing else (kiln_web_gpu_bg.wasm), isolated
+//     or not, where WebGPU is the default device (tensors, the model) and Device.auto()'s choice,
+//     and an op on a CPU tensor is refused with a message naming the option; the checks below
+//     then run on WebGPU (SwiftShader here);
 //   - on each, odd-shaped convolutions (Winograd's path and the column-matrix path), two
 //     matmuls large enough to be split across threads (by columns, wider than tall, and by rows)
 //     and, over more elements than one thread takes, a broadcast elementwise chain, a softmax
@@ -72,11 +76,21 @@ try {
   const options = {};
   if (q.has("threads")) options.threads = Number(q.get("threads"));
   if (q.has("webgpu")) options.webgpu = q.get("webgpu") === "true";
+  if (q.has("cpu")) options.cpu = q.get("cpu") === "true";
   await init(undefined, options);
   out.threads = Device.cpu().threads;
   out.webgpuError = await Device.webgpu().then(() => null, (e) => String(e?.message ?? e));
+  out.auto = (await Device.auto()).kind;
+  // Without CPU kernels: WebGPU (set up above) is the default device, and the CPU only holds data.
+  const onCpu = options.cpu === false ? {} : { device: Device.cpu() };
+  try {
+    out.cpuOp = Array.from(await Tensor.from(Float32Array.of(1, 2), [2], { device: Device.cpu() }).exp().data());
+  } catch (e) {
+    out.cpuOpError = String(e?.message ?? e);
+  }
   const { shapes, inputs } = await (await fetch("./inputs.json")).json();
   const t = (k) => Tensor.from(Float32Array.from(inputs[k]), shapes[k]);
+  out.device = t("row").device.kind;
   const read = async (y) => Array.from(await y.data());
   out.conv = await read(t("x").conv2d(t("w"), t("b"), { padding: 1 }));
   out.conv2 = await read(t("x").conv2d(t("w2"), null, { stride: 2, padding: 2 }));
@@ -86,7 +100,8 @@ try {
   out.chain = await read(t("big").exp().mul(t("row")).add(0.5));
   out.softmax = await read(t("big").mul(3).softmax(-1));
   out.sum = await read(t("big").sum([0]));
-  const model = await Model.load("./demos/mnist/models/mnist.safetensors", { device: Device.cpu() });
+  const model = await Model.load("./demos/mnist/models/mnist.safetensors", onCpu);
+  out.modelDevice = model.device.kind;
   out.mnist1 = await read(model.forward(t("digits1")));
   out.mnist64 = await read(model.forward(t("digits64")));
   if (q.has("text")) {
@@ -204,6 +219,8 @@ try {
     ["not isolated", "/plain/page.html", (t) => t === 1, ["kiln_web_bg.wasm"]],
     ["isolated, workers forbidden", "/iso-noworkers/page.html", (t) => t === 1, ["kiln_web_threads_bg.wasm", "kiln_web_bg.wasm"]],
     ["not isolated, webgpu: false", "/plain/page.html?webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
+    ["not isolated, cpu: false", "/plain/page.html?cpu=false", (t) => t === 1, ["kiln_web_gpu_bg.wasm"]],
+    ["isolated, cpu: false", "/iso/page.html?cpu=false", (t) => t === 1, ["kiln_web_gpu_bg.wasm"]],
     ["isolated, threads: 1, webgpu: false", "/iso/page.html?threads=1&webgpu=false", (t) => t === 1, ["kiln_web_cpu_bg.wasm"]],
     ["isolated, webgpu: false", "/iso/page.html?webgpu=false", (t) => t > 1, ["kiln_web_threads_cpu_bg.wasm"]],
     ["not isolated, text", "/plain/page.html?text=1", (t) => t === 1, ["kiln_web_bg.wasm", "kiln_web_text_bg.wasm"]],
@@ -219,6 +236,17 @@ try {
     check(r.wasm.join() === wantModules.join(), `${name}: loaded ${r.wasm.join(", ")} (want ${wantModules.join(", ")})`);
     if (path.includes("webgpu=false")) {
       check(/CPU-only module/.test(r.webgpuError), `${name}: Device.webgpu() refused: ${r.webgpuError}`);
+    }
+    const gpuOnly = path.includes("cpu=false");
+    if (gpuOnly) {
+      // Everything below ran on WebGPU: the default device once set up, and Device.auto()'s
+      // choice even on a software adapter; an op on a CPU tensor is refused, naming the option.
+      check(r.webgpuError === null, `${name}: Device.webgpu(): ${r.webgpuError}`);
+      check(r.device === "webgpu" && r.modelDevice === "webgpu" && r.auto === "webgpu",
+        `${name}: tensors, the model and Device.auto() on WebGPU: ${r.device}, ${r.modelDevice}, ${r.auto}`);
+      check(/no cpu kernels.*cpu: false/.test(r.cpuOpError), `${name}: an op on the CPU refused: ${r.cpuOpError}`);
+    } else {
+      check(r.device === "cpu" && Math.abs(r.cpuOp?.[1] - Math.exp(2)) <= 1e-6 * Math.exp(2), `${name}: tensors on the CPU (${r.device}), which runs ops (${r.cpuOpError ?? r.cpuOp})`);
     }
     if (path.startsWith("/iso-noworkers/")) {
       // The browser reports the refused worker as a console error; kiln warns that it fell back.
@@ -238,7 +266,7 @@ try {
     `TextModel's CPU threads: ${plainText?.textThreads} (not isolated), ${isoText?.textThreads} (isolated, page ${isoText?.threads})`);
   check(typeof plainText?.text === "string" && [...plainText.text].length === 24 && isoText?.text === plainText.text,
     `TextModel: the threaded text module generates what the single-threaded one does: ${JSON.stringify(isoText?.text)} vs ${JSON.stringify(plainText?.text)}`);
-  for (const name of ["isolated", "isolated, threads: 3", "isolated, webgpu: false"]) {
+  for (const name of ["isolated", "isolated, threads: 3", "isolated, webgpu: false", "not isolated, cpu: false"]) {
     for (const k of ["mnist1", "mnist64"]) {
       const e = relErr(results[name]?.[k], single?.[k] ?? []);
       check(e <= 1e-5, `${name}: ${k} logits against the single-threaded build: ${e.toExponential(2)}`);

@@ -7,7 +7,7 @@ use crate::js;
 use crate::webgpu::{self, Adapter};
 use kiln_core::Device as KDevice;
 use kiln_core::model::Model as KModel;
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 use kiln_core::{DType, Tensor as KTensor};
 use std::cell::RefCell;
 use std::future::Future;
@@ -84,15 +84,21 @@ impl Device {
             reason: reason.into(),
         }
     }
-    /// What `options.device` asks for: a Device, `"cpu"`, `"webgpu"` or `"auto"`; the CPU when
-    /// absent.
+    /// What `options.device` asks for: a Device, `"cpu"`, `"webgpu"` or `"auto"`; when absent,
+    /// the CPU, or in the WebGPU-only module (no CPU kernels) the page's WebGPU device once
+    /// created, else `"auto"`.
     pub fn wanted(options: &JsValue, op: &'static str) -> JsResult<Wanted> {
         let d = js::get(options, "device");
         if d.is_undefined() || d.is_null() {
-            return Ok(Wanted::Given(Device::from_kiln(
-                KDevice::cpu(),
-                "the default (no options.device given)",
-            )));
+            let reason = "the default (no options.device given)";
+            if cfg!(feature = "cpu") {
+                return Ok(Wanted::Given(Device::from_kiln(KDevice::cpu(), reason)));
+            }
+            let fusion = fusion_option(options, &d);
+            return Ok(match WEBGPU.with_borrow(|w| w.clone()) {
+                Some(gpu) => Wanted::Given(Device::from_kiln(gpu.get(fusion), reason)),
+                None => Wanted::Auto { fusion },
+            });
         }
         let reason = js::get(&d, "reason")
             .as_string()
@@ -120,10 +126,12 @@ impl Device {
             )),
         }
     }
-    /// The device an options bag names: `{device: Device | "cpu" | "webgpu"}`; the CPU when absent.
+    /// The device an options bag names: `{device: Device | "cpu" | "webgpu"}`; when absent, as
+    /// for `wanted` (the CPU before WebGPU is created, in the WebGPU-only module).
     pub fn from_options(options: &JsValue, op: &'static str) -> JsResult<KDevice> {
         match Self::wanted(options, op)? {
             Wanted::Given(d) => Ok(d.inner),
+            Wanted::Auto { .. } if js::get(options, "device").is_undefined() => Ok(KDevice::cpu()),
             Wanted::Auto { .. } => Err(invalid(
                 op,
                 format_args!(
@@ -278,7 +286,8 @@ fn by_adapter(fusion: bool) -> Boxed<'static, (Device, Option<Adapter>)> {
     Box::pin(async move {
         match webgpu::adapter().await {
             Err(why) => (on_cpu(format!("WebGPU unavailable: {why}")), None),
-            Ok(a) if a.fallback => (
+            // Without CPU kernels (the WebGPU-only module) a fallback adapter is still the faster.
+            Ok(a) if a.fallback && cfg!(feature = "cpu") => (
                 on_cpu(format!(
                     "the only WebGPU adapter is a software fallback ({}), slower than kiln's CPU backend",
                     a.label
@@ -311,17 +320,17 @@ pub async fn load_on_fastest(bytes: &[u8], fusion: bool) -> JsResult<(KModel, De
     // Without the webgpu feature there is never an adapter here (no GPU device can be made):
     // the measuring code is compiled only with it, so it is out of the CPU-only module (a
     // `cfg!` test in a filter left its probe in).
-    #[cfg(feature = "webgpu")]
+    #[cfg(all(feature = "webgpu", feature = "cpu"))]
     if let Some(adapter) = adapter {
         return load_measured(bytes, auto, adapter).await;
     }
-    #[cfg(not(feature = "webgpu"))]
+    #[cfg(not(all(feature = "webgpu", feature = "cpu")))]
     let _ = adapter;
     Ok((load(bytes, &auto.inner)?, auto))
 }
 
 /// `load_on_fastest` on a WebGPU adapter: the remembered choice, else both measured.
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 async fn load_measured(bytes: &[u8], auto: Device, adapter: Adapter) -> JsResult<(KModel, Device)> {
     let (gpu, cpu) = (auto.inner, KDevice::cpu());
     let key = format!("kiln.device|{}|{:016x}", adapter.label, fnv1a64(bytes));
@@ -357,7 +366,7 @@ async fn load_measured(bytes: &[u8], auto: Device, adapter: Adapter) -> JsResult
     })
 }
 
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 /// The choice stored under `key` (`{"webgpu": bool, "webgpuMs", "cpuMs"}` as JSON): whether
 /// WebGPU won, and the two timings.
 fn remembered(key: &str) -> Option<(bool, f64, f64)> {
@@ -366,7 +375,7 @@ fn remembered(key: &str) -> Option<(bool, f64, f64)> {
     Some((won, js::num(&v, "webgpuMs")?, js::num(&v, "cpuMs")?))
 }
 
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 fn remember(key: &str, gpu_wins: bool, gpu_ms: f64, cpu_ms: f64) {
     let v = js::object(&[
         ("webgpu", gpu_wins.into()),
@@ -382,13 +391,13 @@ fn load(bytes: &[u8], dev: &KDevice) -> JsResult<KModel> {
     KModel::load_with(bytes, dev, &js::parse_json).js()
 }
 
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 /// `"WebGPU 812.30 ms, CPU 5.91 ms per run"`.
 fn timings(gpu_ms: f64, cpu_ms: f64) -> String {
     format!("WebGPU {} ms, CPU {} ms per run", ms(gpu_ms), ms(cpu_ms))
 }
 
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 /// A duration in ms with 2 decimals, as `{:.2}` writes it, through integers rather than Rust's
 /// float formatting, which the WebGPU modules then leave (issue 18, bytes: with fusion's
 /// expression keys written without `core::fmt`, main 401.5 -> 392.0 KiB gzipped).
@@ -397,7 +406,7 @@ fn ms(ms: f64) -> String {
     format!("{}.{:02}", hundredths / 100, hundredths % 100)
 }
 
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 /// FNV-1a, 64 bits: a fast fingerprint of the model bytes for the remembered choice.
 fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -405,7 +414,7 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 /// Milliseconds per run of `model` on `dev` (one warm-up, then the median of 3 runs, outputs read
 /// back) on random normal inputs shaped by its input specs (free dimensions 1).
 fn probe<'a>(model: &'a KModel, dev: &'a KDevice) -> Boxed<'a, kiln_core::Result<f64>> {

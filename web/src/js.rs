@@ -141,14 +141,14 @@ extern "C" {
 }
 
 /// `localStorage.getItem(key)`; `None` when absent or where there is no usable `localStorage`.
-/// (Only `Model.load`'s remembered device choice uses storage, which needs WebGPU.)
-#[cfg(feature = "webgpu")]
+/// (Only `Model.load`'s remembered device choice uses storage, between WebGPU and the CPU.)
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 pub fn stored(key: &str) -> Option<String> {
     get_item(key).ok().flatten()
 }
 
 /// `localStorage.setItem(key, value)`; nothing where storage is unavailable or full.
-#[cfg(feature = "webgpu")]
+#[cfg(all(feature = "webgpu", feature = "cpu"))]
 pub fn store(key: &str, value: &str) {
     let _ = set_item(key, value);
 }

@@ -15,12 +15,13 @@ export async function adapterInfo() {
 /**
  * The kiln package `k`, initialised with `threads` CPU threads (more than 1: the threaded build,
  * the page being cross-origin isolated), and its device for `backend`: WebGPU with `options`,
- * else the CPU. A CPU page loads a CPU-only module (`webgpu: false`), as a page that uses only
- * the CPU would: tfjs's wasm page likewise loads its wasm backend alone.
+ * else the CPU. Each page loads the module of its one backend, as a page that uses only it
+ * would, and as tfjs's pages load their wasm or WebGPU backend alone: the CPU-only module
+ * (`webgpu: false`) or the WebGPU-only one (`cpu: false`, single-threaded).
  */
 export async function kilnOn(backend, options, threads = 1) {
   const k = await import("/kiln/index.js");
-  await k.init(undefined, { threads, webgpu: backend === "webgpu" });
+  await k.init(undefined, backend === "webgpu" ? { cpu: false } : { threads, webgpu: false });
   if (backend !== "webgpu") return { k, device: k.Device.cpu() };
   await adapterInfo();
   try {
