@@ -84,29 +84,28 @@ async function readDist(file) {
   return fs.readFile(new URL(`./dist/${file}`, import.meta.url));
 }
 
+/** `options[name]`, which must be a boolean where given. */
+function flag(options, name) {
+  const asked = options?.[name];
+  if (asked != null && typeof asked !== "boolean") {
+    throw kilnError("invalid_argument", "init", `options.${name} must be a boolean, got ${typeof asked}`);
+  }
+  return asked;
+}
+
 /** Whether `init` loads a module with WebGPU: `options.webgpu`, else whether the page has it. */
 function webgpuWanted(source, options) {
-  const asked = options?.webgpu;
-  if (asked != null && typeof asked !== "boolean") {
-    throw kilnError("invalid_argument", "init", `options.webgpu must be a boolean, got ${typeof asked}`);
-  }
-  return asked ?? (source !== undefined || globalThis.navigator?.gpu != null);
+  return flag(options, "webgpu") ?? (source !== undefined || globalThis.navigator?.gpu != null);
 }
 
 /** Whether `init` loads a module with the CPU kernels: `options.cpu`, by default `true`. */
 function cpuWanted(options) {
-  const asked = options?.cpu;
-  if (asked == null) return true;
-  if (typeof asked !== "boolean") {
-    throw kilnError("invalid_argument", "init", `options.cpu must be a boolean, got ${typeof asked}`);
+  const cpu = flag(options, "cpu") ?? true;
+  if (!cpu && (options.webgpu === false || options.threads > 1)) {
+    throw kilnError("invalid_argument", "init",
+      "options.cpu: false loads the WebGPU-only module (no CPU kernels, no threads): options.webgpu must not be false, nor options.threads above 1");
   }
-  if (!asked && options.webgpu === false) {
-    throw kilnError("invalid_argument", "init", "options.cpu and options.webgpu are both false: no device would run ops");
-  }
-  if (!asked && options.threads > 1) {
-    throw kilnError("invalid_argument", "init", `options.threads is ${options.threads}, but threads run the CPU kernels, which options.cpu: false leaves out`);
-  }
-  return asked;
+  return cpu;
 }
 
 async function instantiate(source, options) {

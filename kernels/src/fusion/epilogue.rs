@@ -126,9 +126,7 @@ pub fn call(e: &Expr, at: usize, product: &Op) -> Result<CustomCall> {
         dtype: e.dtype(),
         wgsl,
     });
-    if std::env::var("KILN_FUSION_LOG").is_ok_and(|v| v.trim() == "1") {
-        eprintln!("kiln fusion: {name}: {} after {}", ep.chain, product.name());
-    }
+    super::log(|| format!("{name}: {} after {}", ep.chain, product.name()));
     kiln_core::op::custom::register_op(ep.clone())?;
     known.by_name.insert(name.clone(), ep);
     known.by_key.insert(key, name.clone());

@@ -59,6 +59,17 @@ pub fn enabled() -> bool {
     std::env::var("KILN_FUSION").map_or(true, |v| v.trim() != "0")
 }
 
+/// Prints `line()` when the environment sets `KILN_FUSION_LOG=1`. Native only: the page has no
+/// environment, and `eprintln!` would bring std's stderr and `io::Error` messages into it.
+fn log(line: impl FnOnce() -> String) {
+    #[cfg(not(target_arch = "wasm32"))]
+    if std::env::var("KILN_FUSION_LOG").is_ok_and(|v| v.trim() == "1") {
+        eprintln!("kiln fusion: {}", line());
+    }
+    #[cfg(target_arch = "wasm32")]
+    let _ = line;
+}
+
 /// `device` behind the fusion decorator (see the [module docs](self)).
 pub fn wrap(device: &Device) -> Device {
     wrap_with_stats(device).0
@@ -644,15 +655,15 @@ fn register(e: &Expr, reduce: Option<Reduction>) -> Result<String> {
     }
     let name = format!("{KILN_PREFIX}fused.{:016x}", hash(&key));
     let op = FusedOp::new(name.clone(), key.clone(), e, &e.shape, reduce)?;
-    if std::env::var("KILN_FUSION_LOG").is_ok_and(|v| v.trim() == "1") {
-        eprintln!(
-            "kiln fusion: {name}: {} ops, {} inputs: {} [{}]",
+    log(|| {
+        format!(
+            "{name}: {} ops, {} inputs: {} [{}]",
             e.ops(),
             e.leaves.len(),
             e.chain(),
             op.key
-        );
-    }
+        )
+    });
     register_checked(Arc::new(op))?;
     known.insert(key, name.clone());
     Ok(name)
