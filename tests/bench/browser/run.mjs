@@ -319,7 +319,8 @@ if (opt.ab) {
     if (r.error) { console.error(r.error); process.exit(1); }
     console.log(`batch ${batch}: A (${ta}) ${r.a.toFixed(3)} ms, B (${tb ?? ta}) ${r.b.toFixed(3)} ms; B/A, median of ` +
       `${opt["ab-blocks"]} blocks of ${opt["ab-per"]} forwards each: ${r.ratio.toFixed(3)} (10-90%: ` +
-      `${r.p10.toFixed(3)}-${r.p90.toFixed(3)}); logits max |A - B| ${r.diff.toExponential(2)}`);
+      `${r.p10.toFixed(3)}-${r.p90.toFixed(3)}); logits max |A - B| ${r.diff.toExponential(2)}; ` +
+      `host (the forward call alone), medians: A ${r.hostA.toFixed(3)} ms, B ${r.hostB.toFixed(3)} ms`);
     await page.context().close();
   }
   await browser.close();
