@@ -19,8 +19,8 @@
 //
 // The declarations: build-web.sh runs wasm-bindgen with --no-typescript, so unless
 // npm/dist/kiln_web.d.ts exists this script runs wasm-bindgen again on cargo's kiln_web.wasm, in
-// a temporary folder: once as build-web.sh does (its kiln_web.js, minified as a release build's
-// is, must be npm/dist's byte for byte: the declarations then describe the module that was
+// a temporary folder: once as build-web.sh does (its kiln_web.js, with short import names and
+// minified as a release build's is, must be npm/dist's byte for byte: the declarations then describe the module that was
 // packed), once with TypeScript on.
 //
 // Parsing: a small scanner splits a .d.ts into statements (comments, strings and bracket nesting
@@ -32,6 +32,7 @@ import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { minifyGlue } from "../scripts/lib/minify-glue.mjs";
+import { shortImports } from "../scripts/lib/short-imports.mjs";
 
 const NPM = fileURLToPath(new URL(".", import.meta.url));
 const ROOT = resolve(NPM, "..");
@@ -267,8 +268,10 @@ async function bindingsDts(name = "kiln_web") {
   try {
     for (const wasm of wasms) {
       bindgenTo(wasm, join(tmp, "js"), "--no-typescript");
-      // A release build minifies the glue (scripts/lib/minify-glue.mjs); a quick one does not.
-      const js = readFileSync(join(tmp, "js", `${name}.js`), "utf8");
+      // build-web.sh shortens the import names (scripts/lib/short-imports.mjs), and a release
+      // build minifies the glue (scripts/lib/minify-glue.mjs); a quick one does not.
+      const fresh = (ext) => join(tmp, "js", `${name}${ext}`);
+      const { js } = shortImports(readFileSync(fresh("_bg.wasm")), readFileSync(fresh(".js"), "utf8"), name);
       if (js !== distJs && (await minifyGlue(js)) !== distJs) continue;
       bindgenTo(wasm, join(tmp, "ts"));
       const text = readFileSync(join(tmp, "ts", `${name}.d.ts`), "utf8");

@@ -81,6 +81,14 @@ cache="${CARGO_TARGET_DIR:-$ROOT/target}/wasm-opt-cache"
 # --converge repeats -Oz until it stops shrinking the module: 0.5 KiB off the CPU-only one for
 # about 25 s more each, in the background.
 oz=(-Oz --low-memory-unused --converge)
+# bindgen NAME WASM: wasm-bindgen's glue and module for WASM as npm/dist/NAME.js and NAME_bg.wasm,
+# the functions the module imports from the glue renamed to short names in both
+# (scripts/lib/short-imports.mjs: wasm-bindgen's hashed names do not compress; the WebGPU page
+# 247.1 -> 240.3 KiB gzipped, the CPU page 242.7 -> 239.9, issue 18, bytes).
+bindgen() {
+  wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$1" "$2"
+  node scripts/lib/short-imports.mjs "npm/dist/$1"
+}
 # optimise WASM LEVEL [FLAG...]: wasm-opt at LEVEL, with the features every module uses and FLAG...
 optimise() {
   local wasm=$1 level=$2 key before t0
@@ -116,7 +124,7 @@ wasm_out="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/$profile"
 # Its kiln-web has other features, so cargo keeps both builds' artifacts; only the .wasm file is
 # shared, and the main build below leaves its own there (npm/check-types.mjs reads it).
 cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features --features cpu "${cargo_args[@]}"
-wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_cpu "$wasm_out/kiln_web.wasm"
+bindgen kiln_web_cpu "$wasm_out/kiln_web.wasm"
 optimise_later npm/dist/kiln_web_cpu_bg.wasm "${oz[@]}"
 # The WebGPU-only module (`init({ cpu: false })`): WebGPU without the CPU kernels, whose CPU
 # device holds tensors but runs no op; about a quarter smaller than the main module (issue 18,
@@ -129,7 +137,7 @@ optimise_later npm/dist/kiln_web_cpu_bg.wasm "${oz[@]}"
 gpu_only_args=("${cargo_args[@]}")
 [ "$profile" = debug ] || gpu_only_args+=(--config 'profile.release.opt-level="z"' --config 'profile.release.package.kiln-web.opt-level="z"')
 cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features --features webgpu "${gpu_only_args[@]}"
-wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_gpu "$wasm_out/kiln_web.wasm"
+bindgen kiln_web_gpu "$wasm_out/kiln_web.wasm"
 optimise_later npm/dist/kiln_web_gpu_bg.wasm "${oz[@]}"
 # The text-generation module: the main module with TextModel (the `text` feature), which
 # npm/index.js loads on a page's first TextModel.load only. Built before the main module, whose
@@ -137,12 +145,12 @@ optimise_later npm/dist/kiln_web_gpu_bg.wasm "${oz[@]}"
 # from a copy).
 cargo build -p kiln-web --lib --target wasm32-unknown-unknown --features text "${cargo_args[@]}"
 cp "$wasm_out/kiln_web.wasm" "$wasm_out/kiln_web_text.wasm"
-wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name kiln_web_text "$wasm_out/kiln_web_text.wasm"
+bindgen kiln_web_text "$wasm_out/kiln_web_text.wasm"
 optimise_later npm/dist/kiln_web_text_bg.wasm "${oz[@]}"
 # Both modules in one cargo run: the crates they share (kiln-core, serde, ...) compile once.
 cargo build -p kiln-web -p kiln-web-onnx --lib --target wasm32-unknown-unknown "${cargo_args[@]}"
 for name in kiln_web kiln_web_onnx; do
-  wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$name" "$wasm_out/$name.wasm"
+  bindgen "$name" "$wasm_out/$name.wasm"
   optimise_later "npm/dist/${name}_bg.wasm" "${oz[@]}"
 done
 
@@ -180,8 +188,7 @@ if [ "${KILN_WEB_THREADS:-1}" != 0 ]; then
       nightly_cargo build -p kiln-web --lib "${features[@]}" --target wasm32-unknown-unknown \
       -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \
       --target-dir "$threads_target" "${cargo_args[@]}"
-    wasm-bindgen --target web --no-typescript --out-dir npm/dist --out-name "$name" \
-      "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
+    bindgen "$name" "$threads_target/wasm32-unknown-unknown/$profile/kiln_web.wasm"
     # -Os, not -Oz: -Oz's module came out larger (gzipped) than -O2's (1.8 KiB at first, 0.4
     # at stop 49), and -Os --converge smaller than either (threaded CPU-only module: 250.4 KB
     # with -O2, 249.8 with -Os --converge; issue 18, bytes).
