@@ -83,14 +83,14 @@ export interface InitOptions {
   threads?: number;
   /**
    * `false` loads a CPU-only build (`kiln_web_cpu_bg.wasm`, or `kiln_web_threads_cpu_bg.wasm`
-   * with threads; about a fifth smaller: no WebGPU, so `Device.webgpu()` rejects and
+   * with threads; about a third smaller: no WebGPU, so `Device.webgpu()` rejects and
    * `Device.auto()` is the CPU), `true` a module with WebGPU. Default: whether the page has
    * `navigator.gpu` (false in Node).
    */
   webgpu?: boolean;
   /**
    * `false` loads the WebGPU-only build (`kiln_web_gpu_bg.wasm`, single-threaded, about a
-   * quarter smaller than the main module): no CPU kernels, so every op runs on WebGPU, which is
+   * third smaller than the main module): no CPU kernels, so every op runs on WebGPU, which is
    * then the default device and `Device.auto()`'s choice (even on a software adapter); CPU
    * tensors only hold data (`Tensor.from`, `data()`, `.to(device)`), and an op on one is an
    * error. Not with `webgpu: false` nor `threads` > 1. Default: `true`.

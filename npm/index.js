@@ -7,7 +7,7 @@
 //   - dist/kiln_web_cpu*, dist/kiln_web_threads_cpu*: each of those without WebGPU and fusion
 //     (about a third smaller), for pages that ask for it (`webgpu: false`) and where there is no
 //     WebGPU (Node, browsers without navigator.gpu);
-//   - dist/kiln_web_gpu*: WebGPU without the CPU kernels (about a quarter smaller than the main
+//   - dist/kiln_web_gpu*: WebGPU without the CPU kernels (about a third smaller than the main
 //     module), for pages that ask for it (`cpu: false`); its CPU device holds tensors only.
 // Two more modules are imported on first use only: the ONNX converter (dist/kiln_web_onnx*, from
 // web-onnx/) when the first ONNX file is met, and the main module built with text generation
@@ -47,7 +47,7 @@ let text; // the text module's glue, once loaded
  * > 1 (then `source` must be the threaded one, `kiln_web_threads_bg.wasm`) or `options.webgpu`
  * is false (then the CPU-only one of the two). `Device.cpu().threads` says how many threads run.
  *
- * `options.cpu: false` loads the WebGPU-only module (`kiln_web_gpu_bg.wasm`, about a quarter
+ * `options.cpu: false` loads the WebGPU-only module (`kiln_web_gpu_bg.wasm`, about a third
  * smaller than the main one): every op runs on WebGPU, which becomes the default device (and
  * `Device.auto()`'s choice, even on a software adapter); CPU tensors only hold data (made with
  * `Tensor.from`, read back, moved with `.to(device)`), and an op on one is an error. With a

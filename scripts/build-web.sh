@@ -127,7 +127,7 @@ cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-featu
 bindgen kiln_web_cpu "$wasm_out/kiln_web.wasm"
 optimise_later npm/dist/kiln_web_cpu_bg.wasm "${oz[@]}"
 # The WebGPU-only module (`init({ cpu: false })`): WebGPU without the CPU kernels, whose CPU
-# device holds tensors but runs no op; about a quarter smaller than the main module (issue 18,
+# device holds tensors but runs no op; about a third smaller than the main module (issue 18,
 # bytes). Single-threaded only: threads serve the CPU kernels. Every crate at opt-level z (kiln-web
 # too, whose level the fat-LTO link follows): without its kernels kiln-core is host code run once
 # per op or per model (graphs, plans, model loading), as kiln-kernels is. Measured (issue 18,
