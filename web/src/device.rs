@@ -131,7 +131,9 @@ impl Device {
     pub fn from_options(options: &JsValue, op: &'static str) -> JsResult<KDevice> {
         match Self::wanted(options, op)? {
             Wanted::Given(d) => Ok(d.inner),
-            Wanted::Auto { .. } if js::get(options, "device").is_undefined() => Ok(KDevice::cpu()),
+            // No device given, in the WebGPU-only module before WebGPU is set up: the CPU, which
+            // holds data (Tensor.from) though it runs no op.
+            Wanted::Auto { .. } if !js::get(options, "device").is_string() => Ok(KDevice::cpu()),
             Wanted::Auto { .. } => Err(invalid(
                 op,
                 format_args!(

@@ -5,7 +5,9 @@
 //! ones reuse the memory of dropped tensors). f16 is computed in f32. Matmul and convolution run
 //! on a GEMM (the `gemm` crate natively; elsewhere kiln's SIMD128 `gemm::sgemm` for f32 and
 //! matrixmultiply for f64); under `std`, these and the large elementwise, reduction and pooling
-//! loops use all cores.
+//! loops use all cores. The kernels come with the `cpu-kernels` feature (on by default); without
+//! it the CPU device still holds tensors (upload, read, write) and refuses every op with an error
+//! naming the feature, as in the page's WebGPU-only module.
 //!
 //! ```
 //! use kiln_core::{DType, Device, Tensor};
