@@ -101,7 +101,7 @@ function webgpuWanted(source, options) {
 /** Whether `init` loads a module with the CPU kernels: `options.cpu`, by default `true`. */
 function cpuWanted(options) {
   const cpu = flag(options, "cpu") ?? true;
-  if (!cpu && (options.webgpu === false || options.threads > 1)) {
+  if (!cpu && (flag(options, "webgpu") === false || options.threads > 1)) {
     throw kilnError("invalid_argument", "init",
       "options.cpu: false loads the WebGPU-only module (no CPU kernels, no threads): options.webgpu must not be false, nor options.threads above 1");
   }
