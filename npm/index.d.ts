@@ -190,7 +190,8 @@ export class Device {
    * WebGPU, no adapter, or only a software fallback adapter (`adapter.info.isFallbackAdapter`, e.g.
    * SwiftShader), which is far slower than kiln's CPU backend; no GPU device is created then.
    * Never rejects. To pick the faster backend for a particular model, use
-   * `Model.load(source, { device: "auto" })`.
+   * `Model.load(source, { device: "auto" })`. In the WebGPU-only module (`init` with
+   * `cpu: false`) any adapter is taken, a fallback one too.
    */
   static auto(options?: WebGpuOptions): Promise<Device>;
   /**

@@ -166,7 +166,8 @@ impl Device {
     }
 
     /// WebGPU on a hardware adapter, else the CPU (no WebGPU, no adapter, or only a software
-    /// fallback adapter, which is slower than kiln's CPU backend); `reason` says why.
+    /// fallback adapter, which is slower than kiln's CPU backend); `reason` says why. Without
+    /// CPU kernels (the WebGPU-only module) any adapter is taken.
     /// `options.fusion` as for `Device.webgpu`.
     pub async fn auto(options: JsValue) -> Device {
         auto(fusion_option(&options, &JsValue::UNDEFINED)).await
