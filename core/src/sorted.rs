@@ -8,7 +8,11 @@ use core::borrow::Borrow;
 /// The distinct values of `items`, in order, each placed by a binary search: a small function
 /// per type, where `sort_unstable` + `dedup` compiled a quicksort of 3 to 10 KiB into the web
 /// package per type. For short lists or few distinct values (axes, characters, op names).
-pub(crate) fn sorted_unique<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+///
+/// ```
+/// assert_eq!(kiln_core::sorted::sorted_unique([3, 1, 3, 0]), vec![0, 1, 3]);
+/// ```
+pub fn sorted_unique<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
     let mut out = Vec::new();
     for x in items {
         if let Err(i) = out.binary_search(&x) {

@@ -516,13 +516,11 @@ impl Fusion {
             return Ok(None);
         }
         let (expr, _) = self.settle(&expr, false)?;
-        let mut axes: Vec<usize> = if axes.is_empty() {
+        let axes = if axes.is_empty() {
             (0..rank).collect()
         } else {
-            axes.to_vec()
+            kiln_core::sorted::sorted_unique(axes.iter().copied())
         };
-        axes.sort_unstable();
-        axes.dedup();
         let dims = shape.dims();
         let trailing = axes.iter().rev().zip((0..rank).rev()).all(|(a, d)| *a == d);
         let (outer, len) = (
