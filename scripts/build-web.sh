@@ -131,9 +131,10 @@ optimise_later npm/dist/kiln_web_cpu_bg.wasm "${oz[@]}"
 # bytes). Single-threaded only: threads serve the CPU kernels. Every crate at opt-level z (kiln-web
 # too, whose level the fat-LTO link follows): without its kernels kiln-core is host code run once
 # per op or per model (graphs, plans, model loading), as kiln-kernels is. Measured (issue 18,
-# bytes): 254.5 -> 233.8 KiB gzipped, and in `run.mjs --ab` (modules G,G, both orders, 30 blocks of
-# 20) MNIST batch 1 on WebGPU 1.009 and 1/1.018, the forward call's host time 0.560 against 0.605
-# ms and 0.570 against 0.580 ms.
+# bytes): 254.5 -> 233.8 KiB (GNU gzip -9 after -Oz), and in `run.mjs --ab` (modules G,G, both
+# orders) MNIST on WebGPU at batch 1 1.009 and 1/1.018 (30 blocks of 20), at batch 64 1.043 and
+# 1/0.984 (8 blocks of 3, spread about 10%), the forward call's host time 0.560 against 0.605 ms
+# and 0.570 against 0.580 ms.
 gpu_only_args=("${cargo_args[@]}")
 [ "$profile" = debug ] || gpu_only_args+=(--config 'profile.release.opt-level="z"' --config 'profile.release.package.kiln-web.opt-level="z"')
 cargo build -p kiln-web --lib --target wasm32-unknown-unknown --no-default-features --features webgpu "${gpu_only_args[@]}"

@@ -8,6 +8,7 @@ use crate::op::{Meta, Op};
 use crate::{DType, Error, Layout, Result, Shape, Storage};
 use alloc::vec::Vec;
 
+/// `op` on the CPU: its inputs and outputs checked, f16 computed in f32 where the op needs it.
 pub(super) fn execute(op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<Vec<Storage>> {
     let (out_dtype, out_shape) = check_inputs(op, inputs, outputs)?;
     let outs = if !native_f16(op)
@@ -20,6 +21,7 @@ pub(super) fn execute(op: &Op, inputs: &[View<'_>], outputs: &[Meta]) -> Result<
     check_outputs(op, outs, outputs)
 }
 
+/// Whether [`execute_with_tail`] takes `op`: an f32 convolution, or an f32 matmul without a pool.
 pub(super) fn fuses_tail(op: &Op, dtype: DType, max_pool: bool) -> bool {
     let product = match op {
         Op::Conv2d(_) => true,
@@ -29,6 +31,7 @@ pub(super) fn fuses_tail(op: &Op, dtype: DType, max_pool: bool) -> bool {
     product && dtype == DType::F32
 }
 
+/// A product with its bias, ReLU and (convolutions) 2x2 max pool applied as it is written.
 pub(super) fn execute_with_tail(
     op: &Op,
     x: &[View<'_>],
@@ -60,6 +63,7 @@ pub(super) fn execute_with_tail(
     out.pop()
         .ok_or_else(|| Error::invalid(op.name(), "produced no output"))
 }
+
 /// Ops that only move or create elements (every dtype natively); the rest compute f16 in f32.
 fn native_f16(op: &Op) -> bool {
     matches!(
