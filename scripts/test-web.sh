@@ -16,9 +16,11 @@
 #   5. node tests/web/e2e-mnist.mjs       the draw-a-digit page end to end (issue 6's test)
 #   6. node tests/web/e2e-text.mjs        the text demo: greedy text in the page (CPU, WebGPU)
 #                                         equals `kiln generate --temperature 0`'s (issue 17)
+#   7. node tests/web/program.mjs         `kiln compile`'s MNIST program replayed by npm/program.js
+#                                         alone (no wasm), against the CPU module (issue 18)
 #
 #   scripts/test-web.sh
-# Env: KILN_BIN            the kiln binary for steps 5 and 6 (default target/release/kiln, else
+# Env: KILN_BIN            the kiln binary for steps 5 to 7 (default target/release/kiln, else
 #                          target/debug/kiln, else a release build of it)
 #      KILN_WEB_SKIP_E2E=1 stop after step 4 (no kiln binary or trained model needed)
 #      WASM_BINDGEN_TEST_TIMEOUT  seconds per browser test (default 900)
@@ -78,5 +80,8 @@ node tests/web/e2e-mnist.mjs
 
 stage "text demo end to end (tests/web/e2e-text.mjs)"
 node tests/web/e2e-text.mjs
+
+stage "compiled programs in the page (tests/web/program.mjs)"
+node tests/web/program.mjs
 
 stage "all web tests passed"

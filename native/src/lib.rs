@@ -31,6 +31,7 @@ pub mod lm;
 pub mod models;
 pub mod npy;
 pub mod profile;
+pub mod program;
 #[cfg(feature = "rocm")]
 pub mod rocm;
 pub mod serve;

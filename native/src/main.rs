@@ -99,6 +99,18 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         shape: Option<Vec<usize>>,
     },
+    /// Record a kiln model's WebGPU forward for fixed batch sizes into a program file, which a
+    /// page runs with `kiln-ml/program` (a few KB of JavaScript, no WebAssembly).
+    Compile {
+        /// The kiln model file.
+        model: PathBuf,
+        /// The program file to write (`.kilnprog`).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The batch sizes to compile, e.g. `1,64` (one variant each; the program runs no other).
+        #[arg(long, value_delimiter = ',')]
+        batch: Vec<usize>,
+    },
     /// Run a model (`.onnx` or a kiln model file) on `.npy` inputs and write `.npy` outputs.
     Run {
         /// The model file.
@@ -655,6 +667,24 @@ fn run(cli: Cli) -> Result<()> {
             output,
             shape,
         } => import_onnx(&onnx, &output, shape),
+        Command::Compile {
+            model,
+            output,
+            batch,
+        } => {
+            let program = kiln::program::compile(&read(&model)?, &batch)
+                .map_err(|e| e.context(model.display()))?;
+            let bytes = program.to_bytes();
+            kiln::checkpoint::write_atomic(&output, &bytes)?;
+            println!(
+                "{} -> {} ({} bytes)\n{}",
+                model.display(),
+                output.display(),
+                bytes.len(),
+                program.summary()
+            );
+            Ok(())
+        }
         Command::Run {
             file,
             inputs,

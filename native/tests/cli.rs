@@ -197,7 +197,8 @@ fn bad_input_is_reported_not_panicked() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.safetensors");
     std::fs::write(&junk, b"not a model").unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let out = dir.path().join("out.kilnprog");
+    let cases: [(&[&str], &str); 6] = [
         (&["eval", junk.to_str().unwrap()], "junk.safetensors"),
         (
             &["train", "mnist", "--device", "wgpu", "--gpus", "2"],
@@ -210,6 +211,17 @@ fn bad_input_is_reported_not_panicked() {
         ),
         (
             &["predict", junk.to_str().unwrap(), junk.to_str().unwrap()],
+            "junk.safetensors",
+        ),
+        (
+            &[
+                "compile",
+                junk.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--batch",
+                "1",
+            ],
             "junk.safetensors",
         ),
     ];

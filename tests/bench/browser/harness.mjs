@@ -57,6 +57,22 @@ const loaders = {
     };
   },
 
+  // the forward that `kiln compile` recorded (run.mjs), replayed by kiln's program runner alone
+  async kilnprog() {
+    await adapterInfo();
+    const { Program } = await import("/kiln/program.js");
+    const program = await Program.load("/data/mnist.kilnprog");
+    return {
+      version: "compiled program",
+      backend: "webgpu (program)",
+      threads: 1,
+      async run(x, b) {
+        const [y] = await program.run([{ data: x, shape: [b, 1, 28, 28] }]);
+        return y.data;
+      },
+    };
+  },
+
   async ort() {
     if (backend === "webgpu") await adapterInfo();
     const ort = await import(backend === "webgpu" ? "/ort/ort.webgpu.min.mjs" : "/ort/ort.wasm.min.mjs");

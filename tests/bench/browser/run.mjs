@@ -70,6 +70,8 @@ const CONFIGS = [
   { id: "tfjs-wasm-1t", label: "tfjs wasm, 1 thread", lib: "tfjs", backend: "wasm", threads: 1, group: "cpu" },
   { id: "tfjs-wasm-2t", label: "tfjs wasm, 2 threads", lib: "tfjs", backend: "wasm", threads: 2, group: "cpu" },
   { id: "kiln-webgpu", label: "kiln WebGPU", lib: "kiln", backend: "webgpu", threads: 1, group: "webgpu" },
+  // the same forward recorded by `kiln compile` and replayed by npm/program.js (no WebAssembly)
+  { id: "kiln-program", label: "kiln WebGPU, compiled program", lib: "kilnprog", backend: "webgpu", threads: 1, group: "webgpu" },
   { id: "ort-webgpu", label: "onnxruntime-web WebGPU", lib: "ort", backend: "webgpu", threads: 1, group: "webgpu" },
   { id: "tfjs-webgpu", label: "tfjs WebGPU", lib: "tfjs", backend: "webgpu", threads: 1, group: "webgpu" },
 ];
@@ -109,6 +111,18 @@ if (py.status !== 0) {
   process.exit(1);
 }
 const pyMeta = JSON.parse(readFileSync(join(work, "meta.json"), "utf8"));
+// The compiled program's row: the model recorded for every batch the pages run (1 for the cold
+// start, the timed batches, the logits' batch) by the newest kiln binary, or $KILN_BIN.
+const kilnBin = process.env.KILN_BIN ||
+  ["target/release/kiln", "target/debug/kiln"].map((p) => join(ROOT, p)).filter((p) => existsSync(p))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0];
+let programSkipped = "no kiln binary (cargo build --release -p kiln, or KILN_BIN)";
+if (!opt.gelu && kilnBin) {
+  const batches = [...new Set([1, ...BATCHES, images])].join(",");
+  const c = spawnSync(kilnBin, ["compile", opt.model, "--batch", batches, "-o", join(work, "mnist.kilnprog")], { encoding: "utf8" });
+  programSkipped = c.status === 0 ? null : `kiln compile failed: ${c.stderr.trim()}`;
+  if (!programSkipped) console.log(c.stdout.trim());
+}
 const f32 = (name) => new Float32Array(new Uint8Array(readFileSync(join(work, name))).buffer);
 const [refOrt, refNumpy, labels] = opt.gelu ? [] :
   [f32("ref_onnxruntime.f32"), f32("ref_numpy.f32"), [...readFileSync(join(work, "labels.u8"))]];
@@ -367,6 +381,7 @@ for (const c of configs) {
   results.push(r);
   if (c.lib === "kiln" && !existsSync(join(opt.kiln, "dist/kiln_web_bg.wasm")))
     r.skipped = "kiln package not built (bash scripts/build-web.sh)";
+  if (c.lib === "kilnprog") r.skipped = existsSync(join(opt.kiln, "program.js")) ? programSkipped : `no ${opt.kiln}/program.js`;
 }
 const live = results.filter((r) => !r.skipped);
 for (let round = 0; round < opt.rounds; round++) {
@@ -485,7 +500,7 @@ for (const r of results) {
     cells.push(ms(x?.median), ms(x?.p90), x ? (x.p90 / x.median).toFixed(2) : "-", x ? (x.runs < x.requestedRuns ? `${x.runs}*` : x.runs) : "-");
   }
   cells.push(ms(r.cold?.median), r.bytes ? (r.bytes.gzip9 / 1024).toFixed(0) : "-");
-  const self = r.lib === "kiln";
+  const self = r.lib.startsWith("kiln");
   for (const b of BATCHES) cells.push(self || !k ? "" : ratio(k.batches[b]?.median, r.batches[b]?.median));
   cells.push(self || !k ? "" : ratio(k.cold?.median, r.cold?.median), self || !k ? "" : ratio(k.bytes?.gzip9, r.bytes?.gzip9));
   console.log(line(cells));
@@ -506,9 +521,10 @@ for (const [g, name, filter, kilnId] of [
   ["cpu", "CPU, any thread count", () => true, "kiln-cpu-2t"],
   ["cpu", "CPU, 1-thread peers", (r) => r.threads === 1, "kiln-cpu"],
   ["webgpu", "WebGPU, same adapter", () => true, "kiln-webgpu"],
+  ["webgpu", "WebGPU, compiled program", () => true, "kiln-program"],
 ]) {
   const k = ok.find((r) => r.id === kilnId) ?? kilnOf(g);
-  const peers = ok.filter((r) => r.group === g && r.lib !== "kiln" && filter(r));
+  const peers = ok.filter((r) => r.group === g && !r.lib.startsWith("kiln") && filter(r));
   if (!k || !peers.length) { console.log(`  ${name}: not available`); continue; }
   const parts = [];
   const best = (f) => peers.filter((r) => f(r) != null).sort((a, b) => f(a) - f(b))[0];
