@@ -208,14 +208,15 @@ fi
 step "npm pack"
 rm -f npm/kiln-ml-*.tgz
 # Packed from a copy of the package's files (package.json's "files", as npm lists them) in which
-# release builds minify the entry files index.js and thread.js (scripts/lib/minify-glue.mjs
-# --entry: index.js 4.1 -> 1.8 KiB gzipped, issue 18, bytes); npm/ keeps them readable.
+# release builds minify the entry files index.js, thread.js and program.js
+# (scripts/lib/minify-glue.mjs --entry: index.js 4.1 -> 1.8 KiB gzipped, issue 18, bytes); npm/
+# keeps them readable.
 pack="${CARGO_TARGET_DIR:-$ROOT/target}/npm-pack"
 rm -rf "$pack"
 (cd npm && npm pack --dry-run --json --silent) \
   | node -e 'for (const f of JSON.parse(require("fs").readFileSync(0, "utf8"))[0].files) console.log(f.path)' \
   | while read -r file; do install -D -m 644 "npm/$file" "$pack/$file"; done
-[ -n "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ] || node scripts/lib/minify-glue.mjs --entry "$pack/index.js" "$pack/thread.js"
+[ -n "${KILN_WEB_DEV:-}${KILN_WEB_QUICK:-}" ] || node scripts/lib/minify-glue.mjs --entry "$pack/index.js" "$pack/thread.js" "$pack/program.js"
 (cd "$pack" && npm pack --silent --pack-destination "$ROOT/npm" >/dev/null)
 tarball=$(ls "$ROOT"/npm/kiln-ml-*.tgz)
 echo "$tarball"

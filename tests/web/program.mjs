@@ -5,6 +5,9 @@
 //   - its logits on random images, at both batch sizes, match the CPU module's forward of the
 //     same model (a second page: kiln-ml with `webgpu: false`), and top-1 agrees everywhere;
 //   - two runs started together (batch 1 and 5, different images) each get their own result;
+//   - the ONNX Model Zoo's MNIST (mnist-8, shared/conformance), imported by `kiln import` and
+//     compiled, gives the outputs stored with it (ONNX's reference) for each of its three test
+//     sets (skipped with a notice without that data);
 //   - an input shape that was not compiled, a wrong input type and a run after destroy() are
 //     Errors naming what was expected;
 //   - no console error.
@@ -17,6 +20,7 @@ import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { extname, join, normalize } from "node:path";
 import { ROOT, checker, fatal as fatalIn, kilnBin, launchChromium, openPage } from "./e2e/harness.mjs";
 import { rand } from "./node/helpers.mjs";
+import { floatTensor, mnistOnnxDir } from "./onnx-data.mjs";
 
 const fatal = (msg) => fatalIn("program", msg);
 const check = checker();
@@ -26,16 +30,30 @@ if (!existsSync(join(ROOT, "npm/dist/kiln_web_cpu_bg.wasm"))) fatal("missing npm
 
 const out = join(ROOT, "target/program-test");
 mkdirSync(out, { recursive: true });
-const compiled = spawnSync(
-  kilnBin("program"),
-  ["compile", "demos/mnist/models/mnist.safetensors", "--batch", "1,5", "-o", join(out, "mnist.kilnprog")],
-  { cwd: ROOT, encoding: "utf8" },
-);
-if (compiled.status !== 0) fatal(`kiln compile failed:\n${compiled.stdout}${compiled.stderr}`);
-console.log(compiled.stdout.trim());
+const kiln = (...args) => {
+  const r = spawnSync(kilnBin("program"), args, { cwd: ROOT, encoding: "utf8" });
+  if (r.status !== 0) fatal(`kiln ${args.join(" ")} failed:\n${r.stdout}${r.stderr}`);
+  console.log(r.stdout.trim());
+};
+kiln("compile", "demos/mnist/models/mnist.safetensors", "--batch", "1,5", "-o", join(out, "mnist.kilnprog"));
 
 const digits = (n, seed) => Array.from(rand(n * 784, seed), (v) => (v + 1) / 2); // pixels in [0, 1)
 const inputs = { b1: digits(1, SEED), b5: digits(5, SEED + 1), b1b: digits(1, SEED + 2) };
+
+// mnist-8's three test sets: inputs for the page, outputs kept here
+const zoo = mnistOnnxDir() && join(mnistOnnxDir(), "mnist-8");
+const zooOutputs = [];
+if (zoo && existsSync(join(zoo, "model.onnx"))) {
+  kiln("import", join(zoo, "model.onnx"), "-o", join(out, "mnist-8.safetensors"));
+  // the import traces one fixed shape, [1, 1, 28, 28]: one variant, no --batch
+  kiln("compile", join(out, "mnist-8.safetensors"), "-o", join(out, "mnist-8.kilnprog"));
+  inputs.zoo = [];
+  for (let i = 0; i < 3; i++) {
+    const set = join(zoo, `test_data_set_${i}`);
+    inputs.zoo.push(Array.from(floatTensor(readFileSync(join(set, "input_0.pb"))).data));
+    zooOutputs.push(Array.from(floatTensor(readFileSync(join(set, "output_0.pb"))).data));
+  }
+} else console.log("program: mnist-8 skipped: no shared/conformance/models/mnist (KILN_ONNX_SUITES)");
 
 // ?ref=1: the CPU module's forward (the oracle); otherwise the program alone.
 const PAGE = `<!doctype html><meta charset="utf-8"><body><script type="module">
@@ -45,11 +63,11 @@ try {
   const inputs = await (await fetch("./inputs.json")).json();
   const f32 = (k) => Float32Array.from(inputs[k]);
   if (q.has("ref")) {
-    const { default: init, Model, Tensor } = await import("./npm/index.js");
-    await init(undefined, { webgpu: false, threads: 1 });
-    const model = await Model.load("./demos/mnist/models/mnist.safetensors");
+    const kiln = await import("./npm/index.js"); // its classes are set by init()
+    await kiln.default(undefined, { webgpu: false, threads: 1 });
+    const model = await kiln.Model.load("./demos/mnist/models/mnist.safetensors");
     for (const [k, n] of [["b1", 1], ["b5", 5], ["b1b", 1]]) {
-      result[k] = Array.from(await model.forward(Tensor.from(f32(k), [n, 1, 28, 28])).data());
+      result[k] = Array.from(await model.forward(kiln.Tensor.from(f32(k), [n, 1, 28, 28])).data());
     }
   } else {
     const { Program } = await import("./npm/program.js");
@@ -68,6 +86,11 @@ try {
     result.badType = await error(program.run([new Int32Array(784)]));
     program.destroy();
     result.destroyed = await error(program.run([f32("b1")]));
+    if (inputs.zoo) {
+      const zoo = await Program.load("./target/program-test/mnist-8.kilnprog");
+      result.zoo = [];
+      for (const x of inputs.zoo) result.zoo.push(Array.from((await zoo.run([Float32Array.from(x)]))[0].data));
+    }
   }
 } catch (e) {
   result.error = String(e?.stack ?? e);
@@ -77,7 +100,7 @@ window.result = result;
 document.body.dataset.ready = "1";
 </script>`;
 
-const TYPES = { ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json" };
+const TYPES = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json" };
 const server = createServer((req, res) => {
   const path = new URL(req.url, "http://x").pathname.slice(1);
   let body;
@@ -87,7 +110,11 @@ const server = createServer((req, res) => {
     const file = join(ROOT, normalize(path));
     if (existsSync(file)) body = readFileSync(file);
   }
-  if (body === undefined) res.writeHead(404).end();
+  if (path === "favicon.ico") res.writeHead(204).end();
+  else if (body === undefined) {
+    console.log(`program: 404 for ${path}`);
+    res.writeHead(404).end();
+  }
   else res.writeHead(200, { "Content-Type": TYPES[extname(path)] ?? "application/octet-stream" }).end(body);
 });
 await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
@@ -132,6 +159,12 @@ try {
     check(JSON.stringify(top1(got[k])) === JSON.stringify(top1(ref[k])), `${k}: top-1 agrees (${top1(got[k]).join(",")})`);
   }
   check(relErr(got.b1, ref.b1b) > 1e-3, "different images give different logits");
+  if (zooOutputs.length) {
+    got.zoo.forEach((y, i) => {
+      const e = relErr(y, zooOutputs[i]);
+      check(e <= 1e-5, `mnist-8 test set ${i}: max error ${e.toExponential(2)} of the largest against ONNX's output (<= 1e-5)`);
+    });
+  }
   check(/no compiled variant/.test(got.badShape) && /\[2,1,28,28\]/.test(got.badShape) && /\[5,1,28,28\]/.test(got.badShape),
     `an uncompiled shape: ${got.badShape}`);
   check(/^Program\.run:/.test(got.badType), `an Int32Array for an f32 input: ${got.badType}`);
