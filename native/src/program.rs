@@ -165,6 +165,22 @@ impl Tape {
         at
     }
 
+    /// A free slot for `bytes`: the smallest that holds them, else the largest grown to them. A
+    /// slot is only a size until the page makes its buffer, so growing one costs nothing, and the
+    /// variants share their memory instead of adding it up.
+    fn reuse(&mut self, bytes: u64) -> Option<u32> {
+        let (&size, _) =
+            (self.free.range(bytes..).next()).or_else(|| self.free.iter().next_back())?;
+        let ids = self.free.get_mut(&size)?;
+        let id = ids.pop()?;
+        if ids.is_empty() {
+            self.free.remove(&size);
+        }
+        let slot = self.buffers.get_mut(id as usize)?;
+        *slot = (*slot).max(bytes);
+        Some(id)
+    }
+
     fn kernel(&mut self, key: &KernelKey) -> Result<usize> {
         if let Some(&id) = self.kernel_ids.get(key) {
             return Ok(id);
@@ -183,14 +199,15 @@ pub struct Recorder(Arc<Mutex<Tape>>);
 /// A [`Recorder`]'s buffer: a slot of the program, free for reuse once dropped.
 pub struct Slot {
     id: u32,
-    bytes: u64,
     tape: Arc<Mutex<Tape>>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Ok(mut tape) = self.tape.lock() {
-            tape.free.entry(self.bytes).or_default().push(self.id);
+        if let Ok(mut tape) = self.tape.lock()
+            && let Some(&size) = tape.buffers.get(self.id as usize)
+        {
+            tape.free.entry(size).or_default().push(self.id);
         }
     }
 }
@@ -235,7 +252,7 @@ impl Runtime for Recorder {
             ));
         }
         let mut tape = self.tape()?;
-        let id = match tape.free.get_mut(&bytes).and_then(Vec::pop) {
+        let id = match tape.reuse(bytes) {
             Some(id) => id,
             None => {
                 tape.buffers.push(bytes);
@@ -244,7 +261,6 @@ impl Runtime for Recorder {
         };
         Ok(Slot {
             id,
-            bytes,
             tape: self.0.clone(),
         })
     }

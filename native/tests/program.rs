@@ -192,3 +192,23 @@ fn kiln_compile_writes_the_program_file() {
     let written = std::fs::read(&out).unwrap();
     assert_eq!(written, compile(&mnist(), &[2, 7]).unwrap().to_bytes());
 }
+
+#[test]
+fn variants_share_their_buffers() {
+    let file = mnist();
+    let total = |batches: &[usize]| -> u64 {
+        let p = compile(&file, batches).unwrap();
+        p.header()["buffers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .sum()
+    };
+    let (both, large) = (total(&[1, 64]), total(&[64]));
+    // the weights and batch 64's values: batch 1's slots grow to hold batch 64's
+    assert!(
+        both <= large,
+        "batch 1 and 64: {both} bytes, 64 alone {large}"
+    );
+}
