@@ -123,13 +123,14 @@ export function parseProgram(bytes) {
  * const [logits] = await program.run([{ data: pixels, shape: [1, 1, 28, 28] }]);
  */
 export class Program {
-  #device; #header; #blob; #pipelines; #slots; #params; #groups; #staging = []; #last = Promise.resolve();
+  #device; #header; #blob; #lists; #pipelines; #slots; #params; #offsets; #groups; #scopes = [];
+  #staging = []; #last = Promise.resolve();
   /** The compiled input shapes: one entry per variant, `{ inputs, outputs }` of `{ name, dtype, shape }`. */
   variants;
 
   /**
-   * Fetches (a URL) or reads (bytes) a program, checks it (`parseProgram`), compiles its kernels,
-   * makes its buffers and bind groups and runs its load steps (weights to the GPU).
+   * Fetches (a URL) or reads (bytes) a program, checks it (`parseProgram`), makes its buffers and
+   * runs its load steps (weights to the GPU). A variant's kernels are compiled at its first run.
    * `options.device`: a GPUDevice to use instead of one from `navigator.gpu`.
    */
   static async load(source, options) {
@@ -159,52 +160,76 @@ export class Program {
   async #setup(d, h, blob) {
     this.#device = d, this.#header = h, this.#blob = blob;
     this.variants = h.variants.map(({ inputs, outputs }) => JSON.parse(JSON.stringify({ inputs, outputs })));
-    // Each GPU call that can fail validation gets its own error scope, so that its message names
-    // the kernel or step; the scopes are read together at the end.
-    const scopes = [];
-    const scoped = (what, make) => {
-      d.pushErrorScope("validation");
-      const made = make();
-      scopes.push(d.popErrorScope().then((e) => e && `${what}: ${e.message}`));
-      return made;
-    };
-    const check = async () => {
-      const error = (await Promise.all(scopes.splice(0))).find(Boolean);
-      if (error) this.destroy(), bad(error);
-    };
-    const pipelines = await Promise.all(h.kernels.map(({ label, wgsl }, i) => d.createComputePipelineAsync({
-      label, layout: "auto", compute: {
-        entryPoint: "main",
-        module: scoped(`kernel ${i} (${label})`, () => d.createShaderModule({ label, code: wgsl })),
-      },
-    }).catch((e) => ({ error: `kernel ${i} (${label}) did not compile: ${e.message}` }))));
-    await check();
-    pipelines.forEach((p) => p.error && bad(p.error));
-    this.#pipelines = pipelines;
-    this.#slots = h.buffers.map((size, i) => scoped(`buffer ${i} (${size} bytes)`,
+    this.#lists = [h.load, ...h.variants.map((v) => v.steps)];
+    this.#pipelines = [], this.#groups = [];
+    this.#slots = h.buffers.map((size, i) => this.#scoped(`buffer ${i} (${size} bytes)`,
       () => d.createBuffer({ size, usage: SLOT })));
-    // Every dispatch's params in one buffer, each at an offset the device can bind.
-    const lists = [h.load, ...h.variants.map((v) => v.steps)], align = d.limits.minStorageBufferOffsetAlignment;
+    // Every dispatch's params in one buffer, written once, each at an offset the device can bind.
+    const align = d.limits.minStorageBufferOffsetAlignment;
     const padded = (s) => s[0] === "dispatch" ? Math.ceil(s[3] / align) * align : 0;
-    const params = new Uint8Array(Math.max(4, lists.flat().reduce((n, s) => n + padded(s), 0)));
-    this.#params = scoped(`the params buffer (${params.length} bytes)`,
-      () => d.createBuffer({ size: params.length, usage: PARAMS }));
+    const params = new Uint8Array(Math.max(4, this.#lists.flat().reduce((n, s) => n + padded(s), 0)));
     let end = 0;
-    this.#groups = lists.map((steps, l) => steps.map((s, i) => {
+    this.#offsets = this.#lists.map((steps) => steps.map((s) => {
+      if (s[0] !== "dispatch") return 0;
+      params.set(blob.subarray(s[2], s[2] + s[3]), end);
+      return (end += padded(s)) - padded(s);
+    }));
+    this.#params = this.#scoped(`the params buffer (${params.length} bytes)`,
+      () => d.createBuffer({ size: params.length, usage: PARAMS }));
+    d.queue.writeBuffer(this.#params, 0, params);
+    await this.#prepare(0, bad);
+    this.#scoped("the load steps", () => this.#exec(h.load, this.#groups[0]));
+    await this.#check(bad);
+  }
+
+  // Each GPU call that can fail validation gets its own error scope, so that its message names the
+  // kernel or step; `#check` reads them together.
+  #scoped(what, make) {
+    const d = this.#device;
+    d.pushErrorScope("validation");
+    const made = make();
+    this.#scopes.push(d.popErrorScope().then((e) => e && `${what}: ${e.message}`));
+    return made;
+  }
+
+  async #check(refuse) {
+    const error = (await Promise.all(this.#scopes.splice(0))).find(Boolean);
+    if (error) this.destroy(), refuse(error);
+  }
+
+  // Starts compiling the kernels of list `l` that are not yet compiling.
+  #compile(l) {
+    const d = this.#device;
+    for (const [kind, k] of this.#lists[l]) {
+      if (kind !== "dispatch" || this.#pipelines[k]) continue;
+      const { label, wgsl } = this.#header.kernels[k];
+      const module = this.#scoped(`kernel ${k} (${label})`, () => d.createShaderModule({ label, code: wgsl }));
+      this.#pipelines[k] = d.createComputePipelineAsync({ label, layout: "auto", compute: { module, entryPoint: "main" } })
+        .catch((e) => ({ error: `kernel ${k} (${label}) did not compile: ${e.message}` }));
+    }
+  }
+
+  // The pipelines and bind groups of list `l` (0: the load, 1 + v: variant v), made at its first
+  // use: a page that runs one batch size compiles only that variant's kernels (SwiftShader took
+  // 1.4 s to load MNIST for batch 1 alone, 3.5 s for batch 1 and 64 together).
+  async #prepare(l, refuse) {
+    if (this.#groups[l]) return;
+    const d = this.#device, h = this.#header, steps = this.#lists[l];
+    this.#compile(l);
+    const pipelines = this.#pipelines = await Promise.all(this.#pipelines);
+    await this.#check(refuse);
+    for (const [kind, k] of steps) if (kind === "dispatch" && pipelines[k].error) refuse(pipelines[k].error);
+    this.#groups[l] = steps.map((s, i) => {
       if (s[0] !== "dispatch") return null;
-      const [, kernel, from, size, slots] = s, offset = end;
+      const [, kernel, , size, slots] = s;
       const where = l ? `step ${i} of variant ${l - 1}` : `load step ${i}`;
-      params.set(blob.subarray(from, from + size), offset);
-      end += padded(s);
-      return scoped(`${where}: kernel ${kernel} (${h.kernels[kernel].label})`, () => d.createBindGroup({
+      return this.#scoped(`${where}: kernel ${kernel} (${h.kernels[kernel].label})`, () => d.createBindGroup({
         layout: pipelines[kernel].getBindGroupLayout(0),
-        entries: [{ binding: 0, resource: { buffer: this.#params, offset, size } },
+        entries: [{ binding: 0, resource: { buffer: this.#params, offset: this.#offsets[l][i], size } },
           ...slots.map((x, k) => ({ binding: k + 1, resource: { buffer: this.#slots[x] } }))],
       }));
-    }));
-    d.queue.writeBuffer(this.#params, 0, params);
-    scoped("the load steps", () => this.#exec(h.load, this.#groups[0]));
-    await check();
+    });
+    await this.#check(refuse);
   }
 
   // Records `steps` into command encoders and submits them. Queue writes run before commands
@@ -259,6 +284,7 @@ export class Program {
     const turn = this.#last.then(async () => {
       gone();
       const d = this.#device;
+      await this.#prepare(v + 1, refuse);
       const staging = this.#staging[v] ??= outputs.map(({ shape }) =>
         d.createBuffer({ size: Math.max(4, numel(shape) * 4), usage: STAGING }));
       d.pushErrorScope("validation");

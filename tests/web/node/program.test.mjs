@@ -357,14 +357,8 @@ test("on a mock device: load binds each dispatch's params once, aligned, and run
   const [wSlot, biasSlot] = device.calls.buffers;
   assert.deepEqual(new Float32Array(wSlot.bytes.buffer), w);
   assert.deepEqual(new Float32Array(biasSlot.bytes.buffer), bias);
-  // One bind group per dispatch, their params at multiples of 256 in one buffer.
-  const groups = device.calls.bindGroups;
-  assert.equal(groups.length, 10);
-  const params = groups.map((g) => g.entries[0].resource);
-  assert.ok(params.every((p) => p.buffer === params[0].buffer && p.offset % 256 === 0));
-  assert.equal(new Set(params.map((p) => p.offset)).size, 10);
-  const dispatches = header.variants.flatMap((v) => v.steps.filter((s) => s[0] === "dispatch"));
-  dispatches.forEach((s, i) => assert.deepEqual(params[0].buffer.bytes.subarray(params[i].offset, params[i].offset + s[3]), blob.subarray(s[2], s[2] + s[3])));
+  // A variant's kernels and bind groups are made at its first run: none yet.
+  assert.equal(device.calls.bindGroups.length, 0);
 
   const x1 = rand(IN, 21, 2), x4 = rand(4 * IN, 26, 2);
   const [y, mask] = await program.run([{ data: x1, shape: [1, IN] }]);
@@ -384,6 +378,14 @@ test("on a mock device: load binds each dispatch's params once, aligned, and run
   assert.deepEqual(mask4.data, expected(copy, 4).mask);
   assert.ok(mask4.data.some((v) => v === 1) && mask4.data.some((v) => v === 0), "a mask with both values");
   close(again.data, y.data);
+  // One bind group per dispatch, made once, their params at multiples of 256 in one buffer.
+  const groups = device.calls.bindGroups;
+  assert.equal(groups.length, 10);
+  const params = groups.map((g) => g.entries[0].resource);
+  assert.ok(params.every((p) => p.buffer === params[0].buffer && p.offset % 256 === 0));
+  assert.equal(new Set(params.map((p) => p.offset)).size, 10);
+  const dispatches = header.variants.flatMap((v) => v.steps.filter((s) => s[0] === "dispatch"));
+  dispatches.forEach((s, i) => assert.deepEqual(params[0].buffer.bytes.subarray(params[i].offset, params[i].offset + s[3]), blob.subarray(s[2], s[2] + s[3])));
   await program.run([x1]);
   assert.equal(device.calls.buffers.length, buffers + 2, "staging made once per output of variant 1, then reused");
 
@@ -422,11 +424,15 @@ test("on a mock device: bool and i32 inputs and outputs, widened to u32 and back
   await assert.rejects(program.run([[true], ids]), { message: /takes inputs \(Array of 1, Int32Array of 3\); this program has \(bool \[5\], i32 \[3\]\)/ });
 });
 
-test("on a mock device: a kernel that does not compile or bind is named with its label", async () => {
-  await assert.rejects(Program.load(changed((h) => (h.kernels[2].wgsl = "no such kernel")), { device: mockDevice() }),
-    { message: /^Program\.load: kernel 2 \(relu\.wgsl MODE=test\) did not compile: WGSL parse error$/ });
-  await assert.rejects(Program.load(changed((h) => (steps0(h)[3][4] = [2, 0, 1])), { device: mockDevice() }),
-    { message: /^Program\.load: step 3 of variant 0: kernel 0 \(affine\.wgsl MODE=test\+*\): 4 entries, the layout has 5$/ });
+test("on a mock device: a kernel that does not compile or bind is named with its label at its variant's first run", async () => {
+  const x = rand(IN, 4);
+  const broken = await Program.load(changed((h) => (h.kernels[2].wgsl = "no such kernel")), { device: mockDevice() });
+  for (let i = 0; i < 2; i++) {
+    await assert.rejects(broken.run([x]), { message: /^Program\.run: kernel 2 \(relu\.wgsl MODE=test\) did not compile: WGSL parse error$/ });
+  }
+  const unbound = await Program.load(changed((h) => (steps0(h)[3][4] = [2, 0, 1])), { device: mockDevice() });
+  await assert.rejects(unbound.run([x]),
+    { message: /^Program\.run: step 3 of variant 0: kernel 0 \(affine\.wgsl MODE=test\+*\): 4 entries, the layout has 5$/ });
 });
 
 test("Program.load without WebGPU says so, after fetching and checking the file", async () => {
