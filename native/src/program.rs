@@ -539,3 +539,31 @@ fn device_dtype(dtype: DType, op: &str) -> Result<&'static str> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_during_the_forward_is_an_error_naming_it() {
+        let recorder = Recorder::default();
+        let device = Device::new(GpuBackend::from_runtime(recorder.clone()));
+        let x = Tensor::from_vec(vec![1.5f32, -2.0, 3.25], [3], &device).unwrap();
+        recorder.set_phase(Phase::Run).unwrap();
+        let e = x.exp().unwrap().to_data().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("reads a value back (12 bytes) during its forward"),
+            "{e}"
+        );
+        // the upload and the op were recorded; the read was not
+        let steps = recorder.take_steps().unwrap();
+        assert!(
+            matches!(
+                steps[..],
+                [Step::Write { bytes: 12, .. }, Step::Dispatch { .. }]
+            ),
+            "{steps:?}"
+        );
+    }
+}
