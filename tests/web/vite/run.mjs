@@ -6,6 +6,8 @@
 // through Model.load, which must fetch the converter module's .wasm (a chunk of its own) and
 // give test_data_set_0's stored output. The page then loads the text demo's GPT through
 // TextModel.load, which must fetch the text module's .wasm (another chunk), and generates with it.
+// Last, `kiln-ml/program` (the package's second entry) loads a small program written here (an i32
+// input copied to the output on the GPU) and runs it.
 //   node tests/web/vite/run.mjs   (after scripts/build-web.sh made npm/kiln-ml-*.tgz)
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
@@ -35,6 +37,17 @@ if (onnxDir) {
     output: floatTensor(readFileSync(join(set, "output_0.pb"))),
   };
 } else console.log("notice: no shared/conformance/models/mnist (set KILN_ONNX_SUITES): the ONNX case is skipped");
+// A program with no kernels: its input to slot 0, copied to slot 1, read back (npm/program.js's format).
+{
+  const header = new TextEncoder().encode(JSON.stringify({ format: "kiln-program", version: 1, kernels: [], buffers: [12, 12], load: [],
+    variants: [{ inputs: [{ name: "x", dtype: "i32", shape: [3] }], outputs: [{ name: "y", dtype: "i32", shape: [3] }],
+      steps: [["input", 0, 0], ["copy", 0, 0, 1, 0, 12], ["output", 0, 1, 0, 12]] }] }));
+  const file = new Uint8Array(Math.ceil((12 + header.length) / 4) * 4);
+  file.set(new TextEncoder().encode("KILNPROG"));
+  new DataView(file.buffer).setUint32(8, header.length, true);
+  file.set(header, 12);
+  writeFileSync(join(app, "public", "copy.kilnprog"), file);
+}
 writeFileSync(join(app, "package.json"), JSON.stringify({ name: "kiln-vite-check", private: true, type: "module" }));
 writeFileSync(
   join(app, "index.html"),
@@ -87,7 +100,16 @@ try {
   } catch (e) {
     text = { error: e.name + ": " + e.message };
   }
-  out.textContent = JSON.stringify({ version: version(), results, onnx, text, live: memory().tensors });
+  let program = null;
+  try {
+    const { Program } = await import("kiln-ml/program");
+    const p = await Program.load("./copy.kilnprog");
+    program = Array.from((await p.run([Int32Array.of(-5, 7, 2147483647)]))[0].data);
+    p.destroy();
+  } catch (e) {
+    program = { error: e.name + ": " + e.message };
+  }
+  out.textContent = JSON.stringify({ version: version(), results, onnx, text, program, live: memory().tensors });
 } catch (e) {
   out.textContent = JSON.stringify({ error: e.name + ": " + e.message });
 }
@@ -149,6 +171,9 @@ try {
   console.log(`${generated ? "ok  " : "FAIL"} TextModel.load of the demo GPT through the text module` +
     `${t.error ? `: ${t.error}` : `: ${JSON.stringify(t.generated)} (vocabulary ${t.vocab})`} (wasm fetched: ${wasmRequests.join(", ")})`);
   ok &&= generated;
+  const copied = JSON.stringify(r.program) === "[-5,7,2147483647]";
+  console.log(`${copied ? "ok  " : "FAIL"} kiln-ml/program's Program ran a small program: ${JSON.stringify(r.program)}`);
+  ok &&= copied;
   if (errors.length) console.log(`console errors: ${errors.join(" | ")}`);
 } catch (e) {
   console.log(`FAIL: ${e.message}`);
