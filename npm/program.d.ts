@@ -69,10 +69,10 @@ export interface ProgramLoadOptions {
 export class Program {
   private constructor();
   /**
-   * Fetches (a URL) or reads (bytes) a program, checks all of it before any GPU call, then compiles
-   * its kernels, makes its buffers and runs its load steps. Rejects with an Error whose message
-   * starts with "Program.load:" for a malformed file, a failed fetch, a page without WebGPU, or a
-   * kernel the device refuses (named by its label).
+   * Fetches (a URL) or reads (bytes) a program, checks all of it before any GPU call, then makes
+   * its buffers and runs its load steps (each variant's kernels are compiled at its first run).
+   * Rejects with an Error whose message starts with "Program.load:" for a malformed file, a failed
+   * fetch, a page without WebGPU, or a buffer or load step the device refuses.
    */
   static load(source: string | URL | ArrayBuffer | ArrayBufferView, options?: ProgramLoadOptions): Promise<Program>;
   /** The compiled variants' inputs and outputs, in the program's order. */
@@ -81,7 +81,8 @@ export class Program {
    * Runs the first variant that takes these inputs (one per model input) and resolves to its
    * outputs. Runs are queued: each starts when the previous one has finished; the inputs are
    * copied when `run` is called. Rejects with an Error starting with "Program.run:" when no
-   * variant takes the inputs (the message lists the compiled shapes) or after `destroy()`.
+   * variant takes the inputs (the message lists the compiled shapes), when the device refuses one
+   * of the variant's kernels (named by its label) or its work, or after `destroy()`.
    */
   run(inputs: ProgramInput[]): Promise<ProgramOutput[]>;
   /** Frees the program's GPU buffers; a later `run` rejects. */

@@ -511,7 +511,7 @@ pub fn compile(model: &[u8], batches: &[usize]) -> Result<Program> {
         }));
     }
     drop(model);
-    let tape = recorder.tape()?;
+    let mut tape = recorder.tape()?;
     let header = json!({
         "format": "kiln-program",
         "version": VERSION,
@@ -522,7 +522,7 @@ pub fn compile(model: &[u8], batches: &[usize]) -> Result<Program> {
     });
     Ok(Program {
         header,
-        blob: tape.blob.clone(),
+        blob: std::mem::take(&mut tape.blob),
     })
 }
 
