@@ -17,7 +17,8 @@
 #   6. node tests/web/e2e-text.mjs        the text demo: greedy text in the page (CPU, WebGPU)
 #                                         equals `kiln generate --temperature 0`'s (issue 17)
 #   7. node tests/web/program.mjs         `kiln compile`'s MNIST program replayed by npm/program.js
-#                                         alone (no wasm), against the CPU module (issue 18)
+#                                         alone (no wasm), against the CPU module, and mnist-8's
+#                                         (imported from ONNX) against its stored outputs (issue 18)
 #
 #   scripts/test-web.sh
 # Env: KILN_BIN            the kiln binary for steps 5 to 7 (default target/release/kiln, else
