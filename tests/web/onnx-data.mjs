@@ -1,6 +1,6 @@
 // ONNX test data for the web tests: where the conformance data is (the lookup of
 // onnx/tests/common: $KILN_ONNX_SUITES, else shared/conformance in the working directory or a
-// parent) and a minimal reader of the float TensorProtos of its test_data_set_N folders.
+// parent) and a minimal reader of the FLOAT and INT64 TensorProtos of its test_data_set_N folders.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 
@@ -32,15 +32,21 @@ function varint(b, at) {
 }
 
 /**
- * The float32 TensorProto in `bytes` as { dims, data }: reads dims (field 1), data_type (2; must
- * be FLOAT, 1), float_data (4) and raw_data (9), and skips every other field.
+ * The FLOAT (1) or INT64 (7) TensorProto in `bytes` as { dims, dataType, data }: data a
+ * Float32Array or, for INT64, an array of Numbers (exact within +-2^53 from raw_data, and for
+ * 0 to 2^53 from int64_data's varints). Reads dims (field 1),
+ * data_type (2), float_data (4), int64_data (7) and raw_data (9), and skips every other field.
  */
-export function floatTensor(bytes) {
+export function tensorProto(bytes) {
   const b = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
   const dims = [];
   let floats = [];
+  let ints = [];
+  let raw = null;
   let dataType;
+  // int64_data's varints hold two's complement: 2^64 - |v| for a negative v
+  const signed = (v) => (v >= 2 ** 63 ? v - 2 ** 64 : v);
   for (let at = 0; at < b.length; ) {
     let key;
     [key, at] = varint(b, at);
@@ -50,15 +56,15 @@ export function floatTensor(bytes) {
       [v, at] = varint(b, at);
       if (field === 1) dims.push(v);
       if (field === 2) dataType = v;
+      if (field === 7) ints.push(signed(v));
     } else if (wire === 2) {
       let len;
       [len, at] = varint(b, at);
       const end = at + len;
       if (field === 1) for (let p = at; p < end; ) { let v; [v, p] = varint(b, p); dims.push(v); }
-      if (field === 4 || field === 9) {
-        floats = [];
-        for (let p = at; p < end; p += 4) floats.push(view.getFloat32(p, true));
-      }
+      if (field === 4) for (let p = at; p < end; p += 4) floats.push(view.getFloat32(p, true));
+      if (field === 7) for (let p = at; p < end; ) { let v; [v, p] = varint(b, p); ints.push(signed(v)); }
+      if (field === 9) raw = [at, end];
       at = end;
     } else if (wire === 5) {
       if (field === 4) floats.push(view.getFloat32(at, true));
@@ -66,8 +72,21 @@ export function floatTensor(bytes) {
     } else if (wire === 1) at += 8;
     else throw new Error(`TensorProto: wire type ${wire} unexpected`);
   }
-  if (dataType !== 1) throw new Error(`TensorProto: data_type ${dataType}, expected FLOAT (1)`);
+  if (dataType !== 1 && dataType !== 7) throw new Error(`TensorProto: data_type ${dataType}, expected FLOAT (1) or INT64 (7)`);
+  if (raw) {
+    const [from, to] = raw;
+    if (dataType === 1) for (let p = from; p < to; p += 4) floats.push(view.getFloat32(p, true));
+    else for (let p = from; p < to; p += 8) ints.push(Number(view.getBigInt64(p, true)));
+  }
+  const data = dataType === 1 ? Float32Array.from(floats) : ints;
   const count = dims.reduce((a, d) => a * d, 1);
-  if (floats.length !== count) throw new Error(`TensorProto: ${floats.length} elements for dims [${dims}]`);
-  return { dims, data: Float32Array.from(floats) };
+  if (data.length !== count) throw new Error(`TensorProto: ${data.length} elements for dims [${dims}]`);
+  return { dims, dataType, data };
+}
+
+/** The float32 TensorProto in `bytes` as { dims, data } (`tensorProto`, which must find FLOAT). */
+export function floatTensor(bytes) {
+  const t = tensorProto(bytes);
+  if (t.dataType !== 1) throw new Error(`TensorProto: data_type ${t.dataType}, expected FLOAT (1)`);
+  return { dims: t.dims, data: t.data };
 }

@@ -5,9 +5,10 @@
 //   - its logits on random images, at both batch sizes, match the CPU module's forward of the
 //     same model (a second page: kiln-ml with `webgpu: false`), and top-1 agrees everywhere;
 //   - two runs started together (batch 1 and 5, different images) each get their own result;
-//   - the ONNX Model Zoo's MNIST (mnist-8, shared/conformance), imported by `kiln import` and
-//     compiled, gives the outputs stored with it (ONNX's reference) for each of its three test
-//     sets (skipped with a notice without that data);
+//   - ONNX models from shared/conformance, imported by `kiln import` and compiled, give the
+//     outputs stored with them (ONNX's reference) for each of their test sets: the Model Zoo's
+//     MNIST (mnist-8, three sets), and two node-suite cases, ArgMax (an i32 output, compared
+//     exactly) and Softmax (skipped with a notice without that data);
 //   - an input shape that was not compiled, a wrong input type and a run after destroy() are
 //     Errors naming what was expected;
 //   - no console error.
@@ -16,11 +17,11 @@
 // Env: KILN_BIN, CHROMIUM (tests/web/e2e/harness.mjs), KILN_SEED (the images' seed).
 import { spawnSync } from "node:child_process";
 import { createServer } from "node:http";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { extname, join, normalize } from "node:path";
 import { ROOT, checker, fatal as fatalIn, kilnBin, launchChromium, openPage } from "./e2e/harness.mjs";
 import { rand } from "./node/helpers.mjs";
-import { floatTensor, mnistOnnxDir } from "./onnx-data.mjs";
+import { suitesDir, tensorProto } from "./onnx-data.mjs";
 
 const fatal = (msg) => fatalIn("program", msg);
 const check = checker();
@@ -40,20 +41,25 @@ kiln("compile", "demos/mnist/models/mnist.safetensors", "--batch", "1,5", "-o", 
 const digits = (n, seed) => Array.from(rand(n * 784, seed), (v) => (v + 1) / 2); // pixels in [0, 1)
 const inputs = { b1: digits(1, SEED), b5: digits(5, SEED + 1), b1b: digits(1, SEED + 2) };
 
-// mnist-8's three test sets: inputs for the page, outputs kept here
-const zoo = mnistOnnxDir() && join(mnistOnnxDir(), "mnist-8");
-const zooOutputs = [];
-if (zoo && existsSync(join(zoo, "model.onnx"))) {
-  kiln("import", join(zoo, "model.onnx"), "-o", join(out, "mnist-8.safetensors"));
-  // the import traces one fixed shape, [1, 1, 28, 28]: one variant, no --batch
-  kiln("compile", join(out, "mnist-8.safetensors"), "-o", join(out, "mnist-8.kilnprog"));
-  inputs.zoo = [];
-  for (let i = 0; i < 3; i++) {
-    const set = join(zoo, `test_data_set_${i}`);
-    inputs.zoo.push(Array.from(floatTensor(readFileSync(join(set, "input_0.pb"))).data));
-    zooOutputs.push(Array.from(floatTensor(readFileSync(join(set, "output_0.pb"))).data));
-  }
-} else console.log("program: mnist-8 skipped: no shared/conformance/models/mnist (KILN_ONNX_SUITES)");
+// The ONNX cases: each model compiled here, its test sets' inputs for the page, outputs kept here.
+const suites = suitesDir();
+const onnxCases = [
+  ["mnist-8", "models/mnist/mnist-8"],
+  ["argmax", "onnx-node/test_argmax_default_axis_random"],
+  ["softmax", "onnx-node/test_softmax_axis_1"],
+].filter(([, dir]) => suites && existsSync(join(suites, dir, "model.onnx")));
+if (onnxCases.length < 3) console.log(`program: ONNX cases skipped: no ${suites ?? "shared/conformance"} data (KILN_ONNX_SUITES)`);
+const expected = {};
+inputs.onnx = {};
+for (const [name, dir] of onnxCases) {
+  kiln("import", join(suites, dir, "model.onnx"), "-o", join(out, `${name}.safetensors`));
+  // an import traces one fixed input shape: one variant, no --batch
+  kiln("compile", join(out, `${name}.safetensors`), "-o", join(out, `${name}.kilnprog`));
+  const sets = readdirSync(join(suites, dir)).filter((f) => f.startsWith("test_data_set_")).sort();
+  const read = (set, file) => tensorProto(readFileSync(join(suites, dir, set, file)));
+  inputs.onnx[name] = sets.map((set) => Array.from(read(set, "input_0.pb").data));
+  expected[name] = sets.map((set) => read(set, "output_0.pb"));
+}
 
 // ?ref=1: the CPU module's forward (the oracle); otherwise the program alone.
 const PAGE = `<!doctype html><meta charset="utf-8"><body><script type="module">
@@ -86,10 +92,14 @@ try {
     result.badType = await error(program.run([new Int32Array(784)]));
     program.destroy();
     result.destroyed = await error(program.run([f32("b1")]));
-    if (inputs.zoo) {
-      const zoo = await Program.load("./target/program-test/mnist-8.kilnprog");
-      result.zoo = [];
-      for (const x of inputs.zoo) result.zoo.push(Array.from((await zoo.run([Float32Array.from(x)]))[0].data));
+    result.onnx = {};
+    for (const [name, sets] of Object.entries(inputs.onnx)) {
+      const p = await Program.load(\`./target/program-test/\${name}.kilnprog\`);
+      result.onnx[name] = [];
+      for (const x of sets) {
+        const [y] = await p.run([Float32Array.from(x)]);
+        result.onnx[name].push({ dtype: y.dtype, shape: y.shape, data: Array.from(y.data) });
+      }
     }
   }
 } catch (e) {
@@ -159,10 +169,17 @@ try {
     check(JSON.stringify(top1(got[k])) === JSON.stringify(top1(ref[k])), `${k}: top-1 agrees (${top1(got[k]).join(",")})`);
   }
   check(relErr(got.b1, ref.b1b) > 1e-3, "different images give different logits");
-  if (zooOutputs.length) {
-    got.zoo.forEach((y, i) => {
-      const e = relErr(y, zooOutputs[i]);
-      check(e <= 1e-5, `mnist-8 test set ${i}: max error ${e.toExponential(2)} of the largest against ONNX's output (<= 1e-5)`);
+  for (const [name, sets] of Object.entries(expected)) {
+    sets.forEach((want, i) => {
+      const y = got.onnx[name][i];
+      const shape = JSON.stringify(y.shape) === JSON.stringify(want.dims);
+      if (want.dataType === 7) {
+        const same = y.dtype === "i32" && JSON.stringify(y.data) === JSON.stringify(want.data);
+        check(shape && same, `${name} test set ${i}: ${y.dtype} ${JSON.stringify(y.shape)} equal to ONNX's int64 output`);
+      } else {
+        const e = relErr(y.data, want.data);
+        check(shape && e <= 1e-5, `${name} test set ${i}: max error ${e.toExponential(2)} of the largest against ONNX's output (<= 1e-5)`);
+      }
     });
   }
   check(/no compiled variant/.test(got.badShape) && /\[2,1,28,28\]/.test(got.badShape) && /\[5,1,28,28\]/.test(got.badShape),
