@@ -185,7 +185,12 @@ impl Tape {
         if let Some(&id) = self.kernel_ids.get(key) {
             return Ok(id);
         }
-        self.kernels.push((key.label(), key.wgsl()?));
+        // A custom kernel's `ID` define is its registration number in this process (fused
+        // kernels are registered as they are first made): kept out of the label, so that a model
+        // compiles to the same bytes in any process. Its WGSL does not depend on it.
+        let mut named = key.clone();
+        named.defines.remove("ID");
+        self.kernels.push((named.label(), key.wgsl()?));
         let id = self.kernels.len() - 1;
         self.kernel_ids.insert(key.clone(), id);
         Ok(id)
@@ -489,7 +494,6 @@ pub fn compile(model: &[u8], batches: &[usize]) -> Result<Program> {
             }
             output_info.push(json!({"name": spec.name, "dtype": device_dtype(y.dtype(), op)?, "shape": y.dims()}));
         }
-        recorder.set_phase(Phase::Run)?;
         let steps = recorder.take_steps()?;
         let produced = steps
             .iter()
