@@ -20,8 +20,8 @@
 // The declarations: build-web.sh runs wasm-bindgen with --no-typescript, so unless
 // npm/dist/kiln_web.d.ts exists this script runs wasm-bindgen again on cargo's kiln_web.wasm, in
 // a temporary folder: once as build-web.sh does (its kiln_web.js, with short import names and
-// minified as a release build's is, must be npm/dist's byte for byte: the declarations then describe the module that was
-// packed), once with TypeScript on.
+// minified as a release build's is, must be npm/dist's byte for byte: the declarations then
+// describe the module that was packed), once with TypeScript on.
 //
 // Parsing: a small scanner splits a .d.ts into statements (comments, strings and bracket nesting
 // respected, so `options?: { low?: number; high?: number }` stays one member), keeping each

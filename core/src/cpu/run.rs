@@ -116,7 +116,6 @@ fn custom(
     Ok(CpuStorage::from_data(&out))
 }
 
-
 /// An output the process cannot allocate (a malformed model's shape, say) is an error rather
 /// than an abort: reserving the bytes up front and releasing them is cheap (the pages are never
 /// touched) and fails cleanly where the real allocation would abort.
